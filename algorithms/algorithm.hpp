@@ -1,0 +1,61 @@
+// Algorithms register themselves here: a name, a one-line summary, and an implementation for
+// each collective they support. The CLI's --algo choices come from this registry.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "arcoll/types.hpp"
+#include "src/point_to_point.hpp"
+
+namespace arcoll {
+
+enum class Collective : std::uint8_t { allreduce, reduce_scatter, allgather, broadcast, barrier };
+std::string_view to_string(Collective collective);
+
+// Arguments of one collective call, already validated by the communicator.
+// allreduce: count elements in send and recv. reduce_scatter: count = elements each rank
+// receives (send holds size*count). allgather: count = elements each rank sends (recv holds
+// size*count). broadcast: recv is the buffer, count its elements, root the source.
+// ReduceOp::avg never reaches an algorithm: it runs as sum and the communicator divides.
+struct CollectiveArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+};
+
+using CollectiveFn = std::function<void(PointToPoint&, const CollectiveArgs&)>;
+
+struct AlgorithmInfo {
+  std::string name;
+  std::string summary;
+  std::map<Collective, CollectiveFn> implementations;
+};
+
+class AlgorithmRegistry {
+ public:
+  static AlgorithmRegistry& instance();
+  void add(AlgorithmInfo info);
+  // nullptr when no algorithm of that name implements the collective.
+  const CollectiveFn* find(const std::string& name, Collective collective) const;
+  // Names of the algorithms implementing `collective`, sorted.
+  std::vector<std::string> names(Collective collective) const;
+  std::vector<const AlgorithmInfo*> all() const;
+
+ private:
+  std::map<std::string, AlgorithmInfo> algorithms_;
+};
+
+struct AlgorithmRegistrar {
+  explicit AlgorithmRegistrar(AlgorithmInfo info) {
+    AlgorithmRegistry::instance().add(std::move(info));
+  }
+};
+
+}  // namespace arcoll

@@ -1,0 +1,471 @@
+// arbench: allreduce benchmark with nccl-tests' all_reduce_perf columns.
+//
+// Without a launcher it forks --np ranks on this host; under mpirun, srun, torchrun or with
+// ARCOLL_RANK set it runs as the rank the environment describes. The plain sweep is the
+// default command; further tools become CLI11 subcommands (see `Subcommand`).
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "arbench/report.hpp"
+#include "arbench/sweep.hpp"
+#include "arcoll/communicator.hpp"
+#include "arcoll/error.hpp"
+#include "arcoll/host.hpp"
+#include "arcoll/launch.hpp"
+#include "arcoll/local_launcher.hpp"
+#include "arcoll/options.hpp"
+#include "arcoll/types.hpp"
+
+namespace {
+
+constexpr int kUsageError = 2;
+constexpr std::size_t kMaxSizes = 100'000;
+
+// A bad flag, value or environment: reported as "arbench: <message>" with exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The sweep's flags as typed; validated by make_plan.
+struct SweepFlags {
+  std::string min_bytes = "8";
+  std::string max_bytes = "128M";
+  std::string step_factor = "4";
+  std::string step_bytes;
+  std::string np;
+  std::string warmup_iters = "5";
+  std::string iters = "20";
+  std::string datatype = "f32";
+  std::string op = "sum";
+  std::string algo;
+  std::string transport;
+  std::string chunk;
+  std::string sockets;
+  std::string check = "1";
+  std::string json;
+  std::string csv;
+  std::string timeout;
+  // Which of them were given on the command line.
+  CLI::Option* step_factor_option = nullptr;
+  CLI::Option* step_bytes_option = nullptr;
+};
+
+// Everything a rank needs to run the sweep.
+struct Plan {
+  arbench::SweepSettings sweep;
+  std::size_t min_bytes = 0;
+  std::size_t max_bytes = 0;
+  std::optional<std::size_t> step_factor;
+  std::optional<std::size_t> step_bytes;
+  std::optional<int> np;
+  arcoll::Options options;
+  std::string json_path;
+  std::string csv_path;
+  std::string command_line;
+};
+
+std::string quoted(const std::string& text) {
+  return "'" + text + "'";
+}
+
+std::size_t parse_size(const char* flag, const std::string& text) {
+  auto bytes = arcoll::parse_byte_size(text);
+  if (!bytes)
+    throw UsageError(std::string(flag) + ": invalid size " + quoted(text) +
+                     " (bytes, or a number with a K, M or G suffix such as 64K)");
+  return *bytes;
+}
+
+long long parse_integer(const char* flag, const std::string& text, long long min, long long max) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw UsageError(std::string(flag) + ": " + quoted(text) + " is not an integer");
+  if (value < min || value > max)
+    throw UsageError(std::string(flag) + ": " + quoted(text) + " is outside " +
+                     std::to_string(min) + ".." + std::to_string(max));
+  return value;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+// "all" or a comma-separated list of names `parse` accepts.
+template <typename T, typename Parse, std::size_t N>
+std::vector<T> parse_names(const char* flag, const std::string& text, Parse parse,
+                           const T (&all)[N]) {
+  if (text == "all") return std::vector<T>(std::begin(all), std::end(all));
+  std::vector<T> values;
+  for (const std::string& name : split_list(text)) {
+    auto value = parse(name);
+    if (!value) {
+      std::string known;
+      for (T v : all) known += std::string(arcoll::to_string(v)) + ", ";
+      throw UsageError(std::string(flag) + ": unknown name " + quoted(name) + " (known: " + known +
+                       "all)");
+    }
+    values.push_back(*value);
+  }
+  return values;
+}
+
+Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
+  Plan plan;
+  plan.command_line = arbench::shell_command_line(argc, argv);
+  plan.min_bytes = parse_size("-b/--minbytes", flags.min_bytes);
+  plan.max_bytes = parse_size("-e/--maxbytes", flags.max_bytes);
+  if (plan.min_bytes > plan.max_bytes)
+    throw UsageError("-b/--minbytes " + flags.min_bytes + " is larger than -e/--maxbytes " +
+                     flags.max_bytes);
+
+  // nccl-tests: a factor above 1 multiplies, otherwise the step (default 1M) adds.
+  const auto factor =
+      static_cast<std::size_t>(parse_integer("-f/--stepfactor", flags.step_factor, 1, 1 << 20));
+  const bool factor_given = flags.step_factor_option->count() > 0;
+  const bool step_given = flags.step_bytes_option->count() > 0;
+  if (step_given && factor_given && factor > 1)
+    throw UsageError("-i/--stepbytes " + flags.step_bytes + " and -f/--stepfactor " +
+                     flags.step_factor + " contradict each other; give one of them");
+  if (step_given || factor == 1) {
+    const std::size_t step = step_given ? parse_size("-i/--stepbytes", flags.step_bytes) : 1 << 20;
+    if (step == 0) throw UsageError("-i/--stepbytes: the step must be at least one byte");
+    plan.step_bytes = step;
+  } else {
+    plan.step_factor = factor;
+  }
+  if (plan.step_bytes && (plan.max_bytes - plan.min_bytes) / *plan.step_bytes >= kMaxSizes)
+    throw UsageError("the sweep from -b " + flags.min_bytes + " to -e " + flags.max_bytes +
+                     " in steps of " + std::to_string(*plan.step_bytes) + " bytes has more than " +
+                     std::to_string(kMaxSizes) + " sizes; use a larger -i/--stepbytes or -f");
+  plan.sweep.sizes = arbench::sweep_sizes(
+      plan.min_bytes, plan.max_bytes, plan.step_factor.value_or(1), plan.step_bytes.value_or(0));
+
+  if (!flags.np.empty()) plan.np = static_cast<int>(parse_integer("--np", flags.np, 1, 4096));
+  plan.sweep.warmup_iters =
+      static_cast<int>(parse_integer("-w/--warmup_iters", flags.warmup_iters, 0, 1'000'000));
+  plan.sweep.iters = static_cast<int>(parse_integer("-n/--iters", flags.iters, 1, 1'000'000));
+  plan.sweep.check = parse_integer("-c/--check", flags.check, 0, 1) == 1;
+
+  plan.sweep.types =
+      parse_names("-d/--datatype", flags.datatype, arcoll::parse_data_type, arcoll::kAllDataTypes);
+  plan.sweep.ops = parse_names("-o/--op", flags.op, arcoll::parse_reduce_op, arcoll::kAllReduceOps);
+  // Named explicitly, every pair must make sense; with "all" the others are skipped.
+  if (flags.datatype != "all" && flags.op != "all")
+    for (auto type : plan.sweep.types)
+      for (auto op : plan.sweep.ops)
+        if (!arcoll::is_supported(type, op))
+          throw UsageError("-o/--op " + std::string(arcoll::to_string(op)) +
+                           " is not defined for -d/--datatype " +
+                           std::string(arcoll::to_string(type)));
+  if (arbench::row_count(plan.sweep) == 0)
+    throw UsageError("-d/--datatype " + flags.datatype + " and -o/--op " + flags.op +
+                     " leave nothing to run");
+
+  try {
+    plan.options = arcoll::Options::from_env();
+  } catch (const arcoll::Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!flags.algo.empty()) plan.options.algorithm = flags.algo;
+  if (!flags.transport.empty()) plan.options.transport = flags.transport;
+  if (!flags.chunk.empty()) {
+    plan.options.chunk_bytes = parse_size("--chunk", flags.chunk);
+    if (plan.options.chunk_bytes == 0) throw UsageError("--chunk: the chunk must not be empty");
+  }
+  if (!flags.sockets.empty())
+    plan.options.sockets_per_peer =
+        static_cast<int>(parse_integer("--sockets", flags.sockets, 1, 64));
+  if (!flags.timeout.empty()) {
+    char* end = nullptr;
+    const double seconds = std::strtod(flags.timeout.c_str(), &end);
+    if (end == flags.timeout.c_str() || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))
+      throw UsageError("--timeout: " + quoted(flags.timeout) +
+                       " is not a positive number of seconds");
+    plan.options.timeout =
+        std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+  }
+  plan.json_path = flags.json;
+  plan.csv_path = flags.csv;
+  return plan;
+}
+
+// The first output file that cannot be written, as a message.
+std::optional<std::string> unwritable_output(const Plan& plan) {
+  if (!plan.json_path.empty())
+    if (auto error = arbench::check_writable("--json", plan.json_path)) return error;
+  if (!plan.csv_path.empty())
+    if (auto error = arbench::check_writable("--csv", plan.csv_path)) return error;
+  return std::nullopt;
+}
+
+// Where every rank runs, gathered from all of them (a collective call).
+arbench::RunInfo describe_run(arcoll::Communicator& comm, const Plan& plan) {
+  struct Place {
+    char host[112];
+    std::int32_t node, local_rank, local_size, pid;
+  };
+  Place mine{};
+  std::strncpy(mine.host, comm.node_name().c_str(), sizeof mine.host - 1);
+  mine.node = comm.node_id();
+  mine.local_rank = comm.local_rank();
+  mine.local_size = comm.local_size();
+  mine.pid = static_cast<std::int32_t>(::getpid());
+  std::vector<Place> places(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, places.data(), sizeof(Place), arcoll::DataType::u8);
+
+  arbench::RunInfo info;
+  if (comm.rank() == 0) info.host = arcoll::host_info();
+  info.arcoll_version = std::string(arcoll::version());
+  info.git_commit = std::string(arcoll::git_commit());
+  info.transport = comm.transport_name();
+  info.algorithm = comm.algorithm_name();
+  info.world_size = comm.size();
+  info.nodes = comm.node_count();
+  info.ranks_per_node = places.front().local_size;
+  for (std::size_t r = 0; r < places.size(); ++r) {
+    const Place& p = places[r];
+    if (p.local_size != places.front().local_size) info.ranks_per_node.reset();
+    info.ranks.push_back({static_cast<int>(r), p.node, p.local_rank, p.pid, p.host});
+  }
+  info.date = arbench::utc_now();
+  info.command_line = plan.command_line;
+  info.min_bytes = plan.min_bytes;
+  info.max_bytes = plan.max_bytes;
+  info.step_factor = plan.step_factor;
+  info.step_bytes = plan.step_bytes;
+  info.sweep = plan.sweep;
+  const arcoll::Options& options = comm.options();
+  info.chunk_bytes = options.chunk_bytes;
+  info.sockets_per_peer = options.sockets_per_peer;
+  info.timeout_s = std::chrono::duration<double>(options.timeout).count();
+  return info;
+}
+
+void print(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// The sweep on one rank. Rank 0 prints the table and writes the files; its exit code is 1
+// when a result was wrong or a file could not be written.
+int benchmark(arcoll::Communicator& comm, const Plan& plan) {
+  const bool root = comm.rank() == 0;
+  const arbench::RunInfo info = describe_run(comm, plan);
+  if (root) print(arbench::table_header(info));
+
+  arbench::Progress progress(root && ::isatty(STDERR_FILENO) == 1);
+  arbench::SweepCallbacks callbacks;
+  if (root) {
+    callbacks.before = [&](const arbench::Row& row, std::size_t index, std::size_t total) {
+      const int width = static_cast<int>(std::to_string(total).size());
+      char prefix[64];
+      std::snprintf(prefix, sizeof prefix, "[%*zu/%zu] ", width, index + 1, total);
+      progress.show(prefix + std::string(arcoll::to_string(row.type)) + " " +
+                    std::string(arcoll::to_string(row.op)) + " " +
+                    arbench::format_bytes(static_cast<double>(row.size_bytes)));
+    };
+    callbacks.after = [&](const arbench::Row& row, std::size_t, std::size_t) {
+      progress.clear();
+      print(arbench::table_row(row));
+    };
+  }
+  const std::vector<arbench::Row> rows = arbench::run_sweep(comm, plan.sweep, callbacks);
+  progress.clear();
+  if (!root) return 0;
+
+  const arbench::Summary summary = arbench::summarize(rows);
+  print(arbench::table_footer(summary));
+  int status = 0;
+  try {
+    if (!plan.json_path.empty())
+      arbench::write_atomically(plan.json_path, arbench::json_report(info, rows, summary));
+    if (!plan.csv_path.empty())
+      arbench::write_atomically(plan.csv_path, arbench::csv_report(info, rows));
+  } catch (const std::runtime_error& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    status = 1;
+  }
+  if (summary.out_of_bounds > 0) {
+    std::fprintf(stderr, "arbench: %d result(s) differ from the reference\n",
+                 summary.out_of_bounds);
+    status = 1;
+  }
+  return status;
+}
+
+// One rank from start to end. `launch` is known under an external launcher; forked ranks
+// detect theirs. `outputs_checked`: the parent already made sure the files can be written.
+int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
+             bool outputs_checked) {
+  std::string who = "arbench";
+  try {
+    const arcoll::LaunchInfo launch = known ? *known : arcoll::detect_launch();
+    who = "arbench: rank " + std::to_string(launch.rank);
+    std::unique_ptr<arcoll::Communicator> joined;
+    try {
+      joined = std::make_unique<arcoll::Communicator>(launch, plan.options);
+    } catch (const arcoll::Error& e) {
+      // An unknown --transport or --algo is a bad flag value, like an unknown type.
+      std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+      const bool bad_value = e.code() == arcoll::ErrorCode::invalid_argument ||
+                             e.code() == arcoll::ErrorCode::configuration;
+      return bad_value ? kUsageError : 1;
+    }
+    arcoll::Communicator& comm = *joined;
+    if (!outputs_checked) {
+      // Only rank 0 writes; it tells the others whether to go on.
+      std::int32_t bad = 0;
+      if (comm.rank() == 0)
+        if (auto error = unwritable_output(plan)) {
+          std::fprintf(stderr, "arbench: %s\n", error->c_str());
+          bad = 1;
+        }
+      comm.broadcast(&bad, 1, arcoll::DataType::i32, 0);
+      if (bad != 0) return kUsageError;
+    }
+    return benchmark(comm, plan);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return 1;
+  }
+}
+
+int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv) {
+  Plan plan;
+  arcoll::LaunchInfo here;
+  try {
+    plan = make_plan(flags, argc, argv);
+    try {
+      here = arcoll::detect_launch();
+    } catch (const arcoll::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (here.source != "default") {
+      if (plan.np && *plan.np != here.world_size)
+        throw UsageError("--np " + std::to_string(*plan.np) + " disagrees with the world size " +
+                         std::to_string(here.world_size) + " set by " + here.source);
+    } else if (auto error = unwritable_output(plan)) {
+      throw UsageError(*error);
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return kUsageError;
+  }
+
+  if (here.source != "default") return run_rank(plan, here, /*outputs_checked=*/false);
+
+  arcoll::LocalLaunchOptions launch;
+  launch.ranks = plan.np.value_or(std::max(2, std::min(8, arcoll::host_info().cores)));
+  launch.output = arcoll::RankOutput::forward;
+  std::vector<arcoll::RankExit> exits;
+  try {
+    exits = arcoll::run_local_ranks(
+        launch, [&] { return run_rank(plan, std::nullopt, /*outputs_checked=*/true); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return 1;
+  }
+  // 2 when every failed rank rejected a setting, 1 for any other failure.
+  bool failed = false;
+  bool only_usage_errors = true;
+  for (const arcoll::RankExit& exit : exits)
+    if (!exit.ok()) {
+      std::fprintf(stderr, "arbench: %s\n", exit.describe().c_str());
+      failed = true;
+      only_usage_errors = only_usage_errors && exit.signal == 0 && exit.exit_code == kUsageError;
+    }
+  return !failed ? 0 : only_usage_errors ? kUsageError : 1;
+}
+
+void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
+  // Every value is taken as text and validated by make_plan, for messages that name the flag.
+  auto add = [&](const char* names, std::string& value, const char* type, const char* help) {
+    return app.add_option(names, value, help)->type_name(type);
+  };
+  add("-b,--minbytes", flags.min_bytes, "SIZE", "Smallest size in bytes (K/M/G suffixes)")
+      ->capture_default_str();
+  add("-e,--maxbytes", flags.max_bytes, "SIZE", "Largest size in bytes (K/M/G suffixes)")
+      ->capture_default_str();
+  flags.step_factor_option = add("-f,--stepfactor", flags.step_factor, "N",
+                                 "Multiply the size by N each step (1: add -i instead)")
+                                 ->capture_default_str();
+  flags.step_bytes_option = add("-i,--stepbytes", flags.step_bytes, "SIZE",
+                                "Add SIZE bytes each step instead (default 1M with -f 1)");
+  add("--np", flags.np, "N",
+      "Ranks to fork on this host (default: online cores, 2 to 8); under a launcher it must match "
+      "the world size");
+  add("-w,--warmup_iters", flags.warmup_iters, "N", "Untimed iterations before each timing")
+      ->capture_default_str();
+  add("-n,--iters", flags.iters, "N", "Timed iterations")->capture_default_str();
+  add("-d,--datatype", flags.datatype, "TYPE",
+      "f32 f64 f16 bf16 i8 u8 i32 i64 (or nccl-tests' names), a comma-separated list, or all")
+      ->capture_default_str();
+  add("-o,--op", flags.op, "OP", "sum prod min max avg, a comma-separated list, or all")
+      ->capture_default_str();
+  add("--algo", flags.algo, "NAME", "Allreduce algorithm (default: ARCOLL_ALGO or auto)");
+  add("--transport", flags.transport, "NAME", "Transport (default: ARCOLL_TRANSPORT or auto)");
+  add("--chunk", flags.chunk, "SIZE",
+      "Pipeline chunk in bytes, K/M suffixes (default: ARCOLL_CHUNK_BYTES or 512K)");
+  add("--sockets", flags.sockets, "N",
+      "TCP connections per peer (default: ARCOLL_SOCKETS_PER_PEER or 2)");
+  add("-c,--check", flags.check, "0|1", "Check every result against a reference")
+      ->capture_default_str();
+  add("--json", flags.json, "FILE", "Write the results as JSON (docs/arbench-json.md)");
+  add("--csv", flags.csv, "FILE", "Write the results as CSV, one line per row and group");
+  add("--timeout", flags.timeout, "SECONDS",
+      "How long any wait may last before failing (default: ARCOLL_TIMEOUT or 60)");
+}
+
+// A tool beside the sweep: `arbench NAME ...`.
+struct Subcommand {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"arbench: allreduce benchmark with nccl-tests' all_reduce_perf columns"};
+  app.set_version_flag("--version", "arbench " + std::string(arcoll::version()) + " (git " +
+                                        std::string(arcoll::git_commit()) + ")");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last one wins
+  SweepFlags flags;
+  add_sweep_flags(app, flags);
+  // Subcommands (tune, topo, links, plan, ...) register here; without one the sweep runs.
+  std::vector<Subcommand> subcommands;
+  app.require_subcommand(0, 1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every parse error exits 2, whatever CLI11's own code.
+    return app.exit(e) == 0 ? 0 : kUsageError;
+  }
+  for (const Subcommand& sub : subcommands)
+    if (sub.app->parsed()) return sub.run();
+  return run_sweep_command(flags, argc, argv);
+}

@@ -1,0 +1,316 @@
+#include "arbench/reference.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+namespace arbench {
+
+using arcoll::DataType;
+using arcoll::ReduceOp;
+
+std::uint16_t float_to_half(float value) {
+  const auto x = std::bit_cast<std::uint32_t>(value);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t magnitude = x & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (magnitude >= 0x47800000u) return sign | 0x7c00u;  // >= 2^16: infinity
+  if (magnitude < 0x38800000u) {                        // below 2^-14: subnormal or zero
+    // Units of 2^-24, rounded to nearest even; 1024 units is the smallest normal number.
+    const double units = static_cast<double>(std::bit_cast<float>(magnitude)) * 16777216.0;
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(units)));
+  }
+  const std::uint32_t exponent = (magnitude >> 23) - 127 + 15;
+  const std::uint32_t mantissa = magnitude & 0x7fffffu;
+  std::uint32_t half = (exponent << 10) | (mantissa >> 13);
+  const std::uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // a carry may give infinity
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+double half_to_double(std::uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1f;
+  const int mantissa = bits & 0x3ff;
+  double value;
+  if (exponent == 0)
+    value = std::ldexp(mantissa, -24);
+  else if (exponent == 31)
+    value = mantissa != 0 ? std::numeric_limits<double>::quiet_NaN()
+                          : std::numeric_limits<double>::infinity();
+  else
+    value = std::ldexp(mantissa + 1024, exponent - 25);
+  return (bits & 0x8000u) != 0 ? -value : value;
+}
+
+std::uint16_t float_to_bf16(float value) {
+  const auto x = std::bit_cast<std::uint32_t>(value);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  const std::uint32_t bias = 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<std::uint16_t>((x + bias) >> 16);
+}
+
+double bf16_to_double(std::uint16_t bits) {
+  return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16));
+}
+
+namespace {
+
+// What the check needs to know about a floating element type: conversions, the largest
+// magnitude up to which every integer is representable, and the unit roundoff.
+template <typename T>
+struct Floating;
+
+template <>
+struct Floating<float> {
+  static constexpr std::int64_t kExactLimit = std::int64_t{1} << 24;
+  static constexpr double kEpsilon = 0x1p-23;
+  static float from_double(double v) { return static_cast<float>(v); }
+  static double to_double(float v) { return v; }
+};
+
+template <>
+struct Floating<double> {
+  static constexpr std::int64_t kExactLimit = std::int64_t{1} << 53;
+  static constexpr double kEpsilon = 0x1p-52;
+  static double from_double(double v) { return v; }
+  static double to_double(double v) { return v; }
+};
+
+template <>
+struct Floating<Half> {
+  static constexpr std::int64_t kExactLimit = 2048;
+  static constexpr double kEpsilon = 0x1p-10;
+  static Half from_double(double v) { return Half{float_to_half(static_cast<float>(v))}; }
+  static double to_double(Half v) { return half_to_double(v.bits); }
+};
+
+template <>
+struct Floating<BFloat16> {
+  static constexpr std::int64_t kExactLimit = 256;
+  static constexpr double kEpsilon = 0x1p-7;
+  static BFloat16 from_double(double v) { return BFloat16{float_to_bf16(static_cast<float>(v))}; }
+  static double to_double(BFloat16 v) { return bf16_to_double(v.bits); }
+};
+
+template <typename T>
+constexpr bool kIsFloating = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                             std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+template <typename T>
+T load(const std::byte* base, std::size_t index) {
+  T value;
+  std::memcpy(&value, base + index * sizeof(T), sizeof(T));
+  return value;
+}
+
+template <typename T>
+void store(std::byte* base, std::size_t index, T value) {
+  std::memcpy(base + index * sizeof(T), &value, sizeof(T));
+}
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t element_hash(int rank, std::size_t index, DataType type, ReduceOp op) {
+  const std::uint64_t kind =
+      (static_cast<std::uint64_t>(type) << 8) | static_cast<std::uint64_t>(op);
+  return mix(mix(mix(kind) ^ static_cast<std::uint64_t>(rank)) ^ index);
+}
+
+// Largest magnitude of a floating sum or avg input: small enough that every partial sum is an
+// exactly representable integer (up to kExactLimit ranks).
+template <typename T>
+std::int64_t sum_magnitude(int world_size) {
+  return std::clamp<std::int64_t>(Floating<T>::kExactLimit / world_size, 1, 8);
+}
+
+// The value rank `rank` contributes at one index, as an integer that converts exactly to T.
+template <typename T>
+std::int64_t input_seed(ReduceOp op, std::uint64_t hash, int world_size) {
+  if constexpr (kIsFloating<T>) {
+    constexpr std::int64_t limit = Floating<T>::kExactLimit;
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg: {
+        const std::int64_t m = sum_magnitude<T>(world_size);
+        return static_cast<std::int64_t>(hash % static_cast<std::uint64_t>(2 * m + 1)) - m;
+      }
+      case ReduceOp::prod:
+        switch (hash % 8) {  // powers of two: products are exact (or overflow to infinity)
+          case 0:
+            return 2;
+          case 1:
+            return -1;
+          default:
+            return 1;
+        }
+      case ReduceOp::min:
+      case ReduceOp::max: {
+        const std::int64_t m = std::min<std::int64_t>(limit / 2, std::int64_t{1} << 20);
+        return static_cast<std::int64_t>(hash % static_cast<std::uint64_t>(2 * m + 1)) - m;
+      }
+    }
+    return 0;
+  } else {
+    (void)world_size;
+    // Full-range values: sums and products wrap, and so does the reference. Odd factors keep
+    // products from collapsing to zero.
+    return static_cast<std::int64_t>(op == ReduceOp::prod ? (hash | 1u) : hash);
+  }
+}
+
+template <typename T>
+T from_seed(std::int64_t seed) {
+  if constexpr (kIsFloating<T>)
+    return Floating<T>::from_double(static_cast<double>(seed));
+  else
+    return static_cast<T>(seed);  // modular since C++20
+}
+
+// Exact result of `op` over the seeds, in double (exact for the values input_seed picks).
+double reduce_floating(ReduceOp op, const std::vector<std::int64_t>& seeds) {
+  double acc = static_cast<double>(seeds[0]);
+  for (std::size_t r = 1; r < seeds.size(); ++r) {
+    const auto v = static_cast<double>(seeds[r]);
+    switch (op) {
+      case ReduceOp::sum:
+      case ReduceOp::avg:
+        acc += v;
+        break;
+      case ReduceOp::prod:
+        acc *= v;
+        break;
+      case ReduceOp::min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::max:
+        acc = std::max(acc, v);
+        break;
+    }
+  }
+  if (op == ReduceOp::avg) acc /= static_cast<double>(seeds.size());
+  return acc;
+}
+
+// Result of `op` over the seeds converted to T, with wrapping sum and product.
+template <typename T>
+T reduce_integer(ReduceOp op, const std::vector<std::int64_t>& seeds) {
+  if (op == ReduceOp::min || op == ReduceOp::max) {
+    T acc = static_cast<T>(seeds[0]);
+    for (std::size_t r = 1; r < seeds.size(); ++r) {
+      const T v = static_cast<T>(seeds[r]);
+      acc = op == ReduceOp::min ? std::min(acc, v) : std::max(acc, v);
+    }
+    return acc;
+  }
+  // Arithmetic modulo 2^64 narrowed to T equals arithmetic modulo 2^bits(T).
+  auto acc = static_cast<std::uint64_t>(seeds[0]);
+  for (std::size_t r = 1; r < seeds.size(); ++r) {
+    const auto v = static_cast<std::uint64_t>(seeds[r]);
+    acc = op == ReduceOp::prod ? acc * v : acc + v;
+  }
+  return static_cast<T>(acc);
+}
+
+// How far a correct floating result may be from the rounded reference. Sums, products, minima
+// and maxima of the chosen inputs are exact in any order; avg rounds once more (the division,
+// and for f16/bf16 the way back from f32), hence two units in the last place. Sums over more
+// ranks than the type counts exactly (bf16 beyond 256 ranks) accumulate one rounding per
+// addition.
+template <typename T>
+double tolerance(ReduceOp op, double exact, int world_size) {
+  constexpr double eps = Floating<T>::kEpsilon;
+  if (op == ReduceOp::avg) return 2 * eps * std::max(1.0, std::fabs(exact));
+  if (op == ReduceOp::sum) {
+    const double bound = static_cast<double>(sum_magnitude<T>(world_size)) * world_size;
+    if (bound > static_cast<double>(Floating<T>::kExactLimit)) return world_size * eps * bound;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Pattern::Pattern(DataType type, ReduceOp op, int rank, int world_size)
+    : type_(type), op_(op), element_size_(arcoll::size_of(type)) {
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw std::invalid_argument("arbench: rank " + std::to_string(rank) + " outside a world of " +
+                                std::to_string(world_size));
+  if (!arcoll::is_supported(type, op))
+    throw std::invalid_argument("arbench: " + std::string(arcoll::to_string(op)) +
+                                " is not defined for " + std::string(arcoll::to_string(type)));
+  input_.resize(kPeriod * element_size_);
+  expected_.resize(kPeriod * element_size_);
+  with_type(type, [&]<typename T>() {
+    std::vector<std::int64_t> seeds(static_cast<std::size_t>(world_size));
+    if constexpr (kIsFloating<T>) {
+      expected_value_.resize(kPeriod);
+      tolerance_.resize(kPeriod);
+    }
+    for (std::size_t j = 0; j < kPeriod; ++j) {
+      for (int r = 0; r < world_size; ++r)
+        seeds[static_cast<std::size_t>(r)] =
+            input_seed<T>(op, element_hash(r, j, type, op), world_size);
+      store(input_.data(), j, from_seed<T>(seeds[static_cast<std::size_t>(rank)]));
+      if constexpr (kIsFloating<T>) {
+        const double exact = reduce_floating(op, seeds);
+        const T rounded = Floating<T>::from_double(exact);
+        store(expected_.data(), j, rounded);
+        expected_value_[j] = Floating<T>::to_double(rounded);
+        tolerance_[j] = tolerance<T>(op, exact, world_size);
+      } else {
+        store(expected_.data(), j, reduce_integer<T>(op, seeds));
+      }
+    }
+  });
+}
+
+void Pattern::fill_input(void* buffer, std::size_t count) const {
+  auto* out = static_cast<std::byte*>(buffer);
+  for (std::size_t done = 0; done < count;) {
+    const std::size_t n = std::min(kPeriod, count - done);
+    std::memcpy(out + done * element_size_, input_.data(), n * element_size_);
+    done += n;
+  }
+}
+
+void Pattern::poison(void* buffer, std::size_t count) const {
+  // All ones: NaN for every floating type, -1 or the maximum for integers (which the varied
+  // expected integers cannot all equal).
+  std::memset(buffer, 0xff, count * element_size_);
+}
+
+std::int64_t Pattern::count_wrong(const void* result, std::size_t count) const {
+  const auto* got = static_cast<const std::byte*>(result);
+  std::int64_t wrong = 0;
+  for (std::size_t done = 0; done < count; done += kPeriod) {
+    const std::size_t n = std::min(kPeriod, count - done);
+    const std::byte* block = got + done * element_size_;
+    if (std::memcmp(block, expected_.data(), n * element_size_) == 0) continue;
+    wrong += with_type(type_, [&]<typename T>() {
+      std::int64_t differing = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const T value = load<T>(block, j);
+        if constexpr (kIsFloating<T>) {
+          const double v = Floating<T>::to_double(value);
+          const double want = expected_value_[j];
+          if (v == want) continue;
+          if (!std::isfinite(want) || !(std::fabs(v - want) <= tolerance_[j])) ++differing;
+        } else {
+          if (value != load<T>(expected_.data(), j)) ++differing;
+        }
+      }
+      return differing;
+    });
+  }
+  return wrong;
+}
+
+}  // namespace arbench

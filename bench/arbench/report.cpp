@@ -1,0 +1,378 @@
+#include "arbench/report.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace arbench {
+namespace {
+
+using json = nlohmann::ordered_json;  // keys in the documented order
+
+std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string printf_string(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
+  va_end(args);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+std::vector<std::string> type_names(const SweepSettings& sweep) {
+  std::vector<std::string> names;
+  for (auto type : sweep.types) names.emplace_back(arcoll::to_string(type));
+  return names;
+}
+
+std::vector<std::string> op_names(const SweepSettings& sweep) {
+  std::vector<std::string> names;
+  for (auto op : sweep.ops) names.emplace_back(arcoll::to_string(op));
+  return names;
+}
+
+std::string wrong_text(const GroupResult& g) {
+  return g.wrong ? std::to_string(*g.wrong) : std::string("N/A");
+}
+
+// Shortest text that reads back as the same double.
+std::string exact_number(double value) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return ec == std::errc() ? std::string(buffer, end) : std::string("nan");
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+json group_json(const GroupResult& g) {
+  return {{"time_us", g.time_us},
+          {"algbw_gbs", g.algbw_gbs},
+          {"busbw_gbs", g.busbw_gbs},
+          {"wrong", g.wrong ? json(*g.wrong) : json(nullptr)}};
+}
+
+template <typename T>
+json optional_json(const std::optional<T>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+}  // namespace
+
+Summary summarize(const std::vector<Row>& rows) {
+  Summary summary;
+  double total = 0;
+  for (const Row& row : rows)
+    for (const GroupResult* g : {&row.out_of_place, &row.in_place}) {
+      total += g->busbw_gbs;
+      if (g->wrong && *g->wrong > 0) ++summary.out_of_bounds;
+    }
+  if (!rows.empty()) summary.avg_busbw_gbs = total / static_cast<double>(2 * rows.size());
+  return summary;
+}
+
+std::string format_time_us(double us) {
+  if (us >= 10000.0) return printf_string("%7.0f", us);
+  if (us >= 100.0) return printf_string("%7.1f", us);
+  return printf_string("%7.2f", us);
+}
+
+std::string table_header(const RunInfo& info) {
+  std::string out;
+  out += printf_string("# arbench %s (arcoll git %s): allreduce\n", info.arcoll_version.c_str(),
+                       info.git_commit.c_str());
+  const bool by_factor = info.step_factor.has_value();
+  out += printf_string(
+      "# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d\n",
+      info.min_bytes, info.max_bytes, by_factor ? *info.step_factor : info.step_bytes.value_or(0),
+      by_factor ? "factor" : "bytes", info.sweep.warmup_iters, info.sweep.iters,
+      info.sweep.check ? 1 : 0);
+  out += printf_string("# datatype %s  redop %s\n", join(type_names(info.sweep), ",").c_str(),
+                       join(op_names(info.sweep), ",").c_str());
+  const std::string per_host = info.ranks_per_node
+                                   ? std::to_string(*info.ranks_per_node) + " rank(s) per host"
+                                   : std::string("ranks per host vary");
+  out += printf_string("# world size %d on %d host(s), %s\n", info.world_size, info.nodes,
+                       per_host.c_str());
+  out += printf_string(
+      "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s\n",
+      info.transport.c_str(), info.algorithm.c_str(), info.chunk_bytes, info.sockets_per_peer,
+      info.timeout_s);
+  out += printf_string("# host %s: %s, %d cores, %s memory, kernel %s, %s\n",
+                       info.host.hostname.c_str(), info.host.cpu_model.c_str(), info.host.cores,
+                       format_bytes(static_cast<double>(info.host.memory_bytes)).c_str(),
+                       info.host.kernel.c_str(), info.host.os.c_str());
+  out += "#\n# Using ranks\n";
+  for (const RankPlace& r : info.ranks)
+    out += printf_string("#  Rank %2d Pid %6ld on %10s node %2d local rank %2d\n", r.rank, r.pid,
+                         r.host.c_str(), r.node, r.local_rank);
+  out += "#\n";
+  // nccl-tests' three header lines, character for character.
+  out += printf_string(
+      "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
+      "\n",
+      "", "", "", "", "");
+  out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n",
+                       "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
+                       "time", "algbw", "busbw", "#wrong");
+  out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n",
+                       "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
+                       "(GB/s)", "(GB/s)", "");
+  return out;
+}
+
+std::string table_row(const Row& row) {
+  std::string out = printf_string("%12zu  %12zu  %8s  %6s  %6d", row.size_bytes, row.count,
+                                  std::string(arcoll::to_string(row.type)).c_str(),
+                                  std::string(arcoll::to_string(row.op)).c_str(), row.root);
+  for (const GroupResult* g : {&row.out_of_place, &row.in_place})
+    out += printf_string("  %7s  %6.2f  %6.2f  %5s", format_time_us(g->time_us).c_str(),
+                         g->algbw_gbs, g->busbw_gbs, wrong_text(*g).c_str());
+  return out + "\n";
+}
+
+std::string table_footer(const Summary& summary) {
+  return printf_string("# Out of bounds values : %d %s\n# Avg bus bandwidth    : %g\n#\n",
+                       summary.out_of_bounds, summary.out_of_bounds != 0 ? "FAILED" : "OK",
+                       summary.avg_busbw_gbs);
+}
+
+std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary) {
+  json ranks = json::array();
+  for (const RankPlace& r : info.ranks)
+    ranks.push_back({{"rank", r.rank},
+                     {"host", r.host},
+                     {"node", r.node},
+                     {"local_rank", r.local_rank},
+                     {"pid", r.pid}});
+  json metadata = {
+      {"hostname", info.host.hostname},
+      {"cpu_model", info.host.cpu_model},
+      {"cores", info.host.cores},
+      {"memory_bytes", info.host.memory_bytes},
+      {"kernel", info.host.kernel},
+      {"os", info.host.os},
+      {"arcoll_version", info.arcoll_version},
+      {"git_commit", info.git_commit},
+      {"collective", "allreduce"},
+      {"transport", info.transport},
+      {"algorithm", info.algorithm},
+      {"world_size", info.world_size},
+      {"nodes", info.nodes},
+      {"ranks_per_node", optional_json(info.ranks_per_node)},
+      {"ranks", std::move(ranks)},
+      {"date", info.date},
+      {"command_line", info.command_line},
+      {"min_bytes", info.min_bytes},
+      {"max_bytes", info.max_bytes},
+      {"step_factor", optional_json(info.step_factor)},
+      {"step_bytes", optional_json(info.step_bytes)},
+      {"datatypes", type_names(info.sweep)},
+      {"ops", op_names(info.sweep)},
+      {"iters", info.sweep.iters},
+      {"warmup_iters", info.sweep.warmup_iters},
+      {"check", info.sweep.check},
+      {"chunk_bytes", info.chunk_bytes},
+      {"sockets_per_peer", info.sockets_per_peer},
+      {"timeout_s", info.timeout_s},
+  };
+  json json_rows = json::array();
+  for (const Row& row : rows)
+    json_rows.push_back({{"size_bytes", row.size_bytes},
+                         {"count", row.count},
+                         {"type", arcoll::to_string(row.type)},
+                         {"op", arcoll::to_string(row.op)},
+                         {"root", row.root},
+                         {"out_of_place", group_json(row.out_of_place)},
+                         {"in_place", group_json(row.in_place)}});
+  const json document = {{"schema", "arcoll.arbench/1"},
+                         {"metadata", std::move(metadata)},
+                         {"rows", std::move(json_rows)},
+                         {"out_of_bounds", summary.out_of_bounds},
+                         {"avg_busbw_gbs", summary.avg_busbw_gbs}};
+  return document.dump(2) + "\n";
+}
+
+std::string csv_report(const RunInfo& info, const std::vector<Row>& rows) {
+  const std::vector<std::string> metadata = {
+      info.host.hostname,
+      info.host.cpu_model,
+      std::to_string(info.host.cores),
+      std::to_string(info.host.memory_bytes),
+      info.host.kernel,
+      info.host.os,
+      info.arcoll_version,
+      info.git_commit,
+      info.transport,
+      info.algorithm,
+      std::to_string(info.world_size),
+      std::to_string(info.nodes),
+      info.ranks_per_node ? std::to_string(*info.ranks_per_node) : std::string(),
+      info.date,
+      std::to_string(info.sweep.iters),
+      std::to_string(info.sweep.warmup_iters),
+      info.sweep.check ? "1" : "0",
+      info.command_line,
+  };
+  std::string out =
+      "size_bytes,count,type,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,"
+      "hostname,cpu_model,cores,memory_bytes,kernel,os,arcoll_version,git_commit,transport,"
+      "algorithm,world_size,nodes,ranks_per_node,date,iters,warmup_iters,check,command_line\n";
+  std::string metadata_fields;
+  for (const auto& field : metadata) {
+    metadata_fields += ',';
+    metadata_fields += csv_field(field);
+  }
+  for (const Row& row : rows) {
+    const std::pair<const char*, const GroupResult*> groups[] = {
+        {"out_of_place", &row.out_of_place}, {"in_place", &row.in_place}};
+    for (auto [placement, g] : groups) {
+      const std::string fields[] = {std::to_string(row.size_bytes),
+                                    std::to_string(row.count),
+                                    std::string(arcoll::to_string(row.type)),
+                                    std::string(arcoll::to_string(row.op)),
+                                    std::to_string(row.root),
+                                    placement,
+                                    exact_number(g->time_us),
+                                    exact_number(g->algbw_gbs),
+                                    exact_number(g->busbw_gbs),
+                                    g->wrong ? std::to_string(*g->wrong) : std::string()};
+      for (const std::string& field : fields) {
+        if (&field != fields) out += ',';
+        out += field;
+      }
+      out += metadata_fields;
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+std::string format_bytes(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0 || bytes == std::floor(bytes)) return printf_string("%.0f %s", bytes, kUnits[unit]);
+  return printf_string("%.1f %s", bytes, kUnits[unit]);
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string shell_command_line(int argc, const char* const* argv) {
+  std::string out;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i > 0) out += ' ';
+    const bool plain = !arg.empty() && arg.find_first_not_of(
+                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789-_./=:,+@%") == std::string::npos;
+    if (plain) {
+      out += arg;
+      continue;
+    }
+    out += '\'';
+    for (char c : arg) {
+      if (c == '\'')
+        out += "'\\''";
+      else
+        out += c;
+    }
+    out += '\'';
+  }
+  return out;
+}
+
+std::optional<std::string> check_writable(const std::string& flag, const std::string& path) {
+  auto failure = [&](const std::string& why) {
+    return flag + " " + path + ": cannot write the file: " + why;
+  };
+  if (path.empty()) return flag + ": the file name is empty";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return failure("it is a directory");
+  // Try the temporary file that write_atomically will use.
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return failure(std::strerror(errno));
+  ::close(fd);
+  ::unlink(temporary.c_str());
+  return std::nullopt;
+}
+
+void write_atomically(const std::string& path, const std::string& content) {
+  const std::string temporary = path + ".tmp";
+  auto fail = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temporary.c_str());
+    throw std::runtime_error("cannot write " + path + ": " + what + ": " + why);
+  };
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open " + temporary);
+  std::size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      fail("write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("close");
+  if (::rename(temporary.c_str(), path.c_str()) != 0) fail("rename");
+}
+
+void Progress::show(const std::string& text) {
+  if (!enabled_) return;
+  std::fprintf(stderr, "\r\033[K%s", text.c_str());
+  std::fflush(stderr);
+  visible_ = true;
+}
+
+void Progress::clear() {
+  if (!enabled_ || !visible_) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+  visible_ = false;
+}
+
+}  // namespace arbench

@@ -1,0 +1,94 @@
+// What arbench prints and writes: the nccl-tests table on stdout, the JSON and CSV files
+// (documented in docs/arbench-json.md), and the progress line on a terminal.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arbench/sweep.hpp"
+#include "arcoll/host.hpp"
+
+namespace arbench {
+
+// Where one rank ran.
+struct RankPlace {
+  int rank = 0;
+  int node = 0;
+  int local_rank = 0;
+  long pid = 0;
+  std::string host;
+};
+
+// Everything about a run except its rows.
+struct RunInfo {
+  arcoll::HostInfo host;  // rank 0's host
+  std::string arcoll_version;
+  std::string git_commit;
+  std::string transport;
+  std::string algorithm;
+  int world_size = 1;
+  int nodes = 1;
+  std::optional<int> ranks_per_node;  // when every host runs the same number of ranks
+  std::vector<RankPlace> ranks;
+  std::string date;          // start of the run, ISO-8601 UTC
+  std::string command_line;  // shell-quoted
+  std::size_t min_bytes = 0;
+  std::size_t max_bytes = 0;
+  std::optional<std::size_t> step_factor;  // multiplicative sweep
+  std::optional<std::size_t> step_bytes;   // additive sweep
+  SweepSettings sweep;
+  std::size_t chunk_bytes = 0;
+  int sockets_per_peer = 0;
+  double timeout_s = 0;
+};
+
+struct Summary {
+  int out_of_bounds = 0;     // results (row and group) with #wrong > 0
+  double avg_busbw_gbs = 0;  // mean busbw over every result, as nccl-tests
+};
+
+Summary summarize(const std::vector<Row>& rows);
+
+// The table, in nccl-tests' layout. Each piece ends with a newline.
+std::string table_header(const RunInfo& info);
+std::string table_row(const Row& row);
+std::string table_footer(const Summary& summary);
+// nccl-tests' time column: %7.2f below 100 us, %7.1f below 10 ms, %7.0f above.
+std::string format_time_us(double us);
+
+std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary);
+std::string csv_report(const RunInfo& info, const std::vector<Row>& rows);
+
+// "8 B", "32 KiB", "1.5 MiB".
+std::string format_bytes(double bytes);
+// Current time, ISO-8601 UTC ("2024-05-01T12:34:56Z").
+std::string utc_now();
+// argv joined with spaces, each argument quoted for a POSIX shell when needed.
+std::string shell_command_line(int argc, const char* const* argv);
+
+// An error message naming `flag` when `path` cannot be written (its directory is missing or
+// not writable, or it is a directory); nullopt when it can.
+std::optional<std::string> check_writable(const std::string& flag, const std::string& path);
+// Writes `content` to `path` through a temporary file in the same directory and a rename, so
+// that readers never see half a file. Throws std::runtime_error naming the file.
+void write_atomically(const std::string& path, const std::string& content);
+
+// "\r[ 5/13] f32 sum 32 KiB" on stderr, redrawn in place; a no-op when disabled.
+class Progress {
+ public:
+  explicit Progress(bool enabled) : enabled_(enabled) {}
+  ~Progress() { clear(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  void show(const std::string& text);
+  void clear();
+
+ private:
+  bool enabled_;
+  bool visible_ = false;
+};
+
+}  // namespace arbench

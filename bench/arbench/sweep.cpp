@@ -1,0 +1,151 @@
+#include "arbench/sweep.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+
+#include "arbench/reference.hpp"
+
+namespace arbench {
+namespace {
+
+using arcoll::DataType;
+using arcoll::ReduceOp;
+
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<std::byte, FreeDeleter>;
+
+// Cache-line aligned and touched, so that page faults stay out of the timed loops.
+Buffer allocate(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  const std::size_t rounded = (std::max<std::size_t>(bytes, kAlign) + kAlign - 1) / kAlign * kAlign;
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  return Buffer(p);
+}
+
+struct LocalResult {
+  double seconds = 0;  // mean per iteration, this rank
+  std::int64_t wrong = 0;
+};
+
+// One group: warm-up, `iters` timed iterations, then (when checking) one iteration on fresh
+// inputs whose result is compared with the reference. In place, the timed iterations feed on
+// their own results; only the checked iteration starts from the inputs again.
+LocalResult run_group(arcoll::Communicator& comm, const Pattern& pattern, std::byte* send_buffer,
+                      std::byte* recv_buffer, std::size_t count, bool in_place,
+                      const SweepSettings& settings) {
+  std::byte* send = in_place ? recv_buffer : send_buffer;
+  auto once = [&] { comm.allreduce(send, recv_buffer, count, pattern.type(), pattern.op()); };
+
+  pattern.fill_input(send, count);
+  for (int i = 0; i < settings.warmup_iters; ++i) once();
+  comm.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < settings.iters; ++i) once();
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+
+  LocalResult result;
+  result.seconds = std::chrono::duration<double>(elapsed).count() / settings.iters;
+  if (settings.check) {
+    pattern.fill_input(send, count);
+    if (!in_place) pattern.poison(recv_buffer, count);
+    once();
+    result.wrong = pattern.count_wrong(recv_buffer, count);
+  }
+  return result;
+}
+
+GroupResult finish(double seconds, std::size_t bytes, int world_size) {
+  GroupResult g;
+  g.time_us = seconds * 1e6;
+  g.algbw_gbs = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+  g.busbw_gbs = g.algbw_gbs * 2.0 * (world_size - 1) / world_size;
+  return g;
+}
+
+std::vector<std::pair<DataType, ReduceOp>> combinations(const SweepSettings& settings) {
+  std::vector<std::pair<DataType, ReduceOp>> out;
+  for (DataType type : settings.types)
+    for (ReduceOp op : settings.ops)
+      if (arcoll::is_supported(type, op)) out.emplace_back(type, op);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes,
+                                     std::size_t factor, std::size_t step_bytes) {
+  std::vector<std::size_t> sizes;
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  for (std::size_t size = min_bytes; size <= max_bytes;) {
+    sizes.push_back(size);
+    if (factor > 1) {
+      if (size == 0)
+        size = 1;
+      else if (size > kMax / factor)
+        break;
+      else
+        size *= factor;
+    } else {
+      if (step_bytes == 0 || size > kMax - step_bytes) break;
+      size += step_bytes;
+    }
+  }
+  return sizes;
+}
+
+std::size_t row_count(const SweepSettings& settings) {
+  return combinations(settings).size() * settings.sizes.size();
+}
+
+std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
+                           const SweepCallbacks& callbacks) {
+  std::size_t max_bytes = 0;
+  for (std::size_t size : settings.sizes) max_bytes = std::max(max_bytes, size);
+  Buffer send = allocate(max_bytes);
+  Buffer recv = allocate(max_bytes);
+
+  const int n = comm.size();
+  const std::size_t total = row_count(settings);
+  std::vector<Row> rows;
+  rows.reserve(total);
+  for (auto [type, op] : combinations(settings)) {
+    const Pattern pattern(type, op, comm.rank(), n);
+    for (std::size_t size : settings.sizes) {
+      Row row;
+      row.type = type;
+      row.op = op;
+      row.count = size / arcoll::size_of(type);
+      row.size_bytes = row.count * arcoll::size_of(type);
+      if (callbacks.before) callbacks.before(row, rows.size(), total);
+
+      const LocalResult out = run_group(comm, pattern, send.get(), recv.get(), row.count,
+                                        /*in_place=*/false, settings);
+      const LocalResult in = run_group(comm, pattern, send.get(), recv.get(), row.count,
+                                       /*in_place=*/true, settings);
+      double seconds[2] = {out.seconds, in.seconds};
+      comm.allreduce(seconds, 2, DataType::f64, ReduceOp::max);
+      row.out_of_place = finish(seconds[0], row.size_bytes, n);
+      row.in_place = finish(seconds[1], row.size_bytes, n);
+      if (settings.check) {
+        std::int64_t wrong[2] = {out.wrong, in.wrong};
+        comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
+        row.out_of_place.wrong = wrong[0];
+        row.in_place.wrong = wrong[1];
+      }
+      rows.push_back(row);
+      if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);
+    }
+  }
+  return rows;
+}
+
+}  // namespace arbench

@@ -1,0 +1,63 @@
+// The allreduce sweep: sizes, timing and the correctness check, nccl-tests' way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/types.hpp"
+
+namespace arbench {
+
+struct SweepSettings {
+  std::vector<std::size_t> sizes;  // bytes; each row uses size / sizeof(type) elements
+  std::vector<arcoll::DataType> types;
+  std::vector<arcoll::ReduceOp> ops;  // pairs that arcoll::is_supported rejects are skipped
+  int warmup_iters = 5;
+  int iters = 20;
+  bool check = true;
+};
+
+// One group of a row: out-of-place or in-place.
+struct GroupResult {
+  double time_us = 0;    // mean time of one allreduce, the slowest rank's
+  double algbw_gbs = 0;  // size_bytes / time, in 1e9 bytes per second
+  double busbw_gbs = 0;  // algbw * 2 (n - 1) / n
+  // Elements that differ from the reference, summed over ranks; nullopt when not checked.
+  std::optional<std::int64_t> wrong;
+};
+
+struct Row {
+  std::size_t size_bytes = 0;  // count * sizeof(type)
+  std::size_t count = 0;
+  arcoll::DataType type = arcoll::DataType::f32;
+  arcoll::ReduceOp op = arcoll::ReduceOp::sum;
+  int root = -1;  // allreduce has no root
+  GroupResult out_of_place;
+  GroupResult in_place;
+};
+
+// min, min*factor, ... up to max when factor > 1; min, min+step, ... otherwise. A size of 0
+// is followed by 1 when multiplying (so that -b 0 does not loop forever).
+std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes,
+                                     std::size_t factor, std::size_t step_bytes);
+
+// Number of rows run_sweep produces.
+std::size_t row_count(const SweepSettings& settings);
+
+struct SweepCallbacks {
+  // Called on every rank before a row starts and after it completes, with the row's index and
+  // the number of rows. `before` sees the row's size, count, type and op only.
+  std::function<void(const Row&, std::size_t index, std::size_t total)> before;
+  std::function<void(const Row&, std::size_t index, std::size_t total)> after;
+};
+
+// Every rank calls this with the same settings. Rows come in nccl-tests' order (type, then op,
+// then size). Errors of the library propagate as arcoll::Error.
+std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
+                           const SweepCallbacks& callbacks = {});
+
+}  // namespace arbench

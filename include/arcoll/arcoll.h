@@ -1,0 +1,157 @@
+/* The arcoll C API, for framework plugins and other non-C++ callers.
+ *
+ * A thin layer over arcoll::Communicator (arcoll/communicator.hpp) with the same semantics:
+ * every rank calls the same collectives in the same order, a communicator is used by one
+ * thread at a time, and every blocking call honours the timeout (ARCOLL_TIMEOUT) instead of
+ * hanging.
+ *
+ * Every function that can fail returns an arcoll_result_t; no C++ exception ever crosses this
+ * interface. On failure arcoll_last_error() gives the full message (what failed, on which rank,
+ * with which peer, and what to do about it).
+ *
+ * Valid in C11 and C++.
+ */
+#ifndef ARCOLL_ARCOLL_H_
+#define ARCOLL_ARCOLL_H_
+
+#include <stddef.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ARCOLL_C_API __attribute__((visibility("default")))
+#else
+#define ARCOLL_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A communicator: a group of ranks that run collectives together. Opaque. */
+typedef struct arcoll_comm arcoll_comm_t;
+
+/* Element types. Values equal those of arcoll::DataType. */
+typedef enum arcoll_datatype {
+  ARCOLL_F32 = 0,
+  ARCOLL_F64 = 1,
+  ARCOLL_F16 = 2,  /* IEEE 754 binary16 */
+  ARCOLL_BF16 = 3, /* bfloat16 */
+  ARCOLL_I8 = 4,
+  ARCOLL_U8 = 5,
+  ARCOLL_I32 = 6,
+  ARCOLL_I64 = 7
+} arcoll_datatype_t;
+
+/* Reduction operators. Values equal those of arcoll::ReduceOp.
+ * ARCOLL_AVG divides the sum by the world size and is defined for floating types only; on an
+ * integer type it fails with ARCOLL_ERROR_INVALID_ARGUMENT. */
+typedef enum arcoll_op {
+  ARCOLL_SUM = 0,
+  ARCOLL_PROD = 1,
+  ARCOLL_MIN = 2,
+  ARCOLL_MAX = 3,
+  ARCOLL_AVG = 4
+} arcoll_op_t;
+
+/* Result codes. Values equal those of arcoll::ErrorCode. */
+typedef enum arcoll_result {
+  ARCOLL_SUCCESS = 0,
+  ARCOLL_ERROR_INVALID_ARGUMENT = 1, /* bad call: NULL pointer, unsupported type/op, bad rank */
+  ARCOLL_ERROR_TIMEOUT = 2,          /* a deadline expired waiting for a peer */
+  ARCOLL_ERROR_PEER_FAILURE = 3,     /* a peer closed its connection, crashed or aborted */
+  ARCOLL_ERROR_PROTOCOL = 4,         /* malformed or unexpected bytes from a peer or the store */
+  ARCOLL_ERROR_SYSTEM = 5,           /* an operating-system call failed, or out of memory */
+  ARCOLL_ERROR_CONFIGURATION = 6,    /* environment or launch information missing/inconsistent */
+  ARCOLL_ERROR_INTERNAL = 7          /* a bug in arcoll; please report it */
+} arcoll_result_t;
+
+/* ---- Errors and version ------------------------------------------------------------------ */
+
+/* Short constant name of a result code ("success", "timeout", ...); never NULL. */
+ARCOLL_C_API const char* arcoll_result_string(arcoll_result_t result);
+
+/* Full message of the most recent failing arcoll_* call on the calling thread, or "" if none
+ * has failed on this thread yet. The message is kept until the next failure on the same
+ * thread: a successful call does not clear it, so read it right after the failing call (as
+ * with errno). The pointer stays valid until the next failing call on this thread. */
+ARCOLL_C_API const char* arcoll_last_error(void);
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+ARCOLL_C_API const char* arcoll_version(void);
+
+/* Size in bytes of one element of `type`; 0 for a value that is not an arcoll_datatype_t. */
+ARCOLL_C_API size_t arcoll_datatype_size(arcoll_datatype_t type);
+
+/* ---- Communicators ----------------------------------------------------------------------- */
+
+/* Joins the job described by the environment, whichever launcher started the process
+ * (ARCOLL_RANK/ARCOLL_WORLD_SIZE, mpirun, srun, torchrun; none of them: a world of one).
+ * Settings come from ARCOLL_* variables (ARCOLL_TIMEOUT, ARCOLL_TRANSPORT, ...).
+ * Blocks until every rank has joined or the timeout expires. On failure *out is set to NULL. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_init_from_env(arcoll_comm_t** out);
+
+/* Joins a job described explicitly: this process is `rank` of `world_size`, and rank 0 hosts
+ * the rendezvous store on master_addr:master_port. master_addr may be NULL and master_port 0
+ * for a world of one. Settings still come from ARCOLL_* variables. Blocks like
+ * arcoll_comm_init_from_env; on failure *out is set to NULL. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int world_size,
+                                              const char* master_addr, int master_port);
+
+/* Leaves the job and frees the communicator. Every rank should call it. NULL is accepted and
+ * does nothing (like free()). */
+ARCOLL_C_API arcoll_result_t arcoll_comm_destroy(arcoll_comm_t* comm);
+
+/* Rank of this process in the communicator, 0 .. size-1. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank);
+/* Number of ranks. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_size(const arcoll_comm_t* comm, int* size);
+/* Rank among the ranks running on this host, and how many run on this host. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_local_rank(const arcoll_comm_t* comm, int* local_rank);
+ARCOLL_C_API arcoll_result_t arcoll_comm_local_size(const arcoll_comm_t* comm, int* local_size);
+/* Index of this host in the job (hosts numbered in the order of their lowest rank), and the
+ * number of hosts. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_node_id(const arcoll_comm_t* comm, int* node_id);
+ARCOLL_C_API arcoll_result_t arcoll_comm_node_count(const arcoll_comm_t* comm, int* node_count);
+
+/* ---- Collectives ------------------------------------------------------------------------- *
+ * Buffers are host memory; counts are in elements. A count of 0 is valid and moves no data
+ * (buffers may then be NULL). A count above 0 with a NULL buffer, an unknown type or operator,
+ * or a root outside 0 .. size-1 gives ARCOLL_ERROR_INVALID_ARGUMENT. */
+
+/* recv[i] = op over all ranks of send[i], for i < count. send == recv is the in-place form. */
+ARCOLL_C_API arcoll_result_t arcoll_allreduce(arcoll_comm_t* comm, const void* send, void* recv,
+                                              size_t count, arcoll_datatype_t type, arcoll_op_t op);
+
+/* send holds size*recv_count elements; rank r receives in recv block r of the reduction.
+ * In place when recv == send + rank*recv_count elements. */
+ARCOLL_C_API arcoll_result_t arcoll_reduce_scatter(arcoll_comm_t* comm, const void* send,
+                                                   void* recv, size_t recv_count,
+                                                   arcoll_datatype_t type, arcoll_op_t op);
+
+/* recv holds size*send_count elements: block r is rank r's send buffer.
+ * In place when send == recv + rank*send_count elements. */
+ARCOLL_C_API arcoll_result_t arcoll_allgather(arcoll_comm_t* comm, const void* send, void* recv,
+                                              size_t send_count, arcoll_datatype_t type);
+
+/* Copies root's buffer into every other rank's buffer. */
+ARCOLL_C_API arcoll_result_t arcoll_broadcast(arcoll_comm_t* comm, void* buffer, size_t count,
+                                              arcoll_datatype_t type, int root);
+
+/* Returns once every rank has entered the barrier. */
+ARCOLL_C_API arcoll_result_t arcoll_barrier(arcoll_comm_t* comm);
+
+/* ---- Point-to-point ---------------------------------------------------------------------- *
+ * Sizes are in bytes; peer is another rank (not this one) and tag is >= 0. Messages between
+ * a pair of ranks with the same tag arrive in order. Small messages complete without a
+ * matching receive; large ones wait for it. A send and its receive name the same number of
+ * bytes. */
+
+ARCOLL_C_API arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer, size_t bytes,
+                                         int peer, int tag);
+ARCOLL_C_API arcoll_result_t arcoll_recv(arcoll_comm_t* comm, void* buffer, size_t bytes, int peer,
+                                         int tag);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ARCOLL_ARCOLL_H_ */

@@ -1,0 +1,68 @@
+// The communicator: a group of ranks that run collectives together.
+//
+// A communicator is used by one thread at a time; every rank calls the same collectives in
+// the same order (as with NCCL and MPI). Every call honours Options::timeout and throws an
+// arcoll::Error naming the operation and the ranks involved instead of hanging.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "arcoll/launch.hpp"
+#include "arcoll/options.hpp"
+#include "arcoll/types.hpp"
+
+namespace arcoll {
+
+class Communicator {
+ public:
+  // Joins the job described by `launch` (rendezvous through rank 0's store).
+  Communicator(const LaunchInfo& launch, const Options& options);
+  // Joins the job described by the environment: detect_launch() and Options::from_env().
+  static std::unique_ptr<Communicator> from_env();
+
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;  // rank among the ranks of this host
+  int local_size() const;
+  int node_id() const;  // index of this host in the job (hosts numbered by lowest rank)
+  int node_count() const;
+  const std::string& node_name() const;  // hostname, or ARCOLL_NODE_ID when set
+  const Options& options() const;
+  // Name of the transport and algorithm in use ("tcp", "ring", ...).
+  std::string transport_name() const;
+  std::string algorithm_name() const;
+
+  // recv[i] = op over ranks of send[i]. send == recv is the in-place form.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  void allreduce(void* buffer, std::size_t count, DataType type, ReduceOp op) {
+    allreduce(buffer, buffer, count, type, op);
+  }
+  // send holds size()*recv_count elements; rank r receives block r of the reduction.
+  // In place when recv == send + rank()*recv_count elements.
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                      ReduceOp op);
+  // recv holds size()*send_count elements, block r from rank r.
+  // In place when send == recv + rank()*send_count elements.
+  void allgather(const void* send, void* recv, std::size_t send_count, DataType type);
+  void broadcast(void* buffer, std::size_t count, DataType type, int root);
+  void barrier();
+
+  // Point-to-point. Messages between a pair of ranks with the same tag arrive in order, and a
+  // receive must name the same number of bytes as its send (a mismatch is an error).
+  // Small messages complete without a matching receive; large ones wait for it (rendezvous).
+  void send(const void* buffer, std::size_t bytes, int peer, int tag = 0);
+  void recv(void* buffer, std::size_t bytes, int peer, int tag = 0);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace arcoll

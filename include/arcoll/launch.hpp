@@ -1,0 +1,26 @@
+// Where this process stands in a job: rank, world size and the rendezvous address, read from
+// the environment of whichever launcher started it.
+#pragma once
+
+#include <string>
+
+namespace arcoll {
+
+struct LaunchInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = -1;  // -1 when the launcher did not say
+  int local_size = -1;
+  std::string master_addr;  // rendezvous store host (rank 0); may be empty for world size 1
+  int master_port = 0;
+  int store_listen_fd = -1;  // a listening socket handed to rank 0 by the local launcher
+  std::string source;        // "arcoll", "openmpi", "pmix", "pmi", "slurm", "torchrun", "default"
+};
+
+// Detects rank and size from, in order: ARCOLL_*, Open MPI, PMIx, PMI, Slurm, torchrun.
+// With none of them the process is a world of one. Throws ConfigurationError when the
+// variables are inconsistent or the rendezvous address is missing for a world above one
+// (after trying MPI when arcoll was built with it).
+LaunchInfo detect_launch();
+
+}  // namespace arcoll

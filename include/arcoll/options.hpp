@@ -1,0 +1,36 @@
+// Communicator settings. Every field has an environment variable so that a job can be tuned
+// without recompiling; `Options::from_env()` reads them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace arcoll {
+
+struct Options {
+  // Deadline for every blocking wait (ARCOLL_TIMEOUT, seconds, fractions allowed).
+  std::chrono::milliseconds timeout{60'000};
+  // Algorithm for collectives (ARCOLL_ALGO); "auto" lets the library choose.
+  std::string algorithm = "auto";
+  // Transport between ranks (ARCOLL_TRANSPORT); "auto" lets the library choose.
+  std::string transport = "auto";
+  // Interface the transport listens on (ARCOLL_SOCKET_IFNAME, like NCCL_SOCKET_IFNAME);
+  // empty: the interface that reaches the rendezvous address.
+  std::string socket_ifname;
+  // TCP connections per peer pair; large messages are striped across them
+  // (ARCOLL_SOCKETS_PER_PEER).
+  int sockets_per_peer = 2;
+  // Pipeline chunk of ring algorithms (ARCOLL_CHUNK_BYTES, K/M suffixes allowed).
+  std::size_t chunk_bytes = 512 * 1024;
+
+  static Options from_env();
+};
+
+// "512", "64K", "1M", "2G" (powers of 1024; an optional trailing "B"/"iB" is accepted).
+// nullopt when malformed or out of range.
+std::optional<std::size_t> parse_byte_size(std::string_view text);
+
+}  // namespace arcoll

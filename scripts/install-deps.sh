@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of arcoll from Debian packages.
+# Idempotent: prints nothing and touches nothing when all of them are already installed.
+set -euo pipefail
+
+required=(
+  g++ cmake ninja-build pkg-config git python3
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
+  openmpi-bin libopenmpi-dev
+)
+# Detected at configure time; arcoll builds without them.
+optional=(
+  hwloc libhwloc-dev
+  libucx-dev
+  libibverbs-dev librdmacm-dev
+  libgloo-dev
+)
+
+missing=()
+for package in "${required[@]}" "${optional[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing: ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,311 @@
+// The C API (include/arcoll/arcoll.h) over arcoll::Communicator. Every entry point catches
+// every exception: arcoll::Error keeps its code, std::bad_alloc becomes ARCOLL_ERROR_SYSTEM
+// and anything else ARCOLL_ERROR_INTERNAL; the message goes to the thread's last error.
+#include "arcoll/arcoll.h"
+
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/error.hpp"
+#include "arcoll/launch.hpp"
+#include "arcoll/options.hpp"
+#include "arcoll/types.hpp"
+
+struct arcoll_comm {
+  std::unique_ptr<arcoll::Communicator> impl;
+};
+
+namespace {
+
+using arcoll::DataType;
+using arcoll::ErrorCode;
+using arcoll::ReduceOp;
+
+// The C values are part of the ABI: they must match the C++ enums one for one.
+static_assert(ARCOLL_F32 == static_cast<int>(DataType::f32));
+static_assert(ARCOLL_F64 == static_cast<int>(DataType::f64));
+static_assert(ARCOLL_F16 == static_cast<int>(DataType::f16));
+static_assert(ARCOLL_BF16 == static_cast<int>(DataType::bf16));
+static_assert(ARCOLL_I8 == static_cast<int>(DataType::i8));
+static_assert(ARCOLL_U8 == static_cast<int>(DataType::u8));
+static_assert(ARCOLL_I32 == static_cast<int>(DataType::i32));
+static_assert(ARCOLL_I64 == static_cast<int>(DataType::i64));
+static_assert(std::size(arcoll::kAllDataTypes) == 8);
+
+static_assert(ARCOLL_SUM == static_cast<int>(ReduceOp::sum));
+static_assert(ARCOLL_PROD == static_cast<int>(ReduceOp::prod));
+static_assert(ARCOLL_MIN == static_cast<int>(ReduceOp::min));
+static_assert(ARCOLL_MAX == static_cast<int>(ReduceOp::max));
+static_assert(ARCOLL_AVG == static_cast<int>(ReduceOp::avg));
+static_assert(std::size(arcoll::kAllReduceOps) == 5);
+
+static_assert(ARCOLL_SUCCESS == static_cast<int>(ErrorCode::ok));
+static_assert(ARCOLL_ERROR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::invalid_argument));
+static_assert(ARCOLL_ERROR_TIMEOUT == static_cast<int>(ErrorCode::timeout));
+static_assert(ARCOLL_ERROR_PEER_FAILURE == static_cast<int>(ErrorCode::peer_failure));
+static_assert(ARCOLL_ERROR_PROTOCOL == static_cast<int>(ErrorCode::protocol));
+static_assert(ARCOLL_ERROR_SYSTEM == static_cast<int>(ErrorCode::system));
+static_assert(ARCOLL_ERROR_CONFIGURATION == static_cast<int>(ErrorCode::configuration));
+static_assert(ARCOLL_ERROR_INTERNAL == static_cast<int>(ErrorCode::internal));
+
+constexpr const char kErrorLost[] = "arcoll: out of memory while recording the error message";
+
+// The last failure on this thread; see arcoll_last_error().
+thread_local std::string last_error_text;
+thread_local const char* last_error = "";
+
+// Records a failure and returns its code. Never throws.
+arcoll_result_t fail(arcoll_result_t code, std::string_view text, std::string_view more = {},
+                     std::string_view detail = {}) {
+  try {
+    last_error_text.assign(text);
+    last_error_text.append(more);
+    last_error_text.append(detail);
+    last_error = last_error_text.c_str();
+  } catch (...) {
+    last_error = kErrorLost;
+  }
+  return code;
+}
+
+arcoll_result_t to_result(ErrorCode code) {
+  const int value = static_cast<int>(code);
+  // An exception never means success; an unknown code is our bug.
+  if (value <= ARCOLL_SUCCESS || value > ARCOLL_ERROR_INTERNAL) return ARCOLL_ERROR_INTERNAL;
+  return static_cast<arcoll_result_t>(value);
+}
+
+// Runs `body`, turning any exception into a result code and a last-error message.
+template <class Body>
+arcoll_result_t guarded(const char* function, Body&& body) noexcept {
+  try {
+    std::forward<Body>(body)();
+    return ARCOLL_SUCCESS;
+  } catch (const arcoll::Error& e) {
+    return fail(to_result(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ARCOLL_ERROR_SYSTEM, function, ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(ARCOLL_ERROR_INTERNAL, function, ": unexpected error: ", e.what());
+  } catch (...) {
+    return fail(ARCOLL_ERROR_INTERNAL, function, ": unknown exception");
+  }
+}
+
+[[noreturn]] void invalid(const char* function, std::string message) {
+  throw arcoll::InvalidArgument(function, std::move(message));
+}
+
+arcoll::Communicator& get(const char* function, arcoll_comm_t* comm) {
+  if (comm == nullptr || !comm->impl) invalid(function, "the communicator is NULL");
+  return *comm->impl;
+}
+
+const arcoll::Communicator& get(const char* function, const arcoll_comm_t* comm) {
+  if (comm == nullptr || !comm->impl) invalid(function, "the communicator is NULL");
+  return *comm->impl;
+}
+
+DataType data_type(const char* function, arcoll_datatype_t type) {
+  const int value = static_cast<int>(type);
+  if (value < ARCOLL_F32 || value > ARCOLL_I64)
+    invalid(function, std::to_string(value) + " is not an arcoll_datatype_t");
+  return static_cast<DataType>(value);
+}
+
+ReduceOp reduce_op(const char* function, arcoll_op_t op) {
+  const int value = static_cast<int>(op);
+  if (value < ARCOLL_SUM || value > ARCOLL_AVG)
+    invalid(function, std::to_string(value) + " is not an arcoll_op_t");
+  return static_cast<ReduceOp>(value);
+}
+
+// A getter: validates the out pointer, then stores the value.
+template <class Getter>
+arcoll_result_t query(const char* function, const arcoll_comm_t* comm, int* out, Getter getter) {
+  return guarded(function, [&] {
+    const arcoll::Communicator& c = get(function, comm);
+    if (out == nullptr) invalid(function, "the output pointer is NULL");
+    *out = getter(c);
+  });
+}
+
+arcoll_result_t create(const char* function, arcoll_comm_t** out,
+                       const std::function<std::unique_ptr<arcoll::Communicator>()>& make) {
+  if (out == nullptr)
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, function, ": the output pointer is NULL");
+  *out = nullptr;
+  return guarded(function, [&] {
+    auto comm = std::make_unique<arcoll_comm>();
+    comm->impl = make();
+    *out = comm.release();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* arcoll_result_string(arcoll_result_t result) {
+  switch (result) {
+    case ARCOLL_SUCCESS:
+      return "success";
+    case ARCOLL_ERROR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case ARCOLL_ERROR_TIMEOUT:
+      return "timeout";
+    case ARCOLL_ERROR_PEER_FAILURE:
+      return "peer failure";
+    case ARCOLL_ERROR_PROTOCOL:
+      return "protocol error";
+    case ARCOLL_ERROR_SYSTEM:
+      return "system error";
+    case ARCOLL_ERROR_CONFIGURATION:
+      return "configuration error";
+    case ARCOLL_ERROR_INTERNAL:
+      return "internal error";
+  }
+  return "unknown result";
+}
+
+const char* arcoll_last_error(void) {
+  return last_error;
+}
+
+const char* arcoll_version(void) {
+  try {
+    static const std::string version(arcoll::version());
+    return version.c_str();
+  } catch (...) {
+    return "unknown";
+  }
+}
+
+size_t arcoll_datatype_size(arcoll_datatype_t type) {
+  const int value = static_cast<int>(type);
+  if (value < ARCOLL_F32 || value > ARCOLL_I64) return 0;
+  return arcoll::size_of(static_cast<DataType>(value));
+}
+
+arcoll_result_t arcoll_comm_init_from_env(arcoll_comm_t** out) {
+  return create("arcoll_comm_init_from_env", out, [] { return arcoll::Communicator::from_env(); });
+}
+
+arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int world_size,
+                                 const char* master_addr, int master_port) {
+  static constexpr const char* kFunction = "arcoll_comm_init";
+  return create(kFunction, out, [&] {
+    if (world_size < 1)
+      invalid(kFunction, "world size " + std::to_string(world_size) + " is below 1");
+    if (rank < 0 || rank >= world_size)
+      invalid(kFunction,
+              "rank " + std::to_string(rank) + " is outside 0.." + std::to_string(world_size - 1));
+    if (world_size > 1 && (master_addr == nullptr || *master_addr == '\0'))
+      invalid(kFunction, "a world of " + std::to_string(world_size) +
+                             " ranks needs master_addr, the host of rank 0's store");
+    if (master_port < (world_size > 1 ? 1 : 0) || master_port > 65535)
+      invalid(kFunction, "master port " + std::to_string(master_port) + " is not a TCP port");
+    arcoll::LaunchInfo launch;
+    launch.rank = rank;
+    launch.world_size = world_size;
+    launch.master_addr = master_addr != nullptr ? master_addr : "";
+    launch.master_port = master_port;
+    launch.source = "explicit";
+    const arcoll::Options options = arcoll::Options::from_env();
+    return std::make_unique<arcoll::Communicator>(launch, options);
+  });
+}
+
+arcoll_result_t arcoll_comm_destroy(arcoll_comm_t* comm) {
+  if (comm == nullptr) return ARCOLL_SUCCESS;
+  // The destructor is noexcept: leaving the job never fails from the caller's point of view.
+  delete comm;
+  return ARCOLL_SUCCESS;
+}
+
+arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank) {
+  return query("arcoll_comm_rank", comm, rank, [](const auto& c) { return c.rank(); });
+}
+
+arcoll_result_t arcoll_comm_size(const arcoll_comm_t* comm, int* size) {
+  return query("arcoll_comm_size", comm, size, [](const auto& c) { return c.size(); });
+}
+
+arcoll_result_t arcoll_comm_local_rank(const arcoll_comm_t* comm, int* local_rank) {
+  return query("arcoll_comm_local_rank", comm, local_rank,
+               [](const auto& c) { return c.local_rank(); });
+}
+
+arcoll_result_t arcoll_comm_local_size(const arcoll_comm_t* comm, int* local_size) {
+  return query("arcoll_comm_local_size", comm, local_size,
+               [](const auto& c) { return c.local_size(); });
+}
+
+arcoll_result_t arcoll_comm_node_id(const arcoll_comm_t* comm, int* node_id) {
+  return query("arcoll_comm_node_id", comm, node_id, [](const auto& c) { return c.node_id(); });
+}
+
+arcoll_result_t arcoll_comm_node_count(const arcoll_comm_t* comm, int* node_count) {
+  return query("arcoll_comm_node_count", comm, node_count,
+               [](const auto& c) { return c.node_count(); });
+}
+
+arcoll_result_t arcoll_allreduce(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
+                                 arcoll_datatype_t type, arcoll_op_t op) {
+  static constexpr const char* kFunction = "arcoll_allreduce";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm)
+        .allreduce(send, recv, count, data_type(kFunction, type), reduce_op(kFunction, op));
+  });
+}
+
+arcoll_result_t arcoll_reduce_scatter(arcoll_comm_t* comm, const void* send, void* recv,
+                                      size_t recv_count, arcoll_datatype_t type, arcoll_op_t op) {
+  static constexpr const char* kFunction = "arcoll_reduce_scatter";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm)
+        .reduce_scatter(send, recv, recv_count, data_type(kFunction, type),
+                        reduce_op(kFunction, op));
+  });
+}
+
+arcoll_result_t arcoll_allgather(arcoll_comm_t* comm, const void* send, void* recv,
+                                 size_t send_count, arcoll_datatype_t type) {
+  static constexpr const char* kFunction = "arcoll_allgather";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm).allgather(send, recv, send_count, data_type(kFunction, type));
+  });
+}
+
+arcoll_result_t arcoll_broadcast(arcoll_comm_t* comm, void* buffer, size_t count,
+                                 arcoll_datatype_t type, int root) {
+  static constexpr const char* kFunction = "arcoll_broadcast";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm).broadcast(buffer, count, data_type(kFunction, type), root);
+  });
+}
+
+arcoll_result_t arcoll_barrier(arcoll_comm_t* comm) {
+  static constexpr const char* kFunction = "arcoll_barrier";
+  return guarded(kFunction, [&] { get(kFunction, comm).barrier(); });
+}
+
+arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer, size_t bytes, int peer,
+                            int tag) {
+  static constexpr const char* kFunction = "arcoll_send";
+  return guarded(kFunction, [&] { get(kFunction, comm).send(buffer, bytes, peer, tag); });
+}
+
+arcoll_result_t arcoll_recv(arcoll_comm_t* comm, void* buffer, size_t bytes, int peer, int tag) {
+  static constexpr const char* kFunction = "arcoll_recv";
+  return guarded(kFunction, [&] { get(kFunction, comm).recv(buffer, bytes, peer, tag); });
+}
+
+}  // extern "C"

@@ -1,0 +1,439 @@
+#include "arcoll/communicator.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+
+#include "algorithms/algorithm.hpp"
+#include "arcoll/error.hpp"
+#include "src/env.hpp"
+#include "src/log.hpp"
+#include "src/reduce.hpp"
+#include "src/store.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll {
+namespace {
+
+using net::Clock;
+
+// Tags of collectives have the top bit set; user point-to-point tags must not.
+constexpr std::uint32_t kCollectiveTagBit = 0x80000000u;
+
+// The algorithm each collective uses when Options::algorithm is "auto" or names an
+// algorithm that does not implement that collective.
+const std::map<Collective, std::string> kDefaultAlgorithm = {
+    {Collective::allreduce, "ring"},        {Collective::reduce_scatter, "ring"},
+    {Collective::allgather, "ring"},        {Collective::broadcast, "ring"},
+    {Collective::barrier, "dissemination"},
+};
+
+std::string seconds_text(std::chrono::milliseconds timeout) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(timeout.count()) / 1000.0);
+  return text;
+}
+
+std::string node_name_of_this_host() {
+  if (auto id = env::get("ARCOLL_NODE_ID")) return *id;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
+
+// Rethrows `e` as the same kind of error, reported as part of `operation`.
+[[noreturn]] void rethrow_as(const Error& e, const std::string& operation, int rank) {
+  const std::string& m = e.message();
+  switch (e.code()) {
+    case ErrorCode::invalid_argument:
+      throw InvalidArgument(operation, m, rank, e.peer());
+    case ErrorCode::timeout:
+      throw TimeoutError(operation, m, rank, e.peer());
+    case ErrorCode::peer_failure:
+      throw PeerError(operation, m, rank, e.peer());
+    case ErrorCode::protocol:
+      throw ProtocolError(operation, m, rank, e.peer());
+    case ErrorCode::system:
+      throw SystemError(operation, m, rank, e.peer());
+    case ErrorCode::configuration:
+      throw ConfigurationError(operation, m, rank, e.peer());
+    default:
+      throw InternalError(operation, m, rank, e.peer());
+  }
+}
+
+}  // namespace
+
+class Communicator::Impl final : public PointToPoint {
+ public:
+  Impl(const LaunchInfo& launch, const Options& options);
+  ~Impl() override = default;
+
+  // PointToPoint, as algorithms see it during a collective.
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::size_t chunk_bytes() const override { return options_.chunk_bytes; }
+  RequestPtr isend(int peer, const void* buffer, std::size_t bytes) override {
+    return start(Request::Kind::send, peer, const_cast<void*>(buffer), bytes, tag_);
+  }
+  RequestPtr irecv(int peer, void* buffer, std::size_t bytes) override {
+    return start(Request::Kind::recv, peer, buffer, bytes, tag_);
+  }
+  void wait(const RequestPtr& request) override;
+  void* scratch(std::size_t bytes, int slot) override;
+
+  // Runs one collective with validation, deadline and error reporting.
+  void run(Collective collective, const CollectiveArgs& args);
+  void point_to_point(Request::Kind kind, void* buffer, std::size_t bytes, int peer, int tag);
+  // `blocks` blocks of `count` elements each.
+  void check_buffer(const char* operation, const void* buffer, std::size_t count, DataType type,
+                    std::size_t blocks = 1);
+  void check_usable(const std::string& operation) const;
+  const std::string& algorithm_for(Collective collective) const;
+
+  Options options_;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  int node_id_ = 0;
+  int node_count_ = 1;
+  std::string node_name_;
+
+ private:
+  RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                   std::uint32_t tag);
+  void bootstrap(const LaunchInfo& launch, Clock::time_point deadline);
+  std::vector<std::string> gather_node_names(Clock::time_point deadline);
+  [[noreturn]] void fail(const Error& e, const std::string& operation);
+
+  std::unique_ptr<StoreServer> store_server_;
+  std::unique_ptr<StoreClient> store_;
+  std::unique_ptr<Transport> transport_;
+  std::vector<std::vector<char>> scratch_;
+  std::uint64_t sequence_ = 0;  // collectives started
+  std::uint32_t tag_ = kCollectiveTagBit;
+  std::string operation_;  // the call in progress, for error messages
+  Clock::time_point deadline_{};
+  std::string broken_;  // why the communicator can no longer be used
+};
+
+Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
+    : options_(options), rank_(launch.rank), size_(launch.world_size) {
+  log::set_rank(rank_);
+  if (options_.chunk_bytes == 0) throw InvalidArgument("communicator", "chunk_bytes must be > 0");
+  if (options_.sockets_per_peer < 1 || options_.sockets_per_peer > 64)
+    throw InvalidArgument("communicator", "sockets_per_peer must be within 1..64");
+  auto names = AlgorithmRegistry::instance().all();
+  if (options_.algorithm != "auto" &&
+      std::none_of(names.begin(), names.end(),
+                   [&](const AlgorithmInfo* a) { return a->name == options_.algorithm; })) {
+    std::string known = "auto";
+    for (auto* a : names) known += ", " + a->name;
+    throw InvalidArgument("communicator",
+                          "unknown algorithm '" + options_.algorithm + "' (known: " + known + ")",
+                          rank_);
+  }
+  node_name_ = node_name_of_this_host();
+  bootstrap(launch, Clock::now() + options_.timeout);
+}
+
+void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point deadline) {
+  const std::string transport_name = options_.transport == "auto" ? "tcp" : options_.transport;
+  const TransportInfo* info = TransportRegistry::instance().find(transport_name);
+  if (info == nullptr) {
+    std::string known = "auto";
+    for (const auto& n : TransportRegistry::instance().names()) known += ", " + n;
+    throw InvalidArgument("communicator",
+                          "unknown transport '" + options_.transport + "' (known: " + known + ")",
+                          rank_);
+  }
+  TransportSetup setup;
+  setup.rank = rank_;
+  setup.size = size_;
+  setup.options = &options_;
+  setup.deadline = deadline;
+  if (size_ > 1) {
+    net::Endpoint master{launch.master_addr, launch.master_port};
+    if (rank_ == 0) {
+      net::Fd listener = launch.store_listen_fd >= 0
+                             ? net::Fd(launch.store_listen_fd)
+                             : net::listen_on(net::numeric_address(master.host), master.port);
+      store_server_ = std::make_unique<StoreServer>(std::move(listener));
+      master = store_server_->endpoint();
+    }
+    store_ = std::make_unique<StoreClient>(master, deadline, rank_);
+    if (rank_ == 0) {
+      std::random_device device;
+      std::uint64_t job = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+      store_->set("job", std::to_string(job));
+    }
+    auto job = store_->get("job", deadline);
+    if (!job) throw TimeoutError("rendezvous", "rank 0 did not publish the job id", rank_, 0);
+    setup.job_id = std::stoull(*job);
+    setup.store = store_.get();
+    setup.listen_address = options_.socket_ifname.empty()
+                               ? net::address_reaching(master.host)
+                               : net::interface_address(options_.socket_ifname);
+
+    const std::vector<std::string> nodes = gather_node_names(deadline);
+    std::vector<std::string> order;  // hosts numbered by their lowest rank
+    for (const auto& n : nodes)
+      if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
+    node_count_ = static_cast<int>(order.size());
+    node_id_ = static_cast<int>(std::find(order.begin(), order.end(), node_name_) - order.begin());
+    local_size_ = static_cast<int>(std::count(nodes.begin(), nodes.end(), node_name_));
+    local_rank_ = static_cast<int>(std::count(nodes.begin(), nodes.begin() + rank_, node_name_));
+  }
+  transport_ = info->create(setup);
+  log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
+             std::to_string(node_count_) + " host(s), transport " + transport_name);
+}
+
+std::vector<std::string> Communicator::Impl::gather_node_names(Clock::time_point deadline) {
+  store_->set("node/" + std::to_string(rank_), node_name_);
+  std::vector<std::string> nodes(static_cast<std::size_t>(size_));
+  std::vector<int> missing;
+  bool store_gone = false;  // rank 0 gave up first: what was not published stays missing
+  for (int r = 0; r < size_; ++r) {
+    // After the first rank is found missing, only look at what the others already published.
+    std::optional<std::string> value;
+    if (!store_gone) try {
+        value = store_->get("node/" + std::to_string(r), missing.empty() ? deadline : Clock::now());
+      } catch (const PeerError&) {
+        store_gone = true;
+      }
+    if (value)
+      nodes[static_cast<std::size_t>(r)] = *value;
+    else
+      missing.push_back(r);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutError(
+        "rendezvous",
+        "rank(s) " + list + " of " + std::to_string(size_) + " did not join within the timeout (" +
+            seconds_text(options_.timeout) +
+            ", ARCOLL_TIMEOUT): did they start, with the same master address?" +
+            (store_gone ? " (rank 0 gave up first and closed the rendezvous store)" : ""),
+        rank_, missing.front());
+  }
+  return nodes;
+}
+
+RequestPtr Communicator::Impl::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                                     std::uint32_t tag) {
+  auto request = std::make_shared<Request>();
+  request->kind = kind;
+  request->peer = peer;
+  request->tag = tag;
+  request->buffer = buffer;
+  request->bytes = bytes;
+  transport_->post(request);
+  return request;
+}
+
+void Communicator::Impl::wait(const RequestPtr& request) {
+  while (!request->done) {
+    if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+    if (Clock::now() >= deadline_) {
+      throw TimeoutError(operation_,
+                         "no progress within " + seconds_text(options_.timeout) +
+                             " (ARCOLL_TIMEOUT) waiting for the " + request->describe() +
+                             ": rank " + std::to_string(request->peer) +
+                             " is not responding (hung, stopped, or not in this call)",
+                         rank_, request->peer);
+    }
+    transport_->progress(deadline_);
+  }
+  if (request->error) std::rethrow_exception(request->error);
+}
+
+void* Communicator::Impl::scratch(std::size_t bytes, int slot) {
+  if (scratch_.size() <= static_cast<std::size_t>(slot))
+    scratch_.resize(static_cast<std::size_t>(slot) + 1);
+  auto& buffer = scratch_[static_cast<std::size_t>(slot)];
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+void Communicator::Impl::check_usable(const std::string& operation) const {
+  if (!broken_.empty())
+    throw PeerError(operation,
+                    "this communicator can no longer be used after an earlier failure (" + broken_ +
+                        "); destroy it and create a new one",
+                    rank_);
+}
+
+void Communicator::Impl::check_buffer(const char* operation, const void* buffer, std::size_t count,
+                                      DataType type, std::size_t blocks) {
+  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::i64))
+    throw InvalidArgument(operation, "unknown data type", rank_);
+  // Bytes must fit in 63 bits, with room for the size() blocks of gathered buffers.
+  const std::size_t limit = (std::numeric_limits<std::size_t>::max() >> 1) / size_of(type) /
+                            static_cast<std::size_t>(size_);
+  if (count > limit)
+    throw InvalidArgument(operation, "count " + std::to_string(count) + " overflows", rank_);
+  if (buffer == nullptr && count * blocks != 0)
+    throw InvalidArgument(operation, "null buffer with count " + std::to_string(count * blocks),
+                          rank_);
+}
+
+const std::string& Communicator::Impl::algorithm_for(Collective collective) const {
+  if (options_.algorithm != "auto" &&
+      AlgorithmRegistry::instance().find(options_.algorithm, collective) != nullptr)
+    return options_.algorithm;
+  return kDefaultAlgorithm.at(collective);
+}
+
+void Communicator::Impl::fail(const Error& e, const std::string& operation) {
+  broken_ = e.what();
+  log::debug(operation + " failed; transfers pending:\n" + transport_->pending_state());
+  transport_->abort(e.what());
+  rethrow_as(e, operation, rank_);
+}
+
+void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
+  const std::string operation =
+      std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1);
+  check_usable(operation);
+  if (static_cast<unsigned>(args.op) > static_cast<unsigned>(ReduceOp::avg))
+    throw InvalidArgument(operation, "unknown reduction operator", rank_);
+  if (!is_supported(args.type, args.op))
+    throw InvalidArgument(operation,
+                          "avg is only defined for floating-point types, not " +
+                              std::string(to_string(args.type)) +
+                              " (integer averages would truncate): use sum and divide",
+                          rank_);
+  if (args.root < 0 || args.root >= size_)
+    throw InvalidArgument(operation,
+                          "root " + std::to_string(args.root) + " is not a rank of this " +
+                              std::to_string(size_) + "-rank communicator",
+                          rank_);
+  ++sequence_;
+  tag_ = kCollectiveTagBit | static_cast<std::uint32_t>(sequence_ & 0x7fffffffu);
+  operation_ = operation;
+  deadline_ = Clock::now() + options_.timeout;
+  const CollectiveFn* fn =
+      AlgorithmRegistry::instance().find(algorithm_for(collective), collective);
+  CollectiveArgs effective = args;
+  if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
+  try {
+    (*fn)(*this, effective);
+    // allreduce and reduce_scatter both leave args.count reduced elements in recv.
+    if (args.op == ReduceOp::avg) kernels::divide_by(args.recv, args.count, args.type, size_);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::invalid_argument && transport_->failure() == nullptr)
+      rethrow_as(e, operation, rank_);
+    fail(e, operation);
+  }
+}
+
+void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::size_t bytes,
+                                        int peer, int tag) {
+  const std::string operation = kind == Request::Kind::send ? "send" : "recv";
+  check_usable(operation);
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    throw InvalidArgument(operation,
+                          "peer " + std::to_string(peer) + " is not another rank of this " +
+                              std::to_string(size_) + "-rank communicator",
+                          rank_);
+  if (tag < 0) throw InvalidArgument(operation, "tags must be >= 0", rank_, peer);
+  if (buffer == nullptr && bytes != 0)
+    throw InvalidArgument(operation, "null buffer with " + std::to_string(bytes) + " bytes", rank_,
+                          peer);
+  operation_ = operation;
+  deadline_ = Clock::now() + options_.timeout;
+  try {
+    wait(start(kind, peer, buffer, bytes, static_cast<std::uint32_t>(tag)));
+  } catch (const Error& e) {
+    fail(e, operation);
+  }
+}
+
+// ---- Communicator ----------------------------------------------------------------------
+
+Communicator::Communicator(const LaunchInfo& launch, const Options& options)
+    : impl_(std::make_unique<Impl>(launch, options)) {}
+
+std::unique_ptr<Communicator> Communicator::from_env() {
+  return std::make_unique<Communicator>(detect_launch(), Options::from_env());
+}
+
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const {
+  return impl_->rank_;
+}
+int Communicator::size() const {
+  return impl_->size_;
+}
+int Communicator::local_rank() const {
+  return impl_->local_rank_;
+}
+int Communicator::local_size() const {
+  return impl_->local_size_;
+}
+int Communicator::node_id() const {
+  return impl_->node_id_;
+}
+int Communicator::node_count() const {
+  return impl_->node_count_;
+}
+const std::string& Communicator::node_name() const {
+  return impl_->node_name_;
+}
+const Options& Communicator::options() const {
+  return impl_->options_;
+}
+std::string Communicator::transport_name() const {
+  return impl_->options_.transport == "auto" ? "tcp" : impl_->options_.transport;
+}
+std::string Communicator::algorithm_name() const {
+  return impl_->algorithm_for(Collective::allreduce);
+}
+
+void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                             ReduceOp op) {
+  impl_->check_buffer("allreduce", send, count, type);
+  impl_->check_buffer("allreduce", recv, count, type);
+  impl_->run(Collective::allreduce, {send, recv, count, type, op, 0});
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                  DataType type, ReduceOp op) {
+  impl_->check_buffer("reduce_scatter", send, recv_count, type, static_cast<std::size_t>(size()));
+  impl_->check_buffer("reduce_scatter", recv, recv_count, type);
+  impl_->run(Collective::reduce_scatter, {send, recv, recv_count, type, op, 0});
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t send_count, DataType type) {
+  impl_->check_buffer("allgather", send, send_count, type);
+  impl_->check_buffer("allgather", recv, send_count, type, static_cast<std::size_t>(size()));
+  impl_->run(Collective::allgather, {send, recv, send_count, type, ReduceOp::sum, 0});
+}
+
+void Communicator::broadcast(void* buffer, std::size_t count, DataType type, int root) {
+  impl_->check_buffer("broadcast", buffer, count, type);
+  impl_->run(Collective::broadcast, {buffer, buffer, count, type, ReduceOp::sum, root});
+}
+
+void Communicator::barrier() {
+  impl_->run(Collective::barrier, {nullptr, nullptr, 0, DataType::u8, ReduceOp::sum, 0});
+}
+
+void Communicator::send(const void* buffer, std::size_t bytes, int peer, int tag) {
+  impl_->point_to_point(Request::Kind::send, const_cast<void*>(buffer), bytes, peer, tag);
+}
+
+void Communicator::recv(void* buffer, std::size_t bytes, int peer, int tag) {
+  impl_->point_to_point(Request::Kind::recv, buffer, bytes, peer, tag);
+}
+
+}  // namespace arcoll

@@ -1,0 +1,14 @@
+// Reading the process environment.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace arcoll::env {
+
+// The variable's value, or nullopt when unset or empty.
+std::optional<std::string> get(const char* name);
+// Integer value; ConfigurationError naming the variable when it is not an integer.
+std::optional<long long> get_int(const char* name);
+
+}  // namespace arcoll::env

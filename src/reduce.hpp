@@ -1,0 +1,41 @@
+// Reduction kernels: the arithmetic of every collective. Built for several instruction sets
+// (generic, AVX2, AVX-512) and dispatched once at run time on the CPU at hand.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "arcoll/types.hpp"
+
+namespace arcoll::kernels {
+
+// dst[i] = a[i] op b[i] for i < count. dst may alias a or b (exactly, not partially).
+// ReduceOp::avg reduces as sum; the caller divides once at the end (divide_by).
+// f16 and bf16 are computed in f32 and rounded to nearest even. Integer sum and prod wrap.
+// min and max propagate NaN. InvalidArgument for avg on an integer type, a null buffer with
+// count > 0, or partially overlapping buffers.
+void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op);
+
+// buf[i] /= divisor, for floating types (the last step of avg); f16 and bf16 divide in f32.
+// InvalidArgument for integer types and for divisor < 1.
+void divide_by(void* buf, std::size_t count, DataType type, int divisor);
+
+// Name of the instruction set the kernels run with here: "avx512", "avx2" or "generic".
+// Chosen on first use: the best this CPU supports, or ARCOLL_KERNEL_ISA=generic|avx2|avx512
+// when set (ignored, with a warning, if this CPU or build lacks it).
+std::string_view instruction_set();
+
+// For tests and benchmarks: run the kernels with `name` ("generic", "avx2", "avx512") from now
+// on, or with the start-up choice again for "auto". False, and nothing changes, when the name
+// is unknown or this CPU or build lacks that instruction set. Thread-safe; calls already
+// running finish with the previous choice.
+bool set_instruction_set(std::string_view name);
+
+// Scalar conversions, round to nearest even; NaN stays NaN.
+float half_to_float(std::uint16_t h);
+std::uint16_t float_to_half(float f);
+float bf16_to_float(std::uint16_t b);
+std::uint16_t float_to_bf16(float f);
+
+}  // namespace arcoll::kernels

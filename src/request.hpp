@@ -1,0 +1,31 @@
+// One point-to-point transfer in flight, shared by the caller that waits on it and the
+// transport that moves its bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+
+namespace arcoll {
+
+struct Request {
+  enum class Kind : std::uint8_t { send, recv };
+
+  Kind kind = Kind::send;
+  int peer = 0;
+  std::uint32_t tag = 0;
+  void* buffer = nullptr;  // const for sends
+  std::size_t bytes = 0;
+  // Set by the transport.
+  std::size_t transferred = 0;
+  bool done = false;
+  std::exception_ptr error;  // set together with done when the transfer failed
+
+  std::string describe() const;  // "recv of 1048576 B from rank 3 (tag 0x80000012)"
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+}  // namespace arcoll

@@ -1,0 +1,90 @@
+// The rendezvous key-value store: hosted by rank 0 on a background thread, reached by every
+// rank over TCP. Ranks publish their addresses and wait for each other's through it.
+//
+// Wire format (little-endian), one request then one reply per round trip:
+//   request: magic u32 'ARKV', version u16, type u8 (set/get/add), pad u8, key_len u32,
+//            value_len u32, arg i64 (get: wait in ms; add: delta), key, value
+//   reply:   magic u32, status u8 (ok/missing), pad u8[3], value_len u32, value
+// Anything else is logged and the connection dropped; the store keeps serving the job.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "src/socket.hpp"
+
+namespace arcoll {
+
+namespace store_protocol {
+inline constexpr std::uint32_t kMagic = 0x564b5241;  // "ARKV"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint32_t kMaxKey = 1024;
+inline constexpr std::uint32_t kMaxValue = 16u << 20;
+enum class Type : std::uint8_t { set = 1, get = 2, add = 3 };
+enum class Status : std::uint8_t { ok = 0, missing = 1 };
+
+#pragma pack(push, 1)
+struct RequestHeader {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint8_t type;
+  std::uint8_t pad;
+  std::uint32_t key_len;
+  std::uint32_t value_len;
+  std::int64_t arg;
+};
+struct ReplyHeader {
+  std::uint32_t magic;
+  std::uint8_t status;
+  std::uint8_t pad[3];
+  std::uint32_t value_len;
+};
+#pragma pack(pop)
+
+// Empty when the header is acceptable, else why not.
+std::string validate(const RequestHeader& header);
+}  // namespace store_protocol
+
+class StoreServer {
+ public:
+  // Serves on `listener` (a listening socket, taken over).
+  explicit StoreServer(net::Fd listener);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  net::Endpoint endpoint() const { return endpoint_; }
+
+ private:
+  struct State;
+  void serve();
+  net::Endpoint endpoint_;
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+};
+
+class StoreClient {
+ public:
+  // Connects, retrying until `deadline`; TimeoutError naming rank 0 on expiry.
+  StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank);
+  void set(const std::string& key, const std::string& value);
+  // Waits until `key` exists or `deadline` passes (nullopt).
+  std::optional<std::string> get(const std::string& key, net::Clock::time_point deadline);
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  const net::Endpoint& endpoint() const { return endpoint_; }
+
+ private:
+  std::optional<std::string> round_trip(store_protocol::Type type, const std::string& key,
+                                        const std::string& value, std::int64_t arg,
+                                        net::Clock::time_point deadline);
+  net::Endpoint endpoint_;
+  int rank_;
+  std::mutex mutex_;
+  net::Fd fd_;
+};
+
+}  // namespace arcoll

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# arbench with a rank killed mid-run, and with a rank that never starts: every other rank
+# must exit non-zero within ARCOLL_TIMEOUT, naming the missing rank. Usage: rank_failures.sh ARBENCH
+set -u
+arbench=$1
+out=$(mktemp -d)
+trap 'rm -rf "$out"; pkill -9 -P $$ 2>/dev/null' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# 1. Rank 2 of 4 is killed while the sweep runs.
+start=$(now_ms)
+ARCOLL_TIMEOUT=10 "$arbench" --np 4 -b 4M -e 4M -n 1000000 -w 1 >"$out/kill.out" 2>"$out/kill.err" &
+launcher=$!
+sleep 2
+children=($(pgrep -P "$launcher" | sort -n))
+if [ ${#children[@]} -ne 4 ]; then
+  fail "expected 4 ranks under the launcher, found ${#children[@]}"
+else
+  kill -9 "${children[2]}"
+fi
+wait "$launcher"
+code=$?
+elapsed=$(($(now_ms) - start))
+cat "$out/kill.err"
+[ "$code" -ne 0 ] || fail "arbench exited 0 although rank 2 was killed"
+grep -q "rank 2 killed by signal 9" "$out/kill.err" || fail "the launcher did not report rank 2's death"
+for r in 0 1 3; do
+  prefix=""
+  [ "$r" -ne 0 ] && prefix="\[rank $r\] "
+  grep -E "^${prefix}arbench: rank $r: .*rank 2" "$out/kill.err" >/dev/null \
+    || fail "rank $r did not report an error naming rank 2"
+  grep -q "rank $r exited with code" "$out/kill.err" || fail "rank $r did not exit non-zero"
+done
+[ "$elapsed" -lt $(((2 + 10 + 5) * 1000)) ] || fail "took ${elapsed} ms, more than the timeout allows"
+
+# 2. A world of 4 where rank 3 never starts (ranks started by hand, as a launcher would).
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start=$(now_ms)
+pids=()
+for r in 0 1 2; do
+  ARCOLL_RANK=$r ARCOLL_WORLD_SIZE=4 ARCOLL_MASTER_ADDR=127.0.0.1 ARCOLL_MASTER_PORT=$port \
+    ARCOLL_TIMEOUT=3 "$arbench" -b 1K -e 1K >"$out/missing.$r.out" 2>"$out/missing.$r.err" &
+  pids+=($!)
+done
+for r in 0 1 2; do
+  wait "${pids[$r]}"
+  code=$?
+  cat "$out/missing.$r.err"
+  [ "$code" -ne 0 ] || fail "rank $r exited 0 although rank 3 never started"
+  grep -q "rank(s) 3 of 4 did not join" "$out/missing.$r.err" || fail "rank $r did not name rank 3"
+done
+elapsed=$(($(now_ms) - start))
+[ "$elapsed" -lt $(((3 + 5) * 1000)) ] || fail "missing rank detected after ${elapsed} ms, timeout was 3 s"
+
+if [ "$failures" -eq 0 ]; then echo "rank failure checks: all passed"; exit 0; fi
+exit 1

@@ -1,0 +1,224 @@
+// Collectives on real ranks over loopback TCP, checked element by element against a
+// double-precision reference, for many world sizes, counts, types and operators.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "arcoll/error.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+// 0, 1, primes, counts below and around the world size, across the eager limit and
+// spanning several pipeline chunks.
+const std::size_t kCounts[] = {0, 1, 2, 3, 5, 7, 13, 64, 1000, 4099, 20011, 131101};
+
+std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place) {
+  return std::string(to_string(t)) + "/" + std::string(to_string(op)) + " count " +
+         std::to_string(count) + (in_place ? " in-place" : " out-of-place");
+}
+
+void check_allreduce_all_types(Communicator& comm, std::size_t salt) {
+  for (DataType t : kAllDataTypes) {
+    for (ReduceOp op : kAllReduceOps) {
+      if (!is_supported(t, op)) continue;
+      for (std::size_t count : kCounts) {
+        for (bool in_place : {false, true}) {
+          auto input = make_input(t, op, comm.rank(), count, salt);
+          std::vector<unsigned char> out(input.size() + 1, 0xAB);  // +1: overrun sentinel
+          if (in_place) {
+            std::memcpy(out.data(), input.data(), input.size());
+            comm.allreduce(out.data(), count, t, op);
+          } else {
+            comm.allreduce(input.data(), out.data(), count, t, op);
+            EXPECT_EQ(input, make_input(t, op, comm.rank(), count, salt))
+                << "input modified: " << label(t, op, count, in_place);
+          }
+          EXPECT_EQ(count_wrong(out.data(), t, op, comm.size(), count, salt), 0u)
+              << label(t, op, count, in_place) << " on rank " << comm.rank();
+          EXPECT_EQ(out.back(), 0xAB) << "wrote past the end: " << label(t, op, count, in_place);
+        }
+      }
+    }
+  }
+}
+
+class AllreduceWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllreduceWorld, EveryTypeOpAndCountMatchesReference) {
+  run_ranks(GetParam(), [](Communicator& comm) {
+    EXPECT_EQ(comm.transport_name(), "tcp");
+    check_allreduce_all_types(comm, 1);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, AllreduceWorld, ::testing::Values(1, 2, 3, 4, 5, 7, 8));
+
+// Small chunks and several sockets per peer: many pipeline steps, frames striped over sockets.
+TEST(Allreduce, SmallChunksAndStripedSockets) {
+  run_ranks(3,
+            [](Communicator& comm) {
+              EXPECT_EQ(comm.options().chunk_bytes, 4096u);
+              for (std::size_t count : {std::size_t{1}, std::size_t{999}, std::size_t{100003}}) {
+                auto input = make_input(DataType::f32, ReduceOp::sum, comm.rank(), count, 7);
+                std::vector<unsigned char> out(input.size());
+                comm.allreduce(input.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+                EXPECT_EQ(
+                    count_wrong(out.data(), DataType::f32, ReduceOp::sum, comm.size(), count, 7),
+                    0u);
+              }
+            },
+            {{"ARCOLL_CHUNK_BYTES", "4K"}, {"ARCOLL_SOCKETS_PER_PEER", "3"}});
+  run_ranks(4,
+            [](Communicator& comm) {
+              // 4 MiB chunks are striped over 3 sockets in 128 KiB frames.
+              const std::size_t count = 3'000'017;
+              auto input = make_input(DataType::f64, ReduceOp::max, comm.rank(), count, 3);
+              comm.allreduce(input.data(), count, DataType::f64, ReduceOp::max);
+              EXPECT_EQ(
+                  count_wrong(input.data(), DataType::f64, ReduceOp::max, comm.size(), count, 3),
+                  0u);
+            },
+            {{"ARCOLL_CHUNK_BYTES", "4M"}, {"ARCOLL_SOCKETS_PER_PEER", "3"}});
+}
+
+class CollectiveWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveWorld, ReduceScatterAllgatherBroadcastBarrier) {
+  run_ranks(GetParam(), [](Communicator& comm) {
+    const int p = comm.size();
+    const auto P = static_cast<std::size_t>(p);
+    for (DataType t : {DataType::f32, DataType::bf16, DataType::i64, DataType::u8}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::avg}) {
+        if (!is_supported(t, op)) continue;
+        for (std::size_t count :
+             {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{5003}}) {
+          const std::size_t e = size_of(t);
+          // reduce_scatter: rank r gets block r of the reduction of P*count elements.
+          auto input = make_input(t, op, comm.rank(), P * count, 11);
+          std::vector<unsigned char> out(count * e);
+          comm.reduce_scatter(input.data(), out.data(), count, t, op);
+          EXPECT_EQ(count_wrong(out.data(), t, op, p, count, 11,
+                                static_cast<std::size_t>(comm.rank()) * count),
+                    0u)
+              << "reduce_scatter " << label(t, op, count, false);
+          // In place: the block sits at its own offset of the input.
+          comm.reduce_scatter(input.data(),
+                              input.data() + static_cast<std::size_t>(comm.rank()) * count * e,
+                              count, t, op);
+          EXPECT_EQ(count_wrong(input.data() + static_cast<std::size_t>(comm.rank()) * count * e, t,
+                                op, p, count, 11, static_cast<std::size_t>(comm.rank()) * count),
+                    0u)
+              << "reduce_scatter " << label(t, op, count, true);
+        }
+      }
+      for (std::size_t count :
+           {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{5003}}) {
+        const std::size_t e = size_of(t);
+        // allgather: block r holds rank r's input.
+        auto mine = make_input(t, ReduceOp::max, comm.rank(), count, 5);
+        std::vector<unsigned char> all(P * count * e);
+        comm.allgather(mine.data(), all.data(), count, t);
+        for (int r = 0; r < p; ++r)
+          EXPECT_EQ(std::memcmp(all.data() + static_cast<std::size_t>(r) * count * e,
+                                make_input(t, ReduceOp::max, r, count, 5).data(), count * e),
+                    0)
+              << "allgather block " << r << " count " << count;
+        // broadcast from every root.
+        for (int root = 0; root < p; ++root) {
+          auto buffer = make_input(t, ReduceOp::max, comm.rank(), count, 9);
+          comm.broadcast(buffer.data(), count, t, root);
+          EXPECT_EQ(buffer, make_input(t, ReduceOp::max, root, count, 9))
+              << "broadcast root " << root;
+        }
+      }
+    }
+    comm.barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3, 5, 8));
+
+TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
+  run_ranks(3, [](Communicator& comm) {
+    if (comm.rank() == 0) {
+      // Small messages on two tags, received in the opposite tag order.
+      int a = 1, b = 2, c = 3;
+      comm.send(&a, sizeof a, 1, 5);
+      comm.send(&b, sizeof b, 1, 6);
+      comm.send(&c, sizeof c, 1, 5);
+      std::vector<std::uint32_t> big(3'000'001);
+      std::iota(big.begin(), big.end(), 7u);
+      comm.send(big.data(), big.size() * 4, 2, 0);
+      comm.send(nullptr, 0, 2, 1);
+    } else if (comm.rank() == 1) {
+      int x = 0, y = 0, z = 0;
+      comm.recv(&y, sizeof y, 0, 6);
+      comm.recv(&x, sizeof x, 0, 5);
+      comm.recv(&z, sizeof z, 0, 5);
+      EXPECT_EQ(x, 1);
+      EXPECT_EQ(y, 2);
+      EXPECT_EQ(z, 3);
+    } else {
+      std::vector<std::uint32_t> big(3'000'001);
+      comm.recv(big.data(), big.size() * 4, 0, 0);
+      for (std::size_t i = 0; i < big.size(); ++i)
+        if (big[i] != 7u + i) {
+          ADD_FAILURE() << "element " << i << " is " << big[i];
+          break;
+        }
+      comm.recv(nullptr, 0, 0, 1);
+    }
+    comm.barrier();
+  });
+}
+
+TEST(Errors, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
+  run_ranks(2, [](Communicator& comm) {
+    std::int32_t v[4] = {1, 2, 3, 4};
+    EXPECT_THROW(comm.allreduce(v, 4, DataType::i32, ReduceOp::avg), InvalidArgument);
+    EXPECT_THROW(comm.allreduce(nullptr, v, 4, DataType::i32, ReduceOp::sum), InvalidArgument);
+    EXPECT_THROW(comm.broadcast(v, 4, DataType::i32, 2), InvalidArgument);
+    EXPECT_THROW(comm.send(v, 4, comm.rank(), 0), InvalidArgument);
+    EXPECT_THROW(comm.send(v, 4, 1 - comm.rank(), -1), InvalidArgument);
+    try {
+      comm.allreduce(v, 4, DataType::i32, ReduceOp::avg);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("avg"), std::string::npos) << e.what();
+      EXPECT_EQ(e.rank(), comm.rank());
+    }
+    // Nothing was sent by the rejected calls: the next collective works.
+    comm.allreduce(v, 4, DataType::i32, ReduceOp::sum);
+    EXPECT_EQ(v[0], 2);
+    EXPECT_EQ(v[3], 8);
+  });
+}
+
+TEST(Errors, MismatchedCountsAcrossRanksAreReported) {
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env["ARCOLL_TIMEOUT"] = "5";
+  auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    // Rank 1 sends more than rank 0 expects.
+    std::vector<float> buffer(comm->rank() == 0 ? 10 : 1000, 1.0f);
+    try {
+      comm->allreduce(buffer.data(), buffer.size(), DataType::f32, ReduceOp::sum);
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+      return 0;
+    }
+    return 2;  // a mismatch must not pass silently
+  });
+  // The rank whose buffer is too small must report it; neither may hang or crash.
+  for (const auto& e : exits) EXPECT_EQ(e.signal, 0) << describe(exits);
+  EXPECT_TRUE(exits[0].ok()) << describe(exits);
+  EXPECT_NE(exits[0].output.find("do all ranks pass the same count"), std::string::npos)
+      << describe(exits);
+}
+
+}  // namespace
+}  // namespace arcoll::testing

@@ -1,0 +1,176 @@
+// A job must never hang: a rank that dies or never comes makes every other rank fail within
+// the timeout with an error naming it, and strangers' bytes on our ports change nothing.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "arcoll/error.hpp"
+#include "src/socket.hpp"
+#include "src/store.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Runs allreduces until one throws; prints the error and how long detection took.
+int allreduce_until_error(Communicator& comm, int kill_rank, int kill_after) {
+  std::vector<float> buffer(256 * 1024, 1.0f);
+  for (int i = 0; i < 100000; ++i) {
+    if (comm.rank() == kill_rank && i == kill_after) ::raise(SIGKILL);
+    const auto start = Clock::now();
+    try {
+      comm.allreduce(buffer.data(), buffer.size(), DataType::f32, ReduceOp::sum);
+      std::fill(buffer.begin(), buffer.end(), 1.0f);
+    } catch (const Error& e) {
+      std::printf("detected after %.2f s: %s\n", seconds_since(start), e.what());
+      return 0;
+    }
+  }
+  std::printf("no error although rank %d was killed\n", kill_rank);
+  return 3;
+}
+
+class KilledRank : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
+  const int victim = GetParam();
+  LocalLaunchOptions options;
+  options.ranks = 4;
+  options.env["ARCOLL_TIMEOUT"] = "10";
+  options.failure_grace = std::chrono::seconds(30);
+  auto exits = launch(options, [&] {
+    auto comm = Communicator::from_env();
+    return allreduce_until_error(*comm, victim, 5);
+  });
+  ASSERT_EQ(exits.size(), 4u);
+  EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
+  const std::string name = "rank " + std::to_string(victim);
+  for (const auto& e : exits) {
+    if (e.rank == victim) continue;
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_FALSE(e.killed_by_launcher) << describe(exits);
+    EXPECT_NE(e.output.find("detected after"), std::string::npos) << describe(exits);
+    EXPECT_NE(e.output.find(name), std::string::npos)
+        << "rank " << e.rank << " did not name " << name << ":\n"
+        << e.output;
+    EXPECT_LT(e.seconds, 10.0 + 5.0) << describe(exits);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Victims, KilledRank, ::testing::Values(0, 2));
+
+TEST(MissingRank, ThoseThatStartedFailWithinTheTimeoutNamingIt) {
+  LocalLaunchOptions options;
+  options.ranks = 4;
+  options.started_ranks = 3;  // rank 3 never starts
+  options.env["ARCOLL_TIMEOUT"] = "3";
+  auto exits = launch(options, [] {
+    const auto start = Clock::now();
+    try {
+      auto comm = Communicator::from_env();
+    } catch (const TimeoutError& e) {
+      std::printf("after %.2f s: %s\n", seconds_since(start), e.what());
+      return seconds_since(start) < 3.0 + 2.0 ? 0 : 4;
+    }
+    return 3;
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_NE(e.output.find("rank(s) 3 of 4 did not join"), std::string::npos) << e.output;
+  }
+}
+
+// Writes `bytes` to `endpoint` from a stranger's connection; returns false if it could not
+// connect at all.
+bool poke(const net::Endpoint& endpoint, const std::string& bytes) {
+  std::string why;
+  net::Fd fd = net::connect_until(endpoint, Clock::now() + std::chrono::seconds(2), why);
+  if (!fd) return false;
+  ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return true;
+}
+
+TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.env["ARCOLL_TIMEOUT"] = "20";
+  auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    std::thread stranger;
+    if (comm->rank() == 1) {
+      stranger = std::thread([] {
+        std::mt19937 rng(42);
+        auto random_bytes = [&](std::size_t n) {
+          std::string s(n, '\0');
+          for (auto& c : s) c = static_cast<char>(rng());
+          return s;
+        };
+        net::Endpoint store{std::getenv("ARCOLL_MASTER_ADDR"),
+                            std::atoi(std::getenv("ARCOLL_MASTER_PORT"))};
+        StoreClient reader(store, Clock::now() + std::chrono::seconds(5), 1);
+        std::vector<net::Endpoint> targets{store};
+        for (int r = 0; r < 3; ++r) {
+          net::Endpoint e;
+          net::parse_endpoint(
+              *reader.get("tcp/" + std::to_string(r), Clock::now() + std::chrono::seconds(5)), e);
+          targets.push_back(e);
+        }
+        for (const auto& t : targets) {
+          for (int round = 0; round < 5; ++round) poke(t, random_bytes(1 + rng() % 8192));
+          poke(t, std::string(3, 'x'));  // a truncated header, then silence
+          // Well-formed magic with nonsense behind it.
+          std::string hello = random_bytes(64);
+          std::memcpy(hello.data(), "ARTH", 4);
+          poke(t, hello);
+          std::string store_request = random_bytes(64);
+          std::memcpy(store_request.data(), "ARKV", 4);
+          poke(t, store_request);
+        }
+      });
+    }
+    std::size_t wrong = 0;
+    for (int i = 0; i < 300; ++i) {
+      const std::size_t count = 1 + static_cast<std::size_t>(i) * 37;
+      auto data = make_input(DataType::f32, ReduceOp::sum, comm->rank(), count,
+                             static_cast<std::size_t>(i));
+      comm->allreduce(data.data(), count, DataType::f32, ReduceOp::sum);
+      wrong += count_wrong(data.data(), DataType::f32, ReduceOp::sum, comm->size(), count,
+                           static_cast<std::size_t>(i));
+    }
+    if (stranger.joinable()) stranger.join();
+    comm->barrier();
+    std::printf("wrong elements: %zu\n", wrong);
+    return wrong == 0 ? 0 : 5;
+  });
+  std::string all_output;
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    all_output += e.output;
+  }
+  // Rejections were logged by the store (rank 0) and by every rank's transport.
+  EXPECT_NE(all_output.find("rendezvous store: rejected connection"), std::string::npos)
+      << all_output;
+  for (int r = 0; r < 3; ++r)
+    EXPECT_NE(exits[static_cast<std::size_t>(r)].output.find("tcp transport: rejected connection"),
+              std::string::npos)
+        << "rank " << r << ":\n"
+        << exits[static_cast<std::size_t>(r)].output;
+}
+
+}  // namespace
+}  // namespace arcoll::testing

@@ -1,0 +1,41 @@
+#include "tests/support/ranks.hpp"
+
+#include <gtest/gtest.h>
+
+namespace arcoll::testing {
+
+std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body) {
+  LocalLaunchOptions o = options;
+  o.output = RankOutput::capture;
+  if (o.env.count("ARCOLL_TIMEOUT") == 0) o.env["ARCOLL_TIMEOUT"] = "30";
+  return run_local_ranks(o, [&] {
+    int code = body();
+    return code == 0 && ::testing::Test::HasFailure() ? 1 : code;
+  });
+}
+
+std::string describe(const std::vector<RankExit>& exits) {
+  std::string text;
+  for (const auto& e : exits) {
+    text += e.describe() + "\n";
+    if (!e.output.empty())
+      text += "---- output of rank " + std::to_string(e.rank) + " ----\n" + e.output;
+  }
+  return text;
+}
+
+void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std::string>& env) {
+  LocalLaunchOptions options;
+  options.ranks = ranks;
+  options.env = env;
+  options.failure_grace = std::chrono::seconds(40);
+  auto exits = launch(options, [&] {
+    auto comm = Communicator::from_env();
+    body(*comm);
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), static_cast<std::size_t>(ranks));
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << e.describe() << "\n" << e.output;
+}
+
+}  // namespace arcoll::testing

@@ -1,0 +1,29 @@
+// Runs a test body on real ranks: forked processes joined into one communicator over the
+// real transports, exactly as arbench does. Failures inside a rank (gtest assertions or
+// exceptions) fail the test in the parent, with that rank's output attached.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/local_launcher.hpp"
+
+namespace arcoll::testing {
+
+using RankBody = std::function<void(Communicator&)>;
+
+// Every rank builds a communicator from the environment (plus `env`) and runs `body`.
+void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std::string>& env = {});
+
+// Lower level: runs `body` in each started rank without building a communicator and returns
+// the exits (with captured output) for the test to inspect. The body's return value is the
+// rank's exit code; a gtest failure inside the rank turns a 0 into 1.
+std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body);
+
+// A short string of the exits, for assertion messages.
+std::string describe(const std::vector<RankExit>& exits);
+
+}  // namespace arcoll::testing

@@ -1,0 +1,29 @@
+// Inputs and double-precision references for checking collectives in tests.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "arcoll/types.hpp"
+
+namespace arcoll::testing {
+
+// Element i of `buffer` as a double / stored from a double (rounded like the library does).
+double load(const void* buffer, DataType type, std::size_t i);
+void store(void* buffer, DataType type, std::size_t i, double value);
+
+// A typed buffer of `count` elements holding rank `rank`'s input for `op`: values chosen so
+// that the exact result is representable (small integers; mostly 1 with a few 2 and -1 for prod).
+std::vector<unsigned char> make_input(DataType type, ReduceOp op, int rank, std::size_t count,
+                                      std::size_t salt = 0);
+double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt = 0);
+
+// The reduction over ranks 0..world-1 of element i, computed in double (integer sum and
+// prod wrap like the type).
+double expected(DataType type, ReduceOp op, int world, std::size_t i, std::size_t salt = 0);
+
+// Elements of `buffer` that differ from expected() beyond the type's rounding.
+std::size_t count_wrong(const void* buffer, DataType type, ReduceOp op, int world,
+                        std::size_t count, std::size_t salt = 0, std::size_t first_index = 0);
+
+}  // namespace arcoll::testing

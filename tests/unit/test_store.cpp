@@ -1,0 +1,91 @@
+// The rendezvous store: set/get/add, waiting with deadlines, and garbage from strangers.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "arcoll/error.hpp"
+#include "src/store.hpp"
+
+namespace arcoll {
+namespace {
+
+using namespace std::chrono_literals;
+using net::Clock;
+
+struct StoreFixture : ::testing::Test {
+  StoreServer server{net::listen_on("127.0.0.1", 0)};
+  StoreClient client{server.endpoint(), Clock::now() + 5s, 0};
+};
+
+TEST_F(StoreFixture, SetThenGet) {
+  client.set("a", "hello");
+  EXPECT_EQ(client.get("a", Clock::now() + 1s), "hello");
+  client.set("a", std::string(1000, 'x'));
+  EXPECT_EQ(client.get("a", Clock::now() + 1s)->size(), 1000u);
+  client.set("empty", "");
+  EXPECT_EQ(client.get("empty", Clock::now() + 1s), "");
+}
+
+TEST_F(StoreFixture, GetWaitsForALaterSetFromAnotherClient) {
+  std::thread writer([&] {
+    StoreClient other(server.endpoint(), Clock::now() + 5s, 1);
+    std::this_thread::sleep_for(100ms);
+    other.set("late", "value");
+  });
+  auto start = Clock::now();
+  EXPECT_EQ(client.get("late", Clock::now() + 5s), "value");
+  EXPECT_GE(Clock::now() - start, 90ms);
+  writer.join();
+}
+
+TEST_F(StoreFixture, GetOfAMissingKeyEndsAtItsDeadline) {
+  auto start = Clock::now();
+  EXPECT_EQ(client.get("never", Clock::now() + 300ms), std::nullopt);
+  auto waited = Clock::now() - start;
+  EXPECT_GE(waited, 250ms);
+  EXPECT_LT(waited, 3s);
+}
+
+TEST_F(StoreFixture, AddCounts) {
+  EXPECT_EQ(client.add("n", 1), 1);
+  EXPECT_EQ(client.add("n", 5), 6);
+  EXPECT_EQ(client.add("n", -6), 0);
+}
+
+TEST_F(StoreFixture, OversizedKeysAreRefusedBeforeSending) {
+  EXPECT_THROW(client.set(std::string(store_protocol::kMaxKey + 1, 'k'), "v"), InvalidArgument);
+  EXPECT_THROW(client.set("", "v"), InvalidArgument);
+  client.set("still", "works");
+  EXPECT_EQ(client.get("still", Clock::now() + 1s), "works");
+}
+
+TEST_F(StoreFixture, GarbageFromAStrangerDoesNotDisturbOthers) {
+  for (const std::string& garbage :
+       {std::string(100, '\xff'), std::string("ARKV") + std::string(60, '\x7f'),
+        std::string(2, 'a')}) {
+    std::string why;
+    net::Fd fd = net::connect_until(server.endpoint(), Clock::now() + 1s, why);
+    ASSERT_TRUE(fd) << why;
+    ::send(fd.get(), garbage.data(), garbage.size(), MSG_NOSIGNAL);
+  }
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k", Clock::now() + 1s), "v");
+}
+
+TEST(StoreClient, UnreachableStoreTimesOutNamingRankZero) {
+  // A port nobody listens on: bind one, note it, close it.
+  net::Endpoint endpoint = net::local_endpoint(net::listen_on("127.0.0.1", 0).get());
+  auto start = Clock::now();
+  try {
+    StoreClient client(endpoint, Clock::now() + 500ms, 3);
+    FAIL() << "connected to a closed port";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+    EXPECT_EQ(e.rank(), 3);
+  }
+  EXPECT_LT(Clock::now() - start, 3s);
+}
+
+}  // namespace
+}  // namespace arcoll

@@ -1,0 +1,743 @@
+// TCP transport: non-blocking sockets driven by an epoll progress engine, several sockets
+// per peer with large messages striped across them, every frame validated on receipt.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <map>
+#include <set>
+
+#include "arcoll/error.hpp"
+#include "src/log.hpp"
+#include "src/store.hpp"
+#include "transports/tcp/frame.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll {
+namespace {
+
+using namespace tcp;
+using net::Clock;
+
+// Messages up to this size are buffered when they arrive before their receive is posted;
+// larger ones wait in the socket (the sender is held back by TCP) until it is.
+constexpr std::uint64_t kEagerBytes = 64 * 1024;
+// Large messages are cut into frames of this size, dealt round-robin over the sockets.
+constexpr std::uint32_t kStripeBytes = 128 * 1024;
+// Bytes read from one socket per event before the engine turns to the others.
+constexpr std::size_t kReadBudget = 4 << 20;
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+
+std::string hex_tag(std::uint32_t tag) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", tag);
+  return text;
+}
+
+std::string size_mismatch(std::uint64_t arrived, const Request& receive) {
+  return "rank " + std::to_string(receive.peer) + " sent " + std::to_string(arrived) +
+         " B where this rank expected " + std::to_string(receive.bytes) + " B (tag " +
+         hex_tag(receive.tag) + "): do all ranks pass the same count and type?";
+}
+
+// A message whose first frame has arrived, being received into a request or an eager buffer.
+struct Incoming {
+  std::uint32_t tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t received = 0;
+  RequestPtr request;       // destination when a receive matched
+  std::vector<char> eager;  // destination otherwise
+  RequestPtr waiting;       // a receive matched after the message started arriving
+  char* destination() { return request ? static_cast<char*>(request->buffer) : eager.data(); }
+};
+
+struct OutFrame {
+  FrameHeader header;
+  const char* payload = nullptr;
+  std::string control_payload;  // owned payload of control frames
+  RequestPtr request;           // null for control frames
+  std::size_t written = 0;      // header + payload bytes written so far
+  std::size_t total() const { return sizeof(FrameHeader) + header.length; }
+};
+
+struct Socket {
+  net::Fd fd;
+  int peer = -1;
+  int index = 0;
+  // Receive side.
+  FrameHeader header{};
+  std::size_t header_got = 0;
+  bool have_header = false;          // header complete, payload pending
+  std::shared_ptr<Incoming> target;  // where the current frame's payload goes
+  std::uint32_t payload_got = 0;
+  std::string control_payload;
+  bool parked = false;  // waiting for a receive to be posted / a message revealed
+  bool goodbye = false;
+  bool closed = false;
+  // Send side.
+  std::deque<OutFrame> queue;
+  std::uint32_t epoll_events = 0;
+};
+
+struct Peer {
+  std::vector<Socket*> sockets;
+  std::uint64_t next_send_sequence = 0;
+  std::uint64_t next_recv_sequence = 0;
+  std::deque<RequestPtr> posted;                                // receives not matched yet
+  std::deque<std::shared_ptr<Incoming>> unexpected;             // eager messages not matched yet
+  std::map<std::uint64_t, std::shared_ptr<Incoming>> incoming;  // by sequence
+  bool departed() const {
+    return !sockets.empty() &&
+           std::all_of(sockets.begin(), sockets.end(), [](Socket* s) { return s->goodbye; });
+  }
+};
+
+struct PendingConnection {
+  net::Fd fd;
+  std::string address;
+  Hello hello{};
+  std::size_t got = 0;
+  Clock::time_point since;
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const TransportSetup& setup);
+  ~TcpTransport() override;
+
+  std::string_view name() const override { return "tcp"; }
+  void post(const RequestPtr& request) override;
+  void progress(Clock::time_point until) override;
+  std::exception_ptr failure() const override { return failure_; }
+  void abort(const std::string& reason) noexcept override;
+  std::string pending_state() const override;
+
+ private:
+  void connect_lower_ranks(const TransportSetup& setup);
+  void add_socket(net::Fd fd, int peer, int index);
+  void update_events(Socket& s);
+  void accept_connections();
+  void read_hello(int fd);
+  void drop_stale_handshakes();
+  void handle_socket(Socket& s, std::uint32_t events);
+  // Reads what is available; false once the socket is parked, closed or failed.
+  bool read_some(Socket& s, std::size_t& budget);
+  bool start_frame(Socket& s);
+  void finish_frame(Socket& s);
+  void reveal(Socket& s);
+  void complete_incoming(Peer& p, std::uint64_t sequence);
+  void unpark(Peer& p);
+  void post_recv(const RequestPtr& request);
+  void post_send(const RequestPtr& request);
+  // Writes what the socket takes now; true when any byte went out.
+  bool flush(Socket& s);
+  void fail_peer(int peer, std::exception_ptr error);
+  void fail_peer(int peer, ErrorCode code, const std::string& message);
+  void send_goodbyes() noexcept;
+
+  int rank_;
+  int size_;
+  int sockets_per_peer_;
+  HelloExpectation expect_;
+  net::Fd listener_;
+  net::Fd epoll_;
+  std::vector<Peer> peers_;
+  std::list<Socket> sockets_;                 // stable addresses
+  std::map<int, PendingConnection> pending_;  // accepted, Hello not read yet, by fd
+  std::exception_ptr failure_;
+  bool aborted_ = false;
+};
+
+TcpTransport::TcpTransport(const TransportSetup& setup)
+    : rank_(setup.rank),
+      size_(setup.size),
+      sockets_per_peer_(setup.options->sockets_per_peer),
+      expect_{setup.job_id, setup.size, setup.options->sockets_per_peer},
+      peers_(static_cast<std::size_t>(setup.size)) {
+  epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_)
+    throw SystemError("tcp setup", std::string("epoll_create1: ") + std::strerror(errno), rank_);
+  if (size_ == 1) return;
+  listener_ = net::listen_on(setup.listen_address, 0);
+  net::set_nonblocking(listener_.get());
+  epoll_event ev{EPOLLIN, {.u64 = static_cast<std::uint64_t>(listener_.get())}};
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
+  const net::Endpoint self = net::local_endpoint(listener_.get());
+  setup.store->set("tcp/" + std::to_string(rank_), self.str());
+  log::debug("tcp transport listening on " + self.str());
+
+  connect_lower_ranks(setup);
+  // Higher ranks connect to us.
+  auto missing = [&] {
+    std::vector<int> ranks;
+    for (int p = rank_ + 1; p < size_; ++p)
+      if (peers_[static_cast<std::size_t>(p)].sockets.size() <
+          static_cast<std::size_t>(sockets_per_peer_))
+        ranks.push_back(p);
+    return ranks;
+  };
+  while (!missing().empty()) {
+    if (Clock::now() >= setup.deadline) {
+      std::string list;
+      for (int p : missing()) list += (list.empty() ? "" : ", ") + std::to_string(p);
+      throw TimeoutError("tcp setup", "rank(s) " + list + " did not connect before the timeout",
+                         rank_, missing().front());
+    }
+    progress(setup.deadline);
+    if (failure_) std::rethrow_exception(failure_);
+  }
+}
+
+TcpTransport::~TcpTransport() {
+  send_goodbyes();
+}
+
+void TcpTransport::connect_lower_ranks(const TransportSetup& setup) {
+  for (int p = 0; p < rank_; ++p) {
+    auto value = setup.store->get("tcp/" + std::to_string(p), setup.deadline);
+    net::Endpoint endpoint;
+    if (!value)
+      throw TimeoutError("tcp setup", "rank " + std::to_string(p) + " never published its address",
+                         rank_, p);
+    if (!net::parse_endpoint(*value, endpoint))
+      throw ProtocolError("tcp setup", "malformed address '" + *value + "'", rank_, p);
+    for (int k = 0; k < sockets_per_peer_; ++k) {
+      std::string why;
+      net::Fd fd = net::connect_until(endpoint, setup.deadline, why);
+      if (!fd) throw TimeoutError("tcp setup", "cannot connect: " + why, rank_, p);
+      Hello hello = make_hello(rank_, size_, k, setup.job_id);
+      if (!net::write_all(fd.get(), &hello, sizeof hello, setup.deadline, "tcp setup"))
+        throw TimeoutError("tcp setup", "handshake timed out", rank_, p);
+      add_socket(std::move(fd), p, k);
+    }
+  }
+}
+
+void TcpTransport::add_socket(net::Fd fd, int peer, int index) {
+  net::set_nonblocking(fd.get());
+  net::set_nodelay(fd.get());
+  Socket& s = sockets_.emplace_back();
+  s.fd = std::move(fd);
+  s.peer = peer;
+  s.index = index;
+  auto& list = peers_[static_cast<std::size_t>(peer)].sockets;
+  list.push_back(&s);
+  std::sort(list.begin(), list.end(), [](Socket* a, Socket* b) { return a->index < b->index; });
+  epoll_event ev{EPOLLIN, {.ptr = &s}};
+  s.epoll_events = EPOLLIN;
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s.fd.get(), &ev);
+}
+
+void TcpTransport::update_events(Socket& s) {
+  if (s.closed) return;
+  std::uint32_t events = (s.parked ? 0u : static_cast<std::uint32_t>(EPOLLIN)) |
+                         (s.queue.empty() ? 0u : static_cast<std::uint32_t>(EPOLLOUT));
+  if (events == s.epoll_events) return;
+  s.epoll_events = events;
+  epoll_event ev{events, {.ptr = &s}};
+  epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s.fd.get(), &ev);
+}
+
+void TcpTransport::accept_connections() {
+  while (true) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    PendingConnection& c = pending_[fd];
+    c.fd.reset(fd);
+    c.address = net::peer_address(fd);
+    c.since = Clock::now();
+    // Pending connections are keyed by fd; epoll's data carries it with the top bit set
+    // to tell it apart from established sockets' pointers.
+    epoll_event ev{EPOLLIN, {.u64 = (1ull << 63) | static_cast<std::uint64_t>(fd)}};
+    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void TcpTransport::read_hello(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  PendingConnection& c = it->second;
+  ssize_t n = ::recv(fd, reinterpret_cast<char*>(&c.hello) + c.got, sizeof c.hello - c.got, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  std::string why;
+  if (n <= 0)
+    why = "closed before completing the handshake";
+  else if ((c.got += static_cast<std::size_t>(n)) < sizeof c.hello)
+    return;
+  else
+    why = validate(c.hello, expect_);
+  if (why.empty()) {
+    int peer = c.hello.rank;
+    auto& existing = peers_[static_cast<std::size_t>(peer)].sockets;
+    bool duplicate = std::any_of(existing.begin(), existing.end(),
+                                 [&](Socket* s) { return s->index == c.hello.socket_index; });
+    if (peer <= rank_)
+      why = "rank " + std::to_string(peer) + " should not connect to us";
+    else if (duplicate)
+      why = "duplicate connection for rank " + std::to_string(peer);
+  }
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  if (!why.empty()) {
+    log::warn("tcp transport: rejected connection from " + c.address + ": " + why);
+    pending_.erase(it);
+    return;
+  }
+  int peer = c.hello.rank;
+  int index = c.hello.socket_index;
+  net::Fd owned = std::move(c.fd);
+  pending_.erase(it);
+  add_socket(std::move(owned), peer, index);
+}
+
+void TcpTransport::drop_stale_handshakes() {
+  auto now = Clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (now - it->second.since < kHandshakeTimeout) {
+      ++it;
+      continue;
+    }
+    log::warn("tcp transport: rejected connection from " + it->second.address +
+              ": no handshake within 10 s");
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
+    it = pending_.erase(it);
+  }
+}
+
+void TcpTransport::post(const RequestPtr& request) {
+  if (request->peer < 0 || request->peer >= size_ || request->peer == rank_)
+    throw InvalidArgument("tcp", "no connection to rank " + std::to_string(request->peer), rank_);
+  if (failure_) {
+    request->error = failure_;
+    request->done = true;
+    return;
+  }
+  if (request->kind == Request::Kind::send)
+    post_send(request);
+  else
+    post_recv(request);
+}
+
+void TcpTransport::post_send(const RequestPtr& request) {
+  Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  if (p.departed()) {
+    fail_peer(request->peer, ErrorCode::peer_failure,
+              "rank " + std::to_string(request->peer) +
+                  " has destroyed its communicator; it cannot receive " + request->describe());
+    request->error = failure_;
+    request->done = true;
+    return;
+  }
+  const std::uint64_t sequence = p.next_send_sequence++;
+  const auto* data = static_cast<const char*>(request->buffer);
+  std::uint64_t offset = 0;
+  std::size_t frame = 0;
+  do {
+    auto length =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(kStripeBytes, request->bytes - offset));
+    Socket& s = *p.sockets[frame % p.sockets.size()];
+    OutFrame& out = s.queue.emplace_back();
+    out.header = make_data_header(request->tag, sequence, request->bytes, offset, length);
+    out.payload = data + offset;
+    out.request = request;
+    offset += length;
+    ++frame;
+  } while (offset < request->bytes);
+  for (Socket* s : p.sockets) flush(*s);
+}
+
+void TcpTransport::post_recv(const RequestPtr& request) {
+  Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  auto match = std::find_if(p.unexpected.begin(), p.unexpected.end(),
+                            [&](const auto& m) { return m->tag == request->tag; });
+  if (match != p.unexpected.end()) {
+    std::shared_ptr<Incoming> m = *match;
+    if (m->bytes != request->bytes) {
+      fail_peer(request->peer, ErrorCode::invalid_argument, size_mismatch(m->bytes, *request));
+      request->error = failure_;
+      request->done = true;
+      return;
+    }
+    p.unexpected.erase(match);
+    if (m->received == m->bytes) {
+      std::memcpy(request->buffer, m->eager.data(), m->bytes);
+      request->transferred = m->bytes;
+      request->done = true;
+    } else {
+      m->waiting = request;
+    }
+    return;
+  }
+  if (p.departed()) {
+    fail_peer(request->peer, ErrorCode::peer_failure,
+              "rank " + std::to_string(request->peer) +
+                  " destroyed its communicator before sending " + request->describe());
+    request->error = failure_;
+    request->done = true;
+    return;
+  }
+  p.posted.push_back(request);
+  unpark(p);
+}
+
+void TcpTransport::unpark(Peer& p) {
+  for (Socket* s : p.sockets) {
+    if (!s->parked) continue;
+    s->parked = false;
+    if (!start_frame(*s)) continue;  // still nowhere to put it
+    update_events(*s);
+  }
+}
+
+bool TcpTransport::flush(Socket& s) {
+  bool wrote = false;
+  while (!s.queue.empty() && !s.closed) {
+    OutFrame& out = s.queue.front();
+    iovec iov[2];
+    int count = 0;
+    const std::size_t header_bytes = sizeof(FrameHeader);
+    if (out.written < header_bytes) {
+      iov[count++] = {reinterpret_cast<char*>(&out.header) + out.written,
+                      header_bytes - out.written};
+    }
+    const char* payload = out.request ? out.payload : out.control_payload.data();
+    std::size_t payload_done = out.written > header_bytes ? out.written - header_bytes : 0;
+    if (out.header.length > payload_done)
+      iov[count++] = {const_cast<char*>(payload) + payload_done, out.header.length - payload_done};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(count);
+    ssize_t n = count == 0 ? 0 : ::sendmsg(s.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      fail_peer(s.peer, ErrorCode::peer_failure,
+                "connection to rank " + std::to_string(s.peer) + " failed while sending (" +
+                    std::strerror(errno) + "); rank " + std::to_string(s.peer) +
+                    " exited or crashed");
+      return true;
+    }
+    wrote = true;
+    std::size_t before = out.written;
+    out.written += static_cast<std::size_t>(n);
+    if (out.request) {
+      std::size_t payload_before = before > header_bytes ? before - header_bytes : 0;
+      std::size_t payload_after = out.written > header_bytes ? out.written - header_bytes : 0;
+      out.request->transferred += payload_after - payload_before;
+    }
+    if (out.written < out.total()) break;
+    if (out.request && out.request->transferred == out.request->bytes) out.request->done = true;
+    s.queue.pop_front();
+  }
+  update_events(s);
+  return wrote;
+}
+
+void TcpTransport::handle_socket(Socket& s, std::uint32_t events) {
+  if (s.closed) return;
+  if (events & EPOLLOUT) flush(s);
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    std::size_t budget = kReadBudget;
+    while (budget > 0 && read_some(s, budget)) {
+    }
+  }
+}
+
+bool TcpTransport::read_some(Socket& s, std::size_t& budget) {
+  if (s.parked || s.closed) return false;
+  char* into;
+  std::size_t want;
+  if (!s.have_header) {
+    into = reinterpret_cast<char*>(&s.header) + s.header_got;
+    want = sizeof(FrameHeader) - s.header_got;
+  } else if (s.target) {
+    into = s.target->destination() + s.header.offset + s.payload_got;
+    want = s.header.length - s.payload_got;
+  } else {
+    into = s.control_payload.data() + s.payload_got;
+    want = s.header.length - s.payload_got;
+  }
+  ssize_t n = want == 0 ? 0 : ::recv(s.fd.get(), into, std::min(want, budget), 0);
+  if (want != 0 && n <= 0) {
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+    if (n == 0 && s.goodbye) {
+      s.closed = true;
+      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s.fd.get(), nullptr);
+      return false;
+    }
+    std::string why = n == 0 ? "closed the connection"
+                             : std::string("connection failed (") + std::strerror(errno) + ")";
+    fail_peer(s.peer, ErrorCode::peer_failure,
+              "rank " + std::to_string(s.peer) + " " + why +
+                  " without saying goodbye: it exited, crashed or was killed");
+    return false;
+  }
+  budget -= std::min<std::size_t>(budget, static_cast<std::size_t>(n));
+  if (!s.have_header) {
+    s.header_got += static_cast<std::size_t>(n);
+    if (s.header_got < sizeof(FrameHeader)) return true;
+    if (std::string why = validate(s.header); !why.empty()) {
+      fail_peer(s.peer, ErrorCode::protocol,
+                "malformed data from rank " + std::to_string(s.peer) + ": " + why);
+      return false;
+    }
+    s.have_header = true;
+    s.payload_got = 0;
+    return start_frame(s);
+  }
+  s.payload_got += static_cast<std::uint32_t>(n);
+  if (s.payload_got == s.header.length) finish_frame(s);
+  return !s.closed && failure_ == nullptr;
+}
+
+// Decides where the payload of the frame whose header was just read goes. Returns false
+// (and parks the socket) when it has nowhere to go yet.
+bool TcpTransport::start_frame(Socket& s) {
+  Peer& p = peers_[static_cast<std::size_t>(s.peer)];
+  const FrameHeader& h = s.header;
+  auto kind = static_cast<FrameKind>(h.kind);
+  if (kind != FrameKind::data) {
+    s.target.reset();
+    s.control_payload.assign(h.length, '\0');
+    if (h.length == 0) finish_frame(s);
+    return !s.closed;
+  }
+  if (h.offset == 0 && s.index == 0) {
+    if (h.sequence != p.next_recv_sequence) {
+      fail_peer(s.peer, ErrorCode::protocol,
+                "message " + std::to_string(h.sequence) + " from rank " + std::to_string(s.peer) +
+                    " out of order (expected " + std::to_string(p.next_recv_sequence) + ")");
+      return false;
+    }
+    reveal(s);
+    if (s.parked) return false;
+  } else {
+    if (h.sequence >= p.next_recv_sequence) {  // its first frame has not arrived on socket 0
+      s.parked = true;
+      update_events(s);
+      return false;
+    }
+    auto it = p.incoming.find(h.sequence);
+    if (it == p.incoming.end() || it->second->bytes != h.message_bytes ||
+        it->second->tag != h.tag) {
+      fail_peer(s.peer, ErrorCode::protocol,
+                "frame of unknown or finished message " + std::to_string(h.sequence) +
+                    " from rank " + std::to_string(s.peer));
+      return false;
+    }
+    s.target = it->second;
+  }
+  if (h.length == 0) finish_frame(s);
+  return !s.closed && failure_ == nullptr;
+}
+
+// The first frame of message `sequence` arrived on socket 0: match it with a receive,
+// buffer it, or park the socket until a receive is posted.
+void TcpTransport::reveal(Socket& s) {
+  Peer& p = peers_[static_cast<std::size_t>(s.peer)];
+  const FrameHeader& h = s.header;
+  auto match = std::find_if(p.posted.begin(), p.posted.end(),
+                            [&](const RequestPtr& r) { return r->tag == h.tag; });
+  auto m = std::make_shared<Incoming>();
+  m->tag = h.tag;
+  m->bytes = h.message_bytes;
+  if (match != p.posted.end()) {
+    if (h.message_bytes != (*match)->bytes) {
+      fail_peer(s.peer, ErrorCode::invalid_argument, size_mismatch(h.message_bytes, **match));
+      return;
+    }
+    m->request = *match;
+    p.posted.erase(match);
+  } else if (h.message_bytes <= kEagerBytes) {
+    m->eager.resize(h.message_bytes);
+    p.unexpected.push_back(m);
+  } else {
+    s.parked = true;
+    update_events(s);
+    return;
+  }
+  p.incoming[h.sequence] = m;
+  ++p.next_recv_sequence;
+  s.target = m;
+  // Continuation frames of this message may be waiting on the other sockets.
+  for (Socket* other : p.sockets)
+    if (other != &s && other->parked) {
+      other->parked = false;
+      if (start_frame(*other)) update_events(*other);
+    }
+}
+
+void TcpTransport::finish_frame(Socket& s) {
+  const FrameHeader h = s.header;
+  s.have_header = false;
+  s.header_got = 0;
+  s.payload_got = 0;
+  auto kind = static_cast<FrameKind>(h.kind);
+  if (kind == FrameKind::goodbye) {
+    s.goodbye = true;
+    Peer& p = peers_[static_cast<std::size_t>(s.peer)];
+    if (p.departed() && !p.posted.empty())
+      fail_peer(s.peer, ErrorCode::peer_failure,
+                "rank " + std::to_string(s.peer) + " destroyed its communicator before sending " +
+                    p.posted.front()->describe());
+    return;
+  }
+  if (kind == FrameKind::abort) {
+    fail_peer(s.peer, ErrorCode::peer_failure,
+              "rank " + std::to_string(s.peer) + " aborted: " + s.control_payload);
+    return;
+  }
+  std::shared_ptr<Incoming> m = std::move(s.target);
+  m->received += h.length;
+  if (m->received == m->bytes)
+    complete_incoming(peers_[static_cast<std::size_t>(s.peer)], h.sequence);
+}
+
+void TcpTransport::complete_incoming(Peer& p, std::uint64_t sequence) {
+  auto it = p.incoming.find(sequence);
+  std::shared_ptr<Incoming> m = it->second;
+  p.incoming.erase(it);
+  RequestPtr done = m->request ? m->request : m->waiting;
+  if (!done) return;  // stays in `unexpected` until a receive takes it
+  if (!m->request) std::memcpy(done->buffer, m->eager.data(), m->bytes);
+  done->transferred = m->bytes;
+  done->done = true;
+}
+
+void TcpTransport::progress(Clock::time_point until) {
+  // Bytes written here may complete the request the caller waits for: then only look at the
+  // sockets, don't sleep on them.
+  bool wrote = false;
+  for (Socket& s : sockets_)
+    if (!s.queue.empty()) wrote |= flush(s);
+  epoll_event events[64];
+  int n = ::epoll_wait(epoll_.get(), events, 64, wrote ? 0 : net::poll_timeout_ms(until));
+  for (int i = 0; i < n; ++i) {
+    const epoll_event& ev = events[i];
+    if (ev.data.u64 == static_cast<std::uint64_t>(listener_.get())) {
+      accept_connections();
+    } else if (ev.data.u64 >> 63) {
+      read_hello(static_cast<int>(ev.data.u64 & 0x7fffffff));
+    } else {
+      handle_socket(*static_cast<Socket*>(ev.data.ptr), ev.events);
+    }
+  }
+  if (!pending_.empty()) drop_stale_handshakes();
+}
+
+void TcpTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {
+  std::exception_ptr error;
+  switch (code) {
+    case ErrorCode::protocol:
+      error = std::make_exception_ptr(ProtocolError("tcp", message, rank_, peer));
+      break;
+    case ErrorCode::invalid_argument:
+      error = std::make_exception_ptr(InvalidArgument("tcp", message, rank_, peer));
+      break;
+    default:
+      error = std::make_exception_ptr(PeerError("tcp", message, rank_, peer));
+      break;
+  }
+  fail_peer(peer, error);
+}
+
+void TcpTransport::fail_peer(int peer, std::exception_ptr error) {
+  if (!failure_) failure_ = error;
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  for (Socket* s : p.sockets) {
+    if (s->closed) continue;
+    s->closed = true;
+    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+    for (auto& out : s->queue)
+      if (out.request && !out.request->done) {
+        out.request->error = error;
+        out.request->done = true;
+      }
+    s->queue.clear();
+  }
+  for (auto& r : p.posted) {
+    r->error = error;
+    r->done = true;
+  }
+  p.posted.clear();
+  for (auto& [seq, m] : p.incoming)
+    for (const RequestPtr& r : {m->request, m->waiting})
+      if (r && !r->done) {
+        r->error = error;
+        r->done = true;
+      }
+  p.incoming.clear();
+}
+
+void TcpTransport::abort(const std::string& reason) noexcept {
+  if (aborted_) return;
+  aborted_ = true;
+  std::string text = reason.substr(0, kMaxAbortText);
+  for (Peer& p : peers_) {
+    for (Socket* s : p.sockets) {
+      if (s->closed || s->goodbye) continue;
+      // Only at a frame boundary: a frame half written cannot be interrupted.
+      if (!s->queue.empty() && s->queue.front().written > 0) continue;
+      s->queue.clear();
+      OutFrame& out = s->queue.emplace_back();
+      out.header = make_control_header(FrameKind::abort, static_cast<std::uint32_t>(text.size()));
+      out.control_payload = text;
+      try {
+        flush(*s);
+      } catch (...) {
+      }
+      break;  // one socket per peer is enough
+    }
+  }
+}
+
+std::string TcpTransport::pending_state() const {
+  std::string text;
+  for (std::size_t r = 0; r < peers_.size(); ++r) {
+    const Peer& p = peers_[r];
+    std::string line;
+    for (const Socket* s : p.sockets)
+      if (s->parked || !s->queue.empty() || s->have_header)
+        line += " socket " + std::to_string(s->index) + (s->parked ? " parked" : "") +
+                (s->have_header ? " in frame of message " + std::to_string(s->header.sequence) +
+                                      " (tag " + hex_tag(s->header.tag) + ")"
+                                : "") +
+                ", " + std::to_string(s->queue.size()) + " frames to send;";
+    if (p.posted.empty() && p.unexpected.empty() && p.incoming.empty() && line.empty()) continue;
+    text += "rank " + std::to_string(r) + ": " + std::to_string(p.posted.size()) +
+            " receives posted, " + std::to_string(p.unexpected.size()) + " unexpected, " +
+            std::to_string(p.incoming.size()) + " arriving, messages received " +
+            std::to_string(p.next_recv_sequence) + ", sent " +
+            std::to_string(p.next_send_sequence) + ";" + line + "\n";
+  }
+  return text;
+}
+
+void TcpTransport::send_goodbyes() noexcept {
+  if (aborted_) return;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (Socket& s : sockets_) {
+    if (s.closed) continue;
+    OutFrame& out = s.queue.emplace_back();
+    out.header = make_control_header(FrameKind::goodbye, 0);
+  }
+  // Flush what is queued (normally just the goodbyes) without waiting on a stuck peer.
+  try {
+    while (Clock::now() < deadline &&
+           std::any_of(sockets_.begin(), sockets_.end(),
+                       [](const Socket& s) { return !s.closed && !s.queue.empty(); }))
+      progress(std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+  } catch (...) {
+  }
+}
+
+const TransportRegistrar kTcpRegistration{TransportInfo{
+    "tcp", "TCP sockets with an epoll progress engine, striping over several sockets per peer",
+    [](const TransportSetup& setup) { return std::make_unique<TcpTransport>(setup); }}};
+
+}  // namespace
+}  // namespace arcoll
