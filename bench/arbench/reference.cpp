@@ -13,50 +13,6 @@ namespace arbench {
 using arcoll::DataType;
 using arcoll::ReduceOp;
 
-std::uint16_t float_to_half(float value) {
-  const auto x = std::bit_cast<std::uint32_t>(value);
-  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
-  const std::uint32_t magnitude = x & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7e00u;   // NaN
-  if (magnitude >= 0x47800000u) return sign | 0x7c00u;  // >= 2^16: infinity
-  if (magnitude < 0x38800000u) {                        // below 2^-14: subnormal or zero
-    // Units of 2^-24, rounded to nearest even; 1024 units is the smallest normal number.
-    const double units = static_cast<double>(std::bit_cast<float>(magnitude)) * 16777216.0;
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(units)));
-  }
-  const std::uint32_t exponent = (magnitude >> 23) - 127 + 15;
-  const std::uint32_t mantissa = magnitude & 0x7fffffu;
-  std::uint32_t half = (exponent << 10) | (mantissa >> 13);
-  const std::uint32_t rest = mantissa & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // a carry may give infinity
-  return static_cast<std::uint16_t>(sign | half);
-}
-
-double half_to_double(std::uint16_t bits) {
-  const int exponent = (bits >> 10) & 0x1f;
-  const int mantissa = bits & 0x3ff;
-  double value;
-  if (exponent == 0)
-    value = std::ldexp(mantissa, -24);
-  else if (exponent == 31)
-    value = mantissa != 0 ? std::numeric_limits<double>::quiet_NaN()
-                          : std::numeric_limits<double>::infinity();
-  else
-    value = std::ldexp(mantissa + 1024, exponent - 25);
-  return (bits & 0x8000u) != 0 ? -value : value;
-}
-
-std::uint16_t float_to_bf16(float value) {
-  const auto x = std::bit_cast<std::uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
-  const std::uint32_t bias = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>((x + bias) >> 16);
-}
-
-double bf16_to_double(std::uint16_t bits) {
-  return static_cast<double>(std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16));
-}
-
 namespace {
 
 // What the check needs to know about a floating element type: conversions, the largest
@@ -84,16 +40,18 @@ template <>
 struct Floating<Half> {
   static constexpr std::int64_t kExactLimit = 2048;
   static constexpr double kEpsilon = 0x1p-10;
-  static Half from_double(double v) { return Half{float_to_half(static_cast<float>(v))}; }
-  static double to_double(Half v) { return half_to_double(v.bits); }
+  static Half from_double(double v) { return Half{arcoll::float_to_half(static_cast<float>(v))}; }
+  static double to_double(Half v) { return arcoll::half_to_float(v.bits); }
 };
 
 template <>
 struct Floating<BFloat16> {
   static constexpr std::int64_t kExactLimit = 256;
   static constexpr double kEpsilon = 0x1p-7;
-  static BFloat16 from_double(double v) { return BFloat16{float_to_bf16(static_cast<float>(v))}; }
-  static double to_double(BFloat16 v) { return bf16_to_double(v.bits); }
+  static BFloat16 from_double(double v) {
+    return BFloat16{arcoll::float_to_bf16(static_cast<float>(v))};
+  }
+  static double to_double(BFloat16 v) { return arcoll::bf16_to_float(v.bits); }
 };
 
 template <typename T>
@@ -179,22 +137,7 @@ T from_seed(std::int64_t seed) {
 double reduce_floating(ReduceOp op, const std::vector<std::int64_t>& seeds) {
   double acc = static_cast<double>(seeds[0]);
   for (std::size_t r = 1; r < seeds.size(); ++r) {
-    const auto v = static_cast<double>(seeds[r]);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        acc += v;
-        break;
-      case ReduceOp::prod:
-        acc *= v;
-        break;
-      case ReduceOp::min:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::max:
-        acc = std::max(acc, v);
-        break;
-    }
+    acc = arcoll::apply(op, acc, static_cast<double>(seeds[r]));
   }
   if (op == ReduceOp::avg) acc /= static_cast<double>(seeds.size());
   return acc;

@@ -46,12 +46,6 @@ decltype(auto) with_type(arcoll::DataType type, F&& f) {
   throw std::invalid_argument("arbench: unknown data type");
 }
 
-// Round-to-nearest-even conversions of the 16-bit types (NaN stays NaN, overflow gives inf).
-std::uint16_t float_to_half(float value);
-double half_to_double(std::uint16_t bits);
-std::uint16_t float_to_bf16(float value);
-double bf16_to_double(std::uint16_t bits);
-
 // One rank's input and the expected allreduce result for one type and operator.
 //
 // Values are chosen so that results are exact whatever the reduction order: small integers

@@ -32,6 +32,17 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name);
 // True when `op` can be applied to `type`; see ReduceOp::avg.
 bool is_supported(DataType type, ReduceOp op);
 
+// f16 and bf16 elements are carried as their bits; these convert them (round to nearest
+// even; NaN stays NaN; f16 overflow gives infinity).
+float half_to_float(std::uint16_t bits);
+std::uint16_t float_to_half(float value);
+float bf16_to_float(std::uint16_t bits);
+std::uint16_t float_to_bf16(float value);
+
+// What `op` means for two values, in double: the reference that results are checked
+// against (avg accumulates as sum; divide by the world size at the end).
+double apply(ReduceOp op, double accumulated, double value);
+
 // Library version and the git commit it was built from ("unknown" outside a checkout).
 std::string_view version();
 std::string_view git_commit();

@@ -200,7 +200,7 @@ TEST(Errors, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
 TEST(Errors, MismatchedCountsAcrossRanksAreReported) {
   LocalLaunchOptions options;
   options.ranks = 2;
-  options.env["ARCOLL_TIMEOUT"] = "5";
+  options.env = {{"ARCOLL_TIMEOUT", "5"}};
   auto exits = launch(options, [] {
     auto comm = Communicator::from_env();
     // Rank 1 sends more than rank 0 expects.

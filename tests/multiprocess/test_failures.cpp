@@ -49,7 +49,7 @@ TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
   const int victim = GetParam();
   LocalLaunchOptions options;
   options.ranks = 4;
-  options.env["ARCOLL_TIMEOUT"] = "10";
+  options.env = {{"ARCOLL_TIMEOUT", "10"}};
   options.failure_grace = std::chrono::seconds(30);
   auto exits = launch(options, [&] {
     auto comm = Communicator::from_env();
@@ -76,7 +76,7 @@ TEST(MissingRank, ThoseThatStartedFailWithinTheTimeoutNamingIt) {
   LocalLaunchOptions options;
   options.ranks = 4;
   options.started_ranks = 3;  // rank 3 never starts
-  options.env["ARCOLL_TIMEOUT"] = "3";
+  options.env = {{"ARCOLL_TIMEOUT", "3"}};
   auto exits = launch(options, [] {
     const auto start = Clock::now();
     try {
@@ -108,7 +108,7 @@ bool poke(const net::Endpoint& endpoint, const std::string& bytes) {
 TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
   LocalLaunchOptions options;
   options.ranks = 3;
-  options.env["ARCOLL_TIMEOUT"] = "20";
+  options.env = {{"ARCOLL_TIMEOUT", "20"}};
   auto exits = launch(options, [] {
     auto comm = Communicator::from_env();
     std::thread stranger;

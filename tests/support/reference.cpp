@@ -5,8 +5,6 @@
 #include <cstring>
 #include <limits>
 
-#include "src/reduce.hpp"
-
 namespace arcoll::testing {
 namespace {
 
@@ -50,12 +48,12 @@ double load(const void* buffer, DataType type, std::size_t i) {
     case DataType::f16: {
       std::uint16_t v;
       std::memcpy(&v, p + 2 * i, 2);
-      return kernels::half_to_float(v);
+      return half_to_float(v);
     }
     case DataType::bf16: {
       std::uint16_t v;
       std::memcpy(&v, p + 2 * i, 2);
-      return kernels::bf16_to_float(v);
+      return bf16_to_float(v);
     }
     case DataType::i8:
       return static_cast<std::int8_t>(p[i]);
@@ -87,12 +85,12 @@ void store(void* buffer, DataType type, std::size_t i, double value) {
       std::memcpy(p + 8 * i, &value, 8);
       return;
     case DataType::f16: {
-      auto v = kernels::float_to_half(static_cast<float>(value));
+      auto v = float_to_half(static_cast<float>(value));
       std::memcpy(p + 2 * i, &v, 2);
       return;
     }
     case DataType::bf16: {
-      auto v = kernels::float_to_bf16(static_cast<float>(value));
+      auto v = float_to_bf16(static_cast<float>(value));
       std::memcpy(p + 2 * i, &v, 2);
       return;
     }
@@ -145,22 +143,7 @@ std::vector<unsigned char> make_input(DataType type, ReduceOp op, int rank, std:
 double expected(DataType type, ReduceOp op, int world, std::size_t i, std::size_t salt) {
   double acc = input_value(type, op, 0, i, salt);
   for (int r = 1; r < world; ++r) {
-    const double v = input_value(type, op, r, i, salt);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg:
-        acc += v;
-        break;
-      case ReduceOp::prod:
-        acc *= v;
-        break;
-      case ReduceOp::min:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::max:
-        acc = std::max(acc, v);
-        break;
-    }
+    acc = apply(op, acc, input_value(type, op, r, i, salt));
   }
   if (op == ReduceOp::avg) return acc / world;
   // Round through the type: integer wrap, float rounding.
