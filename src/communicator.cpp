@@ -93,7 +93,14 @@ class Communicator::Impl final : public PointToPoint {
   // `blocks` blocks of `count` elements each.
   void check_buffer(const char* operation, const void* buffer, std::size_t count, DataType type,
                     std::size_t blocks = 1);
-  void check_usable(const std::string& operation) const;
+  template <class Name>
+  void check_usable(const Name& operation) const {
+    if (!broken_.empty())
+      throw PeerError(operation(),
+                      "this communicator can no longer be used after an earlier failure (" +
+                          broken_ + "); destroy it and create a new one",
+                      rank_);
+  }
   const std::string& algorithm_for(Collective collective) const;
 
   Options options_;
@@ -118,7 +125,13 @@ class Communicator::Impl final : public PointToPoint {
   std::vector<std::vector<char>> scratch_;
   std::uint64_t sequence_ = 0;  // collectives started
   std::uint32_t tag_ = kCollectiveTagBit;
-  std::string operation_;  // the call in progress, for error messages
+  // The call in progress, named only when an error needs it.
+  std::string_view call_kind_ = "";
+  bool call_numbered_ = false;
+  std::string call_name() const {
+    return call_numbered_ ? std::string(call_kind_) + " #" + std::to_string(sequence_)
+                          : std::string(call_kind_);
+  }
   Clock::time_point deadline_{};
   std::string broken_;  // why the communicator can no longer be used
 };
@@ -243,7 +256,7 @@ void Communicator::Impl::wait(const RequestPtr& request) {
   while (!request->done) {
     if (auto failure = transport_->failure()) std::rethrow_exception(failure);
     if (Clock::now() >= deadline_) {
-      throw TimeoutError(operation_,
+      throw TimeoutError(call_name(),
                          "no progress within " + seconds_text(options_.timeout) +
                              " (ARCOLL_TIMEOUT) waiting for the " + request->describe() +
                              ": rank " + std::to_string(request->peer) +
@@ -261,14 +274,6 @@ void* Communicator::Impl::scratch(std::size_t bytes, int slot) {
   auto& buffer = scratch_[static_cast<std::size_t>(slot)];
   if (buffer.size() < bytes) buffer.resize(bytes);
   return buffer.data();
-}
-
-void Communicator::Impl::check_usable(const std::string& operation) const {
-  if (!broken_.empty())
-    throw PeerError(operation,
-                    "this communicator can no longer be used after an earlier failure (" + broken_ +
-                        "); destroy it and create a new one",
-                    rank_);
 }
 
 void Communicator::Impl::check_buffer(const char* operation, const void* buffer, std::size_t count,
@@ -300,25 +305,28 @@ void Communicator::Impl::fail(const Error& e, const std::string& operation) {
 }
 
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
-  const std::string operation =
-      std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1);
-  check_usable(operation);
+  // Validation happens before the call gets its number.
+  auto next_name = [&] {
+    return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1);
+  };
+  check_usable(next_name);
   if (static_cast<unsigned>(args.op) > static_cast<unsigned>(ReduceOp::avg))
-    throw InvalidArgument(operation, "unknown reduction operator", rank_);
+    throw InvalidArgument(next_name(), "unknown reduction operator", rank_);
   if (!is_supported(args.type, args.op))
-    throw InvalidArgument(operation,
+    throw InvalidArgument(next_name(),
                           "avg is only defined for floating-point types, not " +
                               std::string(to_string(args.type)) +
                               " (integer averages would truncate): use sum and divide",
                           rank_);
   if (args.root < 0 || args.root >= size_)
-    throw InvalidArgument(operation,
+    throw InvalidArgument(next_name(),
                           "root " + std::to_string(args.root) + " is not a rank of this " +
                               std::to_string(size_) + "-rank communicator",
                           rank_);
   ++sequence_;
   tag_ = kCollectiveTagBit | static_cast<std::uint32_t>(sequence_ & 0x7fffffffu);
-  operation_ = operation;
+  call_kind_ = to_string(collective);
+  call_numbered_ = true;
   deadline_ = Clock::now() + options_.timeout;
   const CollectiveFn* fn =
       AlgorithmRegistry::instance().find(algorithm_for(collective), collective);
@@ -330,15 +338,15 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     if (args.op == ReduceOp::avg) kernels::divide_by(args.recv, args.count, args.type, size_);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::invalid_argument && transport_->failure() == nullptr)
-      rethrow_as(e, operation, rank_);
-    fail(e, operation);
+      rethrow_as(e, call_name(), rank_);
+    fail(e, call_name());
   }
 }
 
 void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::size_t bytes,
                                         int peer, int tag) {
-  const std::string operation = kind == Request::Kind::send ? "send" : "recv";
-  check_usable(operation);
+  const char* operation = kind == Request::Kind::send ? "send" : "recv";
+  check_usable([&] { return std::string(operation); });
   if (peer < 0 || peer >= size_ || peer == rank_)
     throw InvalidArgument(operation,
                           "peer " + std::to_string(peer) + " is not another rank of this " +
@@ -348,7 +356,8 @@ void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::s
   if (buffer == nullptr && bytes != 0)
     throw InvalidArgument(operation, "null buffer with " + std::to_string(bytes) + " bytes", rank_,
                           peer);
-  operation_ = operation;
+  call_kind_ = operation;
+  call_numbered_ = false;
   deadline_ = Clock::now() + options_.timeout;
   try {
     wait(start(kind, peer, buffer, bytes, static_cast<std::uint32_t>(tag)));
