@@ -4,7 +4,7 @@
 set -euo pipefail
 
 required=(
-  g++ cmake ninja-build pkg-config git python3
+  g++ cmake ninja-build pkg-config git python3 procps
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   openmpi-bin libopenmpi-dev
