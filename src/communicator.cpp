@@ -203,6 +203,11 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     local_size_ = static_cast<int>(std::count(nodes.begin(), nodes.end(), node_name_));
     local_rank_ = static_cast<int>(std::count(nodes.begin(), nodes.begin() + rank_, node_name_));
   }
+  setup.busy_poll = options_.busy_poll;
+  if (setup.busy_poll.count() < 0) {
+    const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+    setup.busy_poll = std::chrono::microseconds(local_size_ <= cores ? 50 : 0);
+  }
   transport_ = info->create(setup);
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
              std::to_string(node_count_) + " host(s), transport " + transport_name);

@@ -80,6 +80,8 @@ Options Options::from_env() {
       throw ConfigurationError("environment", "ARCOLL_SOCKETS_PER_PEER must be within 1..64");
     options.sockets_per_peer = static_cast<int>(*v);
   }
+  if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
+    options.busy_poll = std::chrono::microseconds(*v);
   if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
     auto bytes = parse_byte_size(*v);
     if (!bytes || *bytes == 0)

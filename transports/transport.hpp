@@ -25,9 +25,10 @@ struct TransportSetup {
   int size = 1;
   StoreClient* store = nullptr;  // for exchanging addresses; null for a world of one
   const Options* options = nullptr;
-  std::string listen_address;       // local IPv4 address to listen on
-  std::uint64_t job_id = 0;         // shared by every rank of this job
-  net::Clock::time_point deadline;  // for connection setup
+  std::string listen_address;              // local IPv4 address to listen on
+  std::uint64_t job_id = 0;                // shared by every rank of this job
+  net::Clock::time_point deadline;         // for connection setup
+  std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
 };
 
 class Transport {

@@ -26,6 +26,11 @@ struct Options {
   // Pipeline chunk of ring algorithms (ARCOLL_CHUNK_BYTES, K/M suffixes allowed).
   std::size_t chunk_bytes = 512 * 1024;
 
+  // How long a wait polls the network before sleeping (ARCOLL_BUSY_POLL_US). Negative:
+  // automatic, 50 us when this host has a core for each of its ranks, else 0 (a spinning
+  // rank would take the CPU from the very peer it waits for).
+  std::chrono::microseconds busy_poll{-1};
+
   static Options from_env();
 };
 

@@ -144,6 +144,7 @@ class TcpTransport final : public Transport {
   int rank_;
   int size_;
   int sockets_per_peer_;
+  std::chrono::microseconds busy_poll_;
   HelloExpectation expect_;
   net::Fd listener_;
   net::Fd epoll_;
@@ -158,6 +159,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       size_(setup.size),
       sockets_per_peer_(setup.options->sockets_per_peer),
+      busy_poll_(setup.busy_poll),
       expect_{setup.job_id, setup.size, setup.options->sockets_per_peer},
       peers_(static_cast<std::size_t>(setup.size)) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -615,7 +617,15 @@ void TcpTransport::progress(Clock::time_point until) {
   for (Socket& s : sockets_)
     if (!s.queue.empty()) wrote |= flush(s);
   epoll_event events[64];
-  int n = ::epoll_wait(epoll_.get(), events, 64, wrote ? 0 : net::poll_timeout_ms(until));
+  int n = 0;
+  if (wrote) {
+    n = ::epoll_wait(epoll_.get(), events, 64, 0);
+  } else {
+    // Poll a little before sleeping: a wake-up from epoll costs more than a short spin.
+    const auto spin_end = std::min(until, Clock::now() + busy_poll_);
+    while (n == 0 && Clock::now() < spin_end) n = ::epoll_wait(epoll_.get(), events, 64, 0);
+    if (n == 0) n = ::epoll_wait(epoll_.get(), events, 64, net::poll_timeout_ms(until));
+  }
   for (int i = 0; i < n; ++i) {
     const epoll_event& ev = events[i];
     if (ev.data.u64 == static_cast<std::uint64_t>(listener_.get())) {
