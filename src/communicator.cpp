@@ -111,6 +111,7 @@ class Communicator::Impl final : public PointToPoint {
   int node_id_ = 0;
   int node_count_ = 1;
   std::string node_name_;
+  std::string transport_name_;
 
  private:
   RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
@@ -157,9 +158,9 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
 }
 
 void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point deadline) {
-  const std::string transport_name = options_.transport == "auto" ? "tcp" : options_.transport;
-  const TransportInfo* info = TransportRegistry::instance().find(transport_name);
-  if (info == nullptr) {
+  // A forced transport is checked before anyone waits on this rank.
+  if (options_.transport != "auto" &&
+      TransportRegistry::instance().find(options_.transport) == nullptr) {
     std::string known = "auto";
     for (const auto& n : TransportRegistry::instance().names()) known += ", " + n;
     throw InvalidArgument("communicator",
@@ -208,9 +209,14 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
     setup.busy_poll = std::chrono::microseconds(local_size_ <= cores ? 50 : 0);
   }
-  transport_ = info->create(setup);
+  // "auto": shared memory when every rank is on this host, else TCP (mixing both per pair of
+  // ranks is not done yet).
+  transport_name_ = options_.transport != "auto" ? options_.transport
+                    : node_count_ == 1           ? "shm"
+                                                 : "tcp";
+  transport_ = TransportRegistry::instance().find(transport_name_)->create(setup);
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
-             std::to_string(node_count_) + " host(s), transport " + transport_name);
+             std::to_string(node_count_) + " host(s), transport " + transport_name_);
 }
 
 std::vector<std::string> Communicator::Impl::gather_node_names(Clock::time_point deadline) {
@@ -407,7 +413,7 @@ const Options& Communicator::options() const {
   return impl_->options_;
 }
 std::string Communicator::transport_name() const {
-  return impl_->options_.transport == "auto" ? "tcp" : impl_->options_.transport;
+  return impl_->transport_name_;
 }
 std::string Communicator::algorithm_name() const {
   return impl_->algorithm_for(Collective::allreduce);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 namespace arcoll::testing {
 
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body) {
@@ -12,6 +14,11 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
     int code = body();
     return code == 0 && ::testing::Test::HasFailure() ? 1 : code;
   });
+}
+
+std::string expected_transport() {
+  const char* forced = std::getenv("ARCOLL_TRANSPORT");
+  return forced != nullptr && *forced != '\0' && std::string(forced) != "auto" ? forced : "shm";
 }
 
 std::string describe(const std::vector<RankExit>& exits) {

@@ -1,0 +1,663 @@
+// Shared-memory transport between ranks of one host.
+//
+// Each rank owns a POSIX shared-memory segment holding one single-producer/single-consumer
+// byte ring per peer (the peer writes, the owner reads) and a doorbell word. Small messages
+// travel through the ring as fragments (two copies, but no system call); large ones travel
+// as a descriptor of the sender's buffer, which the receiver reads straight into its
+// destination with process_vm_readv (one copy) and acknowledges. When cross-memory attach is
+// denied, large messages fall back to fragments. Waiting polls briefly, then sleeps on the
+// doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
+// Segments are unlinked once every rank has mapped them: a crash leaves nothing in /dev/shm.
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "arcoll/error.hpp"
+#include "src/log.hpp"
+#include "src/store.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll {
+namespace {
+
+using net::Clock;
+
+constexpr std::size_t kRingBytes = 256 * 1024;
+constexpr std::size_t kFragmentBytes = 32 * 1024;
+// Messages up to this size are copied through the ring; larger ones are read by the receiver
+// from the sender's memory (single copy).
+constexpr std::size_t kEagerBytes = 64 * 1024;
+constexpr auto kSleepSlice = std::chrono::milliseconds(20);
+
+enum class EntryKind : std::uint32_t {
+  fragment = 1,
+  descriptor = 2,
+  ack = 3,
+  goodbye = 4,
+  abort = 5
+};
+
+struct Entry {
+  EntryKind kind;
+  std::uint32_t tag;
+  std::uint64_t message_bytes;  // whole message
+  std::uint64_t offset;         // fragment: where its payload goes; ack: the send's id
+  std::uint64_t address;        // descriptor: sender's buffer; its send id in `offset`
+  std::uint32_t payload;        // fragment or abort text bytes following the entry
+  std::uint32_t pad;
+};
+static_assert(sizeof(Entry) == 40);
+
+struct alignas(64) Ring {
+  std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
+  char pad0[56];
+  std::atomic<std::uint64_t> tail;            // produced bytes, written by the peer (writer)
+  std::atomic<std::uint32_t> writer_waiting;  // the writer sleeps until space frees
+  char pad1[52];
+  char data[kRingBytes];
+};
+
+struct SegmentHeader {
+  std::atomic<std::uint32_t> doorbell;
+  std::atomic<std::uint32_t> sleeping;
+  std::int32_t pid;
+  char pad[52];
+};
+
+std::size_t segment_bytes(int size) {
+  return sizeof(SegmentHeader) + static_cast<std::size_t>(size) * sizeof(Ring);
+}
+
+Ring* ring_of(void* segment, int writer) {
+  return reinterpret_cast<Ring*>(static_cast<char*>(segment) + sizeof(SegmentHeader)) + writer;
+}
+
+SegmentHeader* header_of(void* segment) {
+  return static_cast<SegmentHeader*>(segment);
+}
+
+std::string segment_name(std::uint64_t job, int rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/arcoll-%016llx-%d", static_cast<unsigned long long>(job),
+                rank);
+  return name;
+}
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1'000'000'000),
+              static_cast<long>(timeout.count() % 1'000'000'000)};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
+}
+
+void futex_wake(std::atomic<std::uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr,
+            nullptr, 0);
+}
+
+// Copies into / out of a ring at a running position, wrapping at the end.
+void ring_copy_in(Ring* r, std::uint64_t position, const void* src, std::size_t n) {
+  const std::size_t at = position % kRingBytes;
+  const std::size_t first = std::min(n, kRingBytes - at);
+  std::memcpy(r->data + at, src, first);
+  std::memcpy(r->data, static_cast<const char*>(src) + first, n - first);
+}
+
+void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t n) {
+  const std::size_t at = position % kRingBytes;
+  const std::size_t first = std::min(n, kRingBytes - at);
+  std::memcpy(dst, r->data + at, first);
+  std::memcpy(static_cast<char*>(dst) + first, r->data, n - first);
+}
+
+std::size_t padded(std::size_t n) {
+  return (n + 7) & ~std::size_t{7};
+}
+
+std::string size_mismatch(int peer, std::uint64_t arrived, const Request& receive) {
+  return "rank " + std::to_string(peer) + " sent " + std::to_string(arrived) +
+         " B where this rank expected " + std::to_string(receive.bytes) +
+         " B: do all ranks pass the same count and type?";
+}
+
+// A message being received: into a matched receive, or buffered until one is posted.
+struct Incoming {
+  std::uint32_t tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t received = 0;
+  RequestPtr request;
+  std::vector<char> buffered;
+  // Descriptor messages: where the data lives in the sender, and the id to acknowledge.
+  bool remote = false;
+  std::uint64_t address = 0;
+  std::uint64_t send_id = 0;
+};
+
+// An entry waiting for room in a peer's ring.
+struct Outgoing {
+  explicit Outgoing(const Entry& e, const char* data = nullptr, RequestPtr r = {},
+                    bool last = false)
+      : entry(e), payload(data), request(std::move(r)), last_fragment(last) {}
+  Entry entry;
+  const char* payload = nullptr;
+  std::string owned;   // control payloads
+  RequestPtr request;  // completes when written (fragments) or acknowledged (descriptors)
+  bool last_fragment = false;
+};
+
+Entry control_entry(EntryKind kind, std::uint64_t id = 0, std::uint32_t payload = 0) {
+  return Entry{kind, 0, 0, id, 0, payload, 0};
+}
+
+struct Peer {
+  void* segment = nullptr;  // the peer's segment (our ring to it is at our rank)
+  int pid = 0;
+  net::Fd pidfd;
+  std::deque<Outgoing> outgoing;
+  std::deque<RequestPtr> posted;
+  std::deque<std::shared_ptr<Incoming>> unexpected;
+  std::shared_ptr<Incoming> current;  // fragments still to come, in ring order
+  bool parked = false;                // a large message waits for its receive
+  std::map<std::uint64_t, RequestPtr> awaiting_ack;
+  std::uint64_t next_send_id = 0;
+  bool goodbye = false;
+};
+
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(const TransportSetup& setup);
+  ~ShmTransport() override;
+
+  std::string_view name() const override { return "shm"; }
+  void post(const RequestPtr& request) override;
+  void progress(Clock::time_point until) override;
+  std::exception_ptr failure() const override { return failure_; }
+  void abort(const std::string& reason) noexcept override;
+  std::string pending_state() const override;
+
+ private:
+  // Moves entries out of our rings and into peers' rings; true when anything moved.
+  bool poll_once();
+  bool drain_ring(int peer);
+  bool push_outgoing(int peer);
+  void deliver(int peer, const Entry& e, std::uint64_t payload_at);
+  void post_recv(const RequestPtr& request);
+  void complete_remote(int peer, const std::shared_ptr<Incoming>& m);
+  void enqueue(int peer, Outgoing out);
+  void fail_peer(int peer, ErrorCode code, const std::string& message);
+  void check_peers_alive();
+
+  int rank_;
+  int size_;
+  void* own_ = nullptr;
+  std::vector<Peer> peers_;
+  bool cma_ = true;
+  std::chrono::microseconds busy_poll_;
+  std::exception_ptr failure_;
+  bool aborted_ = false;
+};
+
+ShmTransport::ShmTransport(const TransportSetup& setup)
+    : rank_(setup.rank),
+      size_(setup.size),
+      peers_(static_cast<std::size_t>(setup.size)),
+      busy_poll_(setup.busy_poll) {
+  if (size_ == 1) return;
+  const std::size_t bytes = segment_bytes(size_);
+  const std::string own_name = segment_name(setup.job_id, rank_);
+  net::Fd fd(::shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd)
+    throw SystemError("shm setup", "shm_open(" + own_name + "): " + std::strerror(errno), rank_);
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    ::shm_unlink(own_name.c_str());
+    throw SystemError(
+        "shm setup",
+        "ftruncate of " + std::to_string(bytes) + " B in /dev/shm: " + std::strerror(errno), rank_);
+  }
+  own_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (own_ == MAP_FAILED) {
+    ::shm_unlink(own_name.c_str());
+    throw SystemError("shm setup", std::string("mmap: ") + std::strerror(errno), rank_);
+  }
+  header_of(own_)->pid = ::getpid();
+  // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
+  // our address space (to probe whether cross-memory reads are allowed).
+  setup.store->set(
+      "shm/ready/" + std::to_string(rank_),
+      std::to_string(::getpid()) + " " + std::to_string(reinterpret_cast<std::uintptr_t>(own_)));
+  try {
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      auto ready = setup.store->get("shm/ready/" + std::to_string(p), setup.deadline);
+      if (!ready)
+        throw TimeoutError("shm setup", "rank " + std::to_string(p) + " never created its segment",
+                           rank_, p);
+      Peer& peer = peers_[static_cast<std::size_t>(p)];
+      unsigned long long address = 0;
+      if (std::sscanf(ready->c_str(), "%d %llu", &peer.pid, &address) != 2)
+        throw ProtocolError("shm setup", "malformed segment announcement '" + *ready + "'", rank_,
+                            p);
+      net::Fd peer_fd(::shm_open(segment_name(setup.job_id, p).c_str(), O_RDWR | O_CLOEXEC, 0));
+      if (!peer_fd)
+        throw SystemError("shm setup",
+                          "cannot open rank " + std::to_string(p) +
+                              "'s segment: " + std::strerror(errno) + " (is it on another host?)",
+                          rank_, p);
+      peer.segment = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd.get(), 0);
+      if (peer.segment == MAP_FAILED)
+        throw SystemError("shm setup", std::string("mmap: ") + std::strerror(errno), rank_, p);
+      peer.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, peer.pid, 0)));
+      std::int32_t probe = 0;
+      iovec local{&probe, sizeof probe};
+      iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, pid)), sizeof probe};
+      if (cma_ && (::process_vm_readv(peer.pid, &local, 1, &remote, 1, 0) != sizeof probe ||
+                   probe != peer.pid)) {
+        cma_ = false;
+        log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
+                  " is not allowed (" + std::strerror(errno) +
+                  "); large messages are copied through shared memory");
+      }
+    }
+    // Every rank has mapped every segment once all have said so: then the names can go.
+    setup.store->set("shm/mapped/" + std::to_string(rank_), "1");
+    for (int p = 0; p < size_; ++p)
+      if (!setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline))
+        throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
+                           rank_, p);
+  } catch (...) {
+    ::shm_unlink(own_name.c_str());
+    throw;
+  }
+  ::shm_unlink(own_name.c_str());
+}
+
+ShmTransport::~ShmTransport() {
+  if (!aborted_ && size_ > 1) {
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && !failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (Clock::now() < deadline &&
+           std::any_of(peers_.begin(), peers_.end(),
+                       [](const Peer& p) { return !p.outgoing.empty(); }) &&
+           !failure_) {
+      if (!poll_once()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  const std::size_t bytes = segment_bytes(size_);
+  for (Peer& p : peers_)
+    if (p.segment != nullptr && p.segment != MAP_FAILED) ::munmap(p.segment, bytes);
+  if (own_ != nullptr && own_ != MAP_FAILED) ::munmap(own_, bytes);
+}
+
+void ShmTransport::enqueue(int peer, Outgoing out) {
+  peers_[static_cast<std::size_t>(peer)].outgoing.push_back(std::move(out));
+  push_outgoing(peer);
+}
+
+void ShmTransport::post(const RequestPtr& request) {
+  if (request->peer < 0 || request->peer >= size_ || request->peer == rank_)
+    throw InvalidArgument("shm", "no connection to rank " + std::to_string(request->peer), rank_);
+  if (failure_) {
+    request->error = failure_;
+    request->done = true;
+    return;
+  }
+  Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  if (request->kind == Request::Kind::recv) {
+    post_recv(request);
+    return;
+  }
+  if (request->bytes > kEagerBytes && cma_) {
+    const std::uint64_t id = p.next_send_id++;
+    p.awaiting_ack[id] = request;
+    enqueue(request->peer, Outgoing(Entry{EntryKind::descriptor, request->tag, request->bytes, id,
+                                          reinterpret_cast<std::uint64_t>(request->buffer), 0, 0}));
+    return;
+  }
+  const auto* data = static_cast<const char*>(request->buffer);
+  std::uint64_t offset = 0;
+  do {
+    const auto n = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(kFragmentBytes, request->bytes - offset));
+    p.outgoing.emplace_back(
+        Entry{EntryKind::fragment, request->tag, request->bytes, offset, 0, n, 0}, data + offset,
+        request, offset + n == request->bytes);
+    offset += n;
+  } while (offset < request->bytes);
+  push_outgoing(request->peer);
+}
+
+bool ShmTransport::push_outgoing(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.outgoing.empty() || p.segment == nullptr) return false;
+  Ring* ring = ring_of(p.segment, rank_);
+  bool moved = false;
+  std::uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+  while (!p.outgoing.empty()) {
+    Outgoing& out = p.outgoing.front();
+    const std::size_t need = sizeof(Entry) + padded(out.entry.payload);
+    const std::uint64_t head = ring->head.load(std::memory_order_acquire);
+    if (tail + need - head > kRingBytes) {
+      ring->writer_waiting.store(1, std::memory_order_seq_cst);
+      // Re-check: the reader may have freed space before seeing the flag.
+      if (tail + need - ring->head.load(std::memory_order_seq_cst) > kRingBytes) break;
+    }
+    ring_copy_in(ring, tail, &out.entry, sizeof(Entry));
+    if (out.entry.payload != 0)
+      ring_copy_in(ring, tail + sizeof(Entry), out.payload ? out.payload : out.owned.data(),
+                   out.entry.payload);
+    tail += need;
+    if (out.request && out.entry.kind == EntryKind::fragment) {
+      out.request->transferred += out.entry.payload;
+      if (out.last_fragment) out.request->done = true;
+    }
+    p.outgoing.pop_front();
+    moved = true;
+  }
+  if (moved) {
+    ring->tail.store(tail, std::memory_order_release);
+    SegmentHeader* h = header_of(p.segment);
+    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    if (h->sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&h->doorbell);
+  }
+  return moved;
+}
+
+// Reads the entries a peer wrote into our ring, as far as they can be delivered.
+bool ShmTransport::drain_ring(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.parked) return false;
+  Ring* ring = ring_of(own_, peer);
+  std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
+  bool moved = false;
+  while (head != tail && !p.parked && !failure_) {
+    Entry e;
+    ring_copy_out(ring, head, &e, sizeof e);
+    deliver(peer, e, head + sizeof(Entry));
+    if (p.parked) break;  // the entry stays until its receive is posted
+    head += sizeof(Entry) + padded(e.payload);
+    moved = true;
+  }
+  if (moved) {
+    ring->head.store(head, std::memory_order_seq_cst);
+    if (ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
+      SegmentHeader* h = header_of(p.segment);
+      h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+      futex_wake(&h->doorbell);
+    }
+  }
+  return moved;
+}
+
+void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  Ring* ring = ring_of(own_, peer);
+  switch (e.kind) {
+    case EntryKind::goodbye:
+      p.goodbye = true;
+      return;
+    case EntryKind::abort: {
+      std::string text(std::min<std::uint32_t>(e.payload, 4096), '\0');
+      ring_copy_out(ring, payload_at, text.data(), text.size());
+      fail_peer(peer, ErrorCode::peer_failure,
+                "rank " + std::to_string(peer) + " aborted: " + text);
+      return;
+    }
+    case EntryKind::ack: {
+      auto it = p.awaiting_ack.find(e.offset);
+      if (it == p.awaiting_ack.end()) {
+        fail_peer(peer, ErrorCode::protocol, "acknowledgement of an unknown send");
+        return;
+      }
+      it->second->transferred = it->second->bytes;
+      it->second->done = true;
+      p.awaiting_ack.erase(it);
+      return;
+    }
+    case EntryKind::descriptor:
+    case EntryKind::fragment:
+      break;
+    default:
+      fail_peer(peer, ErrorCode::protocol, "unknown entry in the shared ring");
+      return;
+  }
+  const bool first = e.kind == EntryKind::descriptor || e.offset == 0;
+  if (first) {
+    auto m = std::make_shared<Incoming>();
+    m->tag = e.tag;
+    m->bytes = e.message_bytes;
+    m->remote = e.kind == EntryKind::descriptor;
+    m->address = e.address;
+    m->send_id = e.offset;
+    auto match = std::find_if(p.posted.begin(), p.posted.end(),
+                              [&](const RequestPtr& r) { return r->tag == e.tag; });
+    if (match != p.posted.end()) {
+      m->request = *match;
+      p.posted.erase(match);
+      if (m->request->bytes != m->bytes) {
+        fail_peer(peer, ErrorCode::invalid_argument, size_mismatch(peer, m->bytes, *m->request));
+        return;
+      }
+    } else if (m->remote) {
+      p.unexpected.push_back(m);  // only a descriptor: no data to hold
+      return;
+    } else if (m->bytes <= kEagerBytes) {
+      m->buffered.resize(m->bytes);
+      p.unexpected.push_back(m);
+    } else {
+      p.parked = true;  // leave it in the ring until its receive is posted
+      return;
+    }
+    if (m->remote) {
+      complete_remote(peer, m);
+      return;
+    }
+    p.current = m;
+  }
+  std::shared_ptr<Incoming> m = p.current;
+  if (!m || e.offset + e.payload > m->bytes) {
+    fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
+    return;
+  }
+  char* dst = m->request ? static_cast<char*>(m->request->buffer) : m->buffered.data();
+  ring_copy_out(ring, payload_at, dst + e.offset, e.payload);
+  m->received += e.payload;
+  if (m->received == m->bytes) {
+    p.current.reset();
+    if (m->request) {
+      m->request->transferred = m->bytes;
+      m->request->done = true;
+    }
+  }
+}
+
+// Reads a descriptor message from the sender's memory straight into the receive buffer.
+void ShmTransport::complete_remote(int peer, const std::shared_ptr<Incoming>& m) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  std::uint64_t done = 0;
+  while (done < m->bytes) {
+    iovec local{static_cast<char*>(m->request->buffer) + done, m->bytes - done};
+    iovec remote{reinterpret_cast<void*>(m->address + done), m->bytes - done};
+    ssize_t n = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      fail_peer(peer, ErrorCode::peer_failure,
+                "cannot read rank " + std::to_string(peer) + "'s buffer (" + std::strerror(errno) +
+                    "): it exited or crashed");
+      return;
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  m->request->transferred = m->bytes;
+  m->request->done = true;
+  enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+}
+
+// A message that arrived before its receive is the first unexpected one with the same tag
+// (every earlier receive with that tag was matched when the message arrived).
+void ShmTransport::post_recv(const RequestPtr& request) {
+  const int peer = request->peer;
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  auto match = std::find_if(p.unexpected.begin(), p.unexpected.end(),
+                            [&](const auto& m) { return m->tag == request->tag; });
+  if (match == p.unexpected.end()) {
+    if (p.goodbye) {
+      fail_peer(peer, ErrorCode::peer_failure,
+                "rank " + std::to_string(peer) + " destroyed its communicator before sending " +
+                    request->describe());
+      return;
+    }
+    p.posted.push_back(request);
+    if (p.parked) {
+      p.parked = false;  // the parked message is looked at again
+      drain_ring(peer);
+    }
+    return;
+  }
+  std::shared_ptr<Incoming> m = *match;
+  p.unexpected.erase(match);
+  if (m->bytes != request->bytes) {
+    fail_peer(peer, ErrorCode::invalid_argument, size_mismatch(peer, m->bytes, *request));
+    return;
+  }
+  m->request = request;
+  if (m->remote) {
+    complete_remote(peer, m);
+  } else if (m->received == m->bytes) {
+    std::memcpy(request->buffer, m->buffered.data(), m->bytes);
+    request->transferred = m->bytes;
+    request->done = true;
+  } else {  // still arriving: the rest goes straight into the request
+    std::memcpy(request->buffer, m->buffered.data(), m->received);
+    m->buffered.clear();
+  }
+}
+
+bool ShmTransport::poll_once() {
+  bool moved = false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    moved |= push_outgoing(p);
+    moved |= drain_ring(p);
+  }
+  return moved;
+}
+
+void ShmTransport::progress(Clock::time_point until) {
+  if (size_ == 1 || failure_) return;
+  if (poll_once()) return;
+  const auto spin_end = std::min(until, Clock::now() + busy_poll_);
+  while (Clock::now() < spin_end)
+    if (poll_once()) return;
+  SegmentHeader* h = header_of(own_);
+  const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
+  h->sleeping.store(1, std::memory_order_seq_cst);
+  if (!poll_once()) {
+    const auto left = until - Clock::now();
+    if (left > std::chrono::nanoseconds(0))
+      futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, kSleepSlice));
+  }
+  h->sleeping.store(0, std::memory_order_seq_cst);
+  poll_once();
+  check_peers_alive();
+}
+
+void ShmTransport::check_peers_alive() {
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
+    if (r == rank_ || !p.pidfd || failure_) continue;
+    pollfd pfd{p.pidfd.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, 0) <= 0) continue;
+    drain_ring(r);  // a goodbye written just before exiting counts
+    if (p.goodbye) {
+      p.pidfd.reset();
+      continue;
+    }
+    fail_peer(r, ErrorCode::peer_failure,
+              "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) +
+                  ") ended without saying goodbye: it exited, crashed or was killed");
+  }
+}
+
+void ShmTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {
+  std::exception_ptr error;
+  switch (code) {
+    case ErrorCode::protocol:
+      error = std::make_exception_ptr(ProtocolError("shm", message, rank_, peer));
+      break;
+    case ErrorCode::invalid_argument:
+      error = std::make_exception_ptr(InvalidArgument("shm", message, rank_, peer));
+      break;
+    default:
+      error = std::make_exception_ptr(PeerError("shm", message, rank_, peer));
+      break;
+  }
+  if (!failure_) failure_ = error;
+  for (Peer& p : peers_) {
+    auto fail = [&](const RequestPtr& r) {
+      if (r && !r->done) {
+        r->error = error;
+        r->done = true;
+      }
+    };
+    for (auto& r : p.posted) fail(r);
+    for (auto& [id, r] : p.awaiting_ack) fail(r);
+    for (auto& out : p.outgoing) fail(out.request);
+    if (p.current) fail(p.current->request);
+  }
+}
+
+void ShmTransport::abort(const std::string& reason) noexcept {
+  if (aborted_ || size_ == 1) return;
+  aborted_ = true;
+  const std::string text = reason.substr(0, 4096);
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
+    if (r == rank_ || p.segment == nullptr) continue;
+    p.outgoing.clear();
+    Outgoing out(control_entry(EntryKind::abort, 0, static_cast<std::uint32_t>(text.size())));
+    out.owned = text;
+    p.outgoing.push_back(std::move(out));
+    push_outgoing(r);
+  }
+}
+
+std::string ShmTransport::pending_state() const {
+  std::string text;
+  for (std::size_t r = 0; r < peers_.size(); ++r) {
+    const Peer& p = peers_[r];
+    if (p.posted.empty() && p.unexpected.empty() && p.outgoing.empty() && p.awaiting_ack.empty())
+      continue;
+    text += "rank " + std::to_string(r) + ": " + std::to_string(p.posted.size()) +
+            " receives posted, " + std::to_string(p.unexpected.size()) + " unexpected, " +
+            std::to_string(p.outgoing.size()) + " entries to write, " +
+            std::to_string(p.awaiting_ack.size()) + " sends awaiting their reader" +
+            (p.parked ? ", ring parked" : "") + "\n";
+  }
+  return text;
+}
+
+const TransportRegistrar kShmRegistration{TransportInfo{
+    "shm",
+    "shared-memory rings between ranks of one host, large messages read with "
+    "process_vm_readv (one copy)",
+    [](const TransportSetup& setup) { return std::make_unique<ShmTransport>(setup); }}};
+
+}  // namespace
+}  // namespace arcoll
