@@ -3,15 +3,19 @@
 // Without a launcher it forks --np ranks on this host; under mpirun, srun, torchrun or with
 // ARCOLL_RANK set it runs as the rank the environment describes. The plain sweep is the
 // default command; further tools become CLI11 subcommands (see `Subcommand`).
+#include <limits.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "arbench/backends/backend.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
 #include "arcoll/communicator.hpp"
@@ -60,6 +65,10 @@ struct SweepFlags {
   std::string json;
   std::string csv;
   std::string timeout;
+  std::string backend = "arcoll";
+  std::string compare;
+  std::string gloo_algo = "ring_chunked";
+  std::string mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
   // Which of them were given on the command line.
   CLI::Option* step_factor_option = nullptr;
   CLI::Option* step_bytes_option = nullptr;
@@ -77,6 +86,11 @@ struct Plan {
   std::string json_path;
   std::string csv_path;
   std::string command_line;
+  // Backends in table order: arcoll first under --compare.
+  std::vector<std::string> backends = {"arcoll"};
+  bool compare = false;
+  arbench::BackendOptions backend_options;
+  std::string mpirun_args;
 };
 
 std::string quoted(const std::string& text) {
@@ -210,6 +224,32 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   }
   plan.json_path = flags.json;
   plan.csv_path = flags.csv;
+
+  plan.backend_options.gloo_algorithm = flags.gloo_algo;
+  if (std::find(std::begin(arbench::kGlooAlgorithms), std::end(arbench::kGlooAlgorithms),
+                flags.gloo_algo) == std::end(arbench::kGlooAlgorithms))
+    throw UsageError("--gloo-algo: unknown algorithm " + quoted(flags.gloo_algo) +
+                     " (known: ring, ring_chunked, halving_doubling, bcube)");
+  plan.mpirun_args = flags.mpirun_args;
+  if (!flags.compare.empty()) {
+    if (flags.backend != "arcoll")
+      throw UsageError("--compare runs arcoll against the backends it names; drop --backend " +
+                       flags.backend);
+    plan.compare = true;
+    for (const std::string& name : split_list(flags.compare))
+      if (name != "arcoll" &&
+          std::find(plan.backends.begin(), plan.backends.end(), name) == plan.backends.end())
+        plan.backends.push_back(name);
+  } else {
+    plan.backends = {flags.backend};
+  }
+  for (const std::string& name : plan.backends) {
+    try {
+      arbench::check_backend_built(name);
+    } catch (const arbench::BackendUsageError& e) {
+      throw UsageError((plan.compare ? "--compare: " : "--backend: ") + std::string(e.what()));
+    }
+  }
   return plan;
 }
 
@@ -262,6 +302,7 @@ arbench::RunInfo describe_run(arcoll::Communicator& comm, const Plan& plan) {
   info.chunk_bytes = options.chunk_bytes;
   info.sockets_per_peer = options.sockets_per_peer;
   info.timeout_s = std::chrono::duration<double>(options.timeout).count();
+  info.compare = plan.compare;
   return info;
 }
 
@@ -274,8 +315,34 @@ void print(const std::string& text) {
 // when a result was wrong or a file could not be written.
 int benchmark(arcoll::Communicator& comm, const Plan& plan) {
   const bool root = comm.rank() == 0;
-  const arbench::RunInfo info = describe_run(comm, plan);
-  if (root) print(arbench::table_header(info));
+
+  // Every rank creates the same backends in the same order (their setup is collective).
+  std::vector<std::unique_ptr<arbench::Backend>> owned;
+  std::vector<arbench::Backend*> backends;
+  std::vector<std::string> unavailable;
+  for (const std::string& name : plan.backends) {
+    try {
+      owned.push_back(arbench::make_backend(name, comm, plan.backend_options));
+      backends.push_back(owned.back().get());
+    } catch (const arbench::BackendUnavailable& e) {
+      if (!plan.compare) {  // the one backend asked for cannot run here: nothing to measure
+        if (root) print("SKIPPED: " + std::string(e.what()) + " [--backend " + name + "]\n");
+        return 0;
+      }
+      unavailable.push_back("# SKIPPED: " + name + ": " + e.what() + "\n");
+    } catch (const arbench::BackendUsageError& e) {
+      if (root) std::fprintf(stderr, "arbench: %s\n", e.what());
+      return kUsageError;
+    }
+  }
+
+  arbench::RunInfo info = describe_run(comm, plan);
+  for (arbench::Backend* backend : backends)
+    info.backends.push_back({backend->name(), backend->description()});
+  if (root) {
+    print(arbench::table_header(info));
+    for (const std::string& line : unavailable) print(line);
+  }
 
   arbench::Progress progress(root && ::isatty(STDERR_FILENO) == 1);
   arbench::SweepCallbacks callbacks;
@@ -284,21 +351,42 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
       const int width = static_cast<int>(std::to_string(total).size());
       char prefix[64];
       std::snprintf(prefix, sizeof prefix, "[%*zu/%zu] ", width, index + 1, total);
-      progress.show(prefix + std::string(arcoll::to_string(row.type)) + " " +
+      progress.show(prefix + (plan.compare ? row.backend + " " : std::string()) +
+                    std::string(arcoll::to_string(row.type)) + " " +
                     std::string(arcoll::to_string(row.op)) + " " +
                     arbench::format_bytes(static_cast<double>(row.size_bytes)));
     };
-    callbacks.after = [&](const arbench::Row& row, std::size_t, std::size_t) {
+    callbacks.skipped = [&](const std::string& backend, arcoll::DataType type, arcoll::ReduceOp op,
+                            const std::string& reason) {
       progress.clear();
-      print(arbench::table_row(row));
+      print(arbench::skipped_line(backend, type, op, reason));
     };
+    if (!plan.compare) {
+      callbacks.after = [&](const arbench::Row& row, std::size_t, std::size_t) {
+        progress.clear();
+        print(arbench::table_row(row));
+      };
+    } else {
+      // One line per size, once every backend that runs this type and op has its row.
+      callbacks.after = [&, pending = std::vector<arbench::Row>()](
+                            const arbench::Row& row, std::size_t, std::size_t) mutable {
+        pending.push_back(row);
+        std::size_t running = 0;
+        for (arbench::Backend* backend : backends)
+          if (!backend->unsupported(row.type, row.op)) ++running;
+        if (pending.size() < running) return;
+        progress.clear();
+        print(arbench::compare_row(info, pending));
+        pending.clear();
+      };
+    }
   }
-  const std::vector<arbench::Row> rows = arbench::run_sweep(comm, plan.sweep, callbacks);
+  const std::vector<arbench::Row> rows = arbench::run_sweep(comm, backends, plan.sweep, callbacks);
   progress.clear();
   if (!root) return 0;
 
   const arbench::Summary summary = arbench::summarize(rows);
-  print(arbench::table_footer(summary));
+  print(plan.compare ? arbench::compare_footer(info, rows) : arbench::table_footer(summary));
   int status = 0;
   try {
     if (!plan.json_path.empty())
@@ -354,6 +442,65 @@ int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
   }
 }
 
+// Splits --mpirun-args on blanks (no quoting: MPI's flags do not need it).
+std::vector<std::string> split_blanks(const std::string& text) {
+  std::vector<std::string> words;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    std::size_t j = i;
+    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > i) words.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return words;
+}
+
+// The first executable `name` on PATH, or nullopt.
+std::optional<std::string> find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return std::nullopt;
+  std::string all = path;
+  std::size_t start = 0;
+  while (start <= all.size()) {
+    std::size_t colon = all.find(':', start);
+    if (colon == std::string::npos) colon = all.size();
+    std::string dir = all.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = colon + 1;
+  }
+  return std::nullopt;
+}
+
+// MPI backends need ranks that mpirun started: run this same command line under
+// `mpirun --allow-run-as-root --oversubscribe -np N <--mpirun-args> arbench ...`.
+// Returns only on failure.
+int reexec_under_mpirun(const Plan& plan, int ranks, int argc, const char* const* argv) {
+  const auto mpirun = find_on_path("mpirun");
+  if (!mpirun) {
+    std::fprintf(stderr,
+                 "arbench: --backend mpi needs its ranks started by mpirun, and no mpirun is on "
+                 "PATH (install openmpi-bin, or start arbench under your MPI's launcher)\n");
+    return kUsageError;
+  }
+  char self[PATH_MAX] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::vector<std::string> args = {*mpirun, "--allow-run-as-root", "--oversubscribe", "-np",
+                                   std::to_string(ranks)};
+  for (std::string& word : split_blanks(plan.mpirun_args)) args.push_back(std::move(word));
+  args.push_back(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv[0]));
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> c_args;
+  for (std::string& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(mpirun->c_str(), c_args.data());
+  std::fprintf(stderr, "arbench: cannot run %s: %s\n", mpirun->c_str(), std::strerror(errno));
+  return 1;
+}
+
 int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv) {
   Plan plan;
   arcoll::LaunchInfo here;
@@ -378,8 +525,13 @@ int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv
 
   if (here.source != "default") return run_rank(plan, here, /*outputs_checked=*/false);
 
+  const int ranks = plan.np.value_or(std::max(2, std::min(8, arcoll::host_info().cores)));
+  for (const std::string& name : plan.backends)
+    if (arbench::backend_needs_mpirun(name) && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr)
+      return reexec_under_mpirun(plan, ranks, argc, argv);
+
   arcoll::LocalLaunchOptions launch;
-  launch.ranks = plan.np.value_or(std::max(2, std::min(8, arcoll::host_info().cores)));
+  launch.ranks = ranks;
   launch.output = arcoll::RankOutput::forward;
   std::vector<arcoll::RankExit> exits;
   try {
@@ -438,6 +590,19 @@ void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
   add("--csv", flags.csv, "FILE", "Write the results as CSV, one line per row and group");
   add("--timeout", flags.timeout, "SECONDS",
       "How long any wait may last before failing (default: ARCOLL_TIMEOUT or 60)");
+  add("--backend", flags.backend, "NAME",
+      "What runs the allreduce: arcoll, mpi (MPI_Allreduce; re-runs itself under mpirun), gloo "
+      "or nccl (GPU only)")
+      ->capture_default_str();
+  add("--compare", flags.compare, "LIST",
+      "Run arcoll and these backends (comma-separated, e.g. mpi,gloo) size by size and print "
+      "them side by side");
+  add("--gloo-algo", flags.gloo_algo, "NAME",
+      "Gloo allreduce: ring, ring_chunked, halving_doubling or bcube")
+      ->capture_default_str();
+  add("--mpirun-args", flags.mpirun_args, "ARGS",
+      "Extra mpirun flags when arbench starts mpirun itself (blank-separated)")
+      ->capture_default_str();
 }
 
 // A tool beside the sweep: `arbench NAME ...`.

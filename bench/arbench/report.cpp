@@ -101,6 +101,13 @@ Summary summarize(const std::vector<Row>& rows) {
   return summary;
 }
 
+Summary summarize(const std::vector<Row>& rows, const std::string& backend) {
+  std::vector<Row> mine;
+  for (const Row& row : rows)
+    if (row.backend == backend) mine.push_back(row);
+  return summarize(mine);
+}
+
 std::string format_time_us(double us) {
   if (us >= 10000.0) return printf_string("%7.0f", us);
   if (us >= 100.0) return printf_string("%7.1f", us);
@@ -128,6 +135,11 @@ std::string table_header(const RunInfo& info) {
       "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s\n",
       info.transport.c_str(), info.algorithm.c_str(), info.chunk_bytes, info.sockets_per_peer,
       info.timeout_s);
+  // arcoll alone keeps nccl-tests' header; other backends say what ran.
+  const bool arcoll_only = info.backends.size() == 1 && info.backends.front().name == "arcoll";
+  if (!info.backends.empty() && !arcoll_only)
+    for (const BackendInfo& b : info.backends)
+      out += printf_string("# backend %s: %s\n", b.name.c_str(), b.description.c_str());
   out += printf_string("# host %s: %s, %d cores, %s memory, kernel %s, %s\n",
                        info.host.hostname.c_str(), info.host.cpu_model.c_str(), info.host.cores,
                        format_bytes(static_cast<double>(info.host.memory_bytes)).c_str(),
@@ -137,6 +149,7 @@ std::string table_header(const RunInfo& info) {
     out += printf_string("#  Rank %2d Pid %6ld on %10s node %2d local rank %2d\n", r.rank, r.pid,
                          r.host.c_str(), r.node, r.local_rank);
   out += "#\n";
+  if (info.compare) return out + compare_header(info);
   // nccl-tests' three header lines, character for character.
   out += printf_string(
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
@@ -165,6 +178,79 @@ std::string table_footer(const Summary& summary) {
   return printf_string("# Out of bounds values : %d %s\n# Avg bus bandwidth    : %g\n#\n",
                        summary.out_of_bounds, summary.out_of_bounds != 0 ? "FAILED" : "OK",
                        summary.avg_busbw_gbs);
+}
+
+std::string compare_header(const RunInfo& info) {
+  std::string line1 = printf_string("# %10s  %12s  %6s  %6s", "", "", "", "");
+  std::string line2 = printf_string("# %10s  %12s  %6s  %6s", "size", "count", "type", "redop");
+  std::string line3 = printf_string("# %10s  %12s  %6s  %6s", "(B)", "(elements)", "", "");
+  for (std::size_t i = 0; i < info.backends.size(); ++i) {
+    const bool ratio = i > 0;
+    const int width = ratio ? 35 : 27;
+    line1 += printf_string(" | %-*s", width, info.backends[i].name.c_str());
+    line2 += printf_string(" | %9s  %7s  %6s", "time", "busbw", "#wrong");
+    line3 += printf_string(" | %9s  %7s  %6s", "(us)", "(GB/s)", "");
+    if (ratio) {
+      line2 += printf_string("  %6s", "ratio");
+      line3 += printf_string("  %6s", "");
+    }
+  }
+  return "# out-of-place time and busbw; #wrong of both groups; ratio: " +
+         (info.backends.empty() ? std::string("arcoll") : info.backends.front().name) +
+         " busbw / that backend's busbw\n" + line1 + "\n" + line2 + "\n" + line3 + "\n";
+}
+
+std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
+  if (rows.empty()) return "";
+  const Row& first = rows.front();
+  std::string out = printf_string("%12zu  %12zu  %6s  %6s", first.size_bytes, first.count,
+                                  std::string(arcoll::to_string(first.type)).c_str(),
+                                  std::string(arcoll::to_string(first.op)).c_str());
+  const Row* reference = nullptr;
+  for (std::size_t i = 0; i < info.backends.size(); ++i) {
+    const Row* row = nullptr;
+    for (const Row& r : rows)
+      if (r.backend == info.backends[i].name) row = &r;
+    if (i == 0) reference = row;
+    if (row == nullptr) {
+      out += printf_string(" | %9s  %7s  %6s", "-", "-", "-");
+    } else {
+      std::string wrong = "N/A";
+      if (row->out_of_place.wrong && row->in_place.wrong)
+        wrong = std::to_string(*row->out_of_place.wrong + *row->in_place.wrong);
+      out += printf_string(" | %9s  %7.2f  %6s", format_time_us(row->out_of_place.time_us).c_str(),
+                           row->out_of_place.busbw_gbs, wrong.c_str());
+    }
+    if (i > 0) {
+      std::string ratio = "-";
+      if (row != nullptr && reference != nullptr && row->out_of_place.busbw_gbs > 0)
+        ratio =
+            printf_string("x%.2f", reference->out_of_place.busbw_gbs / row->out_of_place.busbw_gbs);
+      out += printf_string("  %6s", ratio.c_str());
+    }
+  }
+  return out + "\n";
+}
+
+std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
+  std::string out;
+  int bad = 0;
+  for (const BackendInfo& b : info.backends) {
+    const Summary s = summarize(rows, b.name);
+    bad += s.out_of_bounds;
+    out += printf_string("# %-8s out of bounds values : %d %s   avg bus bandwidth : %g\n",
+                         b.name.c_str(), s.out_of_bounds, s.out_of_bounds != 0 ? "FAILED" : "OK",
+                         s.avg_busbw_gbs);
+  }
+  out += printf_string("# Out of bounds values : %d %s\n#\n", bad, bad != 0 ? "FAILED" : "OK");
+  return out;
+}
+
+std::string skipped_line(const std::string& backend, arcoll::DataType type, arcoll::ReduceOp op,
+                         const std::string& reason) {
+  return printf_string("# %s: %s %s skipped: %s\n", backend.c_str(),
+                       std::string(arcoll::to_string(type)).c_str(),
+                       std::string(arcoll::to_string(op)).c_str(), reason.c_str());
 }
 
 std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary) {
@@ -206,9 +292,20 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"sockets_per_peer", info.sockets_per_peer},
       {"timeout_s", info.timeout_s},
   };
+  json backends = json::array();
+  for (const BackendInfo& b : info.backends) {
+    const Summary s = summarize(rows, b.name);
+    backends.push_back({{"name", b.name},
+                        {"description", b.description},
+                        {"out_of_bounds", s.out_of_bounds},
+                        {"avg_busbw_gbs", s.avg_busbw_gbs}});
+  }
+  metadata["backends"] = std::move(backends);
+  metadata["compare"] = info.compare;
   json json_rows = json::array();
   for (const Row& row : rows)
-    json_rows.push_back({{"size_bytes", row.size_bytes},
+    json_rows.push_back({{"backend", row.backend},
+                         {"size_bytes", row.size_bytes},
                          {"count", row.count},
                          {"type", arcoll::to_string(row.type)},
                          {"op", arcoll::to_string(row.op)},

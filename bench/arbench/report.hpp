@@ -21,6 +21,12 @@ struct RankPlace {
   std::string host;
 };
 
+// One implementation that ran the sweep (see backends/backend.hpp).
+struct BackendInfo {
+  std::string name;         // "arcoll", "mpi", "gloo", "nccl"
+  std::string description;  // what exactly ran
+};
+
 // Everything about a run except its rows.
 struct RunInfo {
   arcoll::HostInfo host;  // rank 0's host
@@ -42,6 +48,8 @@ struct RunInfo {
   std::size_t chunk_bytes = 0;
   int sockets_per_peer = 0;
   double timeout_s = 0;
+  std::vector<BackendInfo> backends;  // in table order; the first is the reference of --compare
+  bool compare = false;               // --compare: the side-by-side table
 };
 
 struct Summary {
@@ -50,6 +58,8 @@ struct Summary {
 };
 
 Summary summarize(const std::vector<Row>& rows);
+// The summary of one backend's rows.
+Summary summarize(const std::vector<Row>& rows, const std::string& backend);
 
 // The table, in nccl-tests' layout. Each piece ends with a newline.
 std::string table_header(const RunInfo& info);
@@ -57,6 +67,16 @@ std::string table_row(const Row& row);
 std::string table_footer(const Summary& summary);
 // nccl-tests' time column: %7.2f below 100 us, %7.1f below 10 ms, %7.0f above.
 std::string format_time_us(double us);
+
+// --compare's side-by-side table: size and count, then per backend the out-of-place time and
+// busbw and the #wrong of both groups, and against every backend after the first the first's
+// busbw ratio ("x1.35": the first is 1.35 times faster). `rows` holds one size's rows, any
+// backend may be missing (it cannot run that type); `skipped` lines are '#' comments.
+std::string compare_header(const RunInfo& info);
+std::string compare_row(const RunInfo& info, const std::vector<Row>& rows);
+std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows);
+std::string skipped_line(const std::string& backend, arcoll::DataType type, arcoll::ReduceOp op,
+                         const std::string& reason);
 
 std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary);
 std::string csv_report(const RunInfo& info, const std::vector<Row>& rows);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 
+#include "arbench/backends/backend.hpp"
 #include "arbench/reference.hpp"
 
 namespace arbench {
@@ -39,15 +40,17 @@ struct LocalResult {
 // One group: warm-up, `iters` timed iterations, then (when checking) one iteration on fresh
 // inputs whose result is compared with the reference. In place, the timed iterations feed on
 // their own results; only the checked iteration starts from the inputs again.
-LocalResult run_group(arcoll::Communicator& comm, const Pattern& pattern, std::byte* send_buffer,
+LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_buffer,
                       std::byte* recv_buffer, std::size_t count, bool in_place,
                       const SweepSettings& settings) {
   std::byte* send = in_place ? recv_buffer : send_buffer;
-  auto once = [&] { comm.allreduce(send, recv_buffer, count, pattern.type(), pattern.op()); };
+  const std::size_t bytes = count * arcoll::size_of(pattern.type());
+  auto once = [&] { backend.allreduce(send, recv_buffer, count, pattern.type(), pattern.op()); };
 
   pattern.fill_input(send, count);
+  backend.stage_in(send, recv_buffer, bytes);
   for (int i = 0; i < settings.warmup_iters; ++i) once();
-  comm.barrier();
+  backend.barrier();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < settings.iters; ++i) once();
   const auto elapsed = std::chrono::steady_clock::now() - start;
@@ -57,7 +60,9 @@ LocalResult run_group(arcoll::Communicator& comm, const Pattern& pattern, std::b
   if (settings.check) {
     pattern.fill_input(send, count);
     if (!in_place) pattern.poison(recv_buffer, count);
+    backend.stage_in(send, recv_buffer, bytes);
     once();
+    backend.stage_out(recv_buffer, bytes);
     result.wrong = pattern.count_wrong(recv_buffer, count);
   }
   return result;
@@ -108,42 +113,61 @@ std::size_t row_count(const SweepSettings& settings) {
 
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
                            const SweepCallbacks& callbacks) {
+  const std::unique_ptr<Backend> arcoll_backend = make_arcoll_backend(comm);
+  return run_sweep(comm, {arcoll_backend.get()}, settings, callbacks);
+}
+
+std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
+                           const SweepSettings& settings, const SweepCallbacks& callbacks) {
   std::size_t max_bytes = 0;
   for (std::size_t size : settings.sizes) max_bytes = std::max(max_bytes, size);
   Buffer send = allocate(max_bytes);
   Buffer recv = allocate(max_bytes);
 
   const int n = comm.size();
-  const std::size_t total = row_count(settings);
+  std::size_t total = 0;
+  for (auto [type, op] : combinations(settings))
+    for (Backend* backend : backends)
+      if (!backend->unsupported(type, op)) total += settings.sizes.size();
   std::vector<Row> rows;
   rows.reserve(total);
   for (auto [type, op] : combinations(settings)) {
     const Pattern pattern(type, op, comm.rank(), n);
-    for (std::size_t size : settings.sizes) {
-      Row row;
-      row.type = type;
-      row.op = op;
-      row.count = size / arcoll::size_of(type);
-      row.size_bytes = row.count * arcoll::size_of(type);
-      if (callbacks.before) callbacks.before(row, rows.size(), total);
-
-      const LocalResult out = run_group(comm, pattern, send.get(), recv.get(), row.count,
-                                        /*in_place=*/false, settings);
-      const LocalResult in = run_group(comm, pattern, send.get(), recv.get(), row.count,
-                                       /*in_place=*/true, settings);
-      double seconds[2] = {out.seconds, in.seconds};
-      comm.allreduce(seconds, 2, DataType::f64, ReduceOp::max);
-      row.out_of_place = finish(seconds[0], row.size_bytes, n);
-      row.in_place = finish(seconds[1], row.size_bytes, n);
-      if (settings.check) {
-        std::int64_t wrong[2] = {out.wrong, in.wrong};
-        comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
-        row.out_of_place.wrong = wrong[0];
-        row.in_place.wrong = wrong[1];
+    std::vector<Backend*> running;
+    for (Backend* backend : backends) {
+      if (auto reason = backend->unsupported(type, op)) {
+        if (callbacks.skipped) callbacks.skipped(backend->name(), type, op, *reason);
+      } else {
+        running.push_back(backend);
       }
-      rows.push_back(row);
-      if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);
     }
+    for (std::size_t size : settings.sizes)
+      for (Backend* backend : running) {
+        Row row;
+        row.backend = backend->name();
+        row.type = type;
+        row.op = op;
+        row.count = size / arcoll::size_of(type);
+        row.size_bytes = row.count * arcoll::size_of(type);
+        if (callbacks.before) callbacks.before(row, rows.size(), total);
+
+        const LocalResult out = run_group(*backend, pattern, send.get(), recv.get(), row.count,
+                                          /*in_place=*/false, settings);
+        const LocalResult in = run_group(*backend, pattern, send.get(), recv.get(), row.count,
+                                         /*in_place=*/true, settings);
+        double seconds[2] = {out.seconds, in.seconds};
+        comm.allreduce(seconds, 2, DataType::f64, ReduceOp::max);
+        row.out_of_place = finish(seconds[0], row.size_bytes, n);
+        row.in_place = finish(seconds[1], row.size_bytes, n);
+        if (settings.check) {
+          std::int64_t wrong[2] = {out.wrong, in.wrong};
+          comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
+          row.out_of_place.wrong = wrong[0];
+          row.in_place.wrong = wrong[1];
+        }
+        rows.push_back(row);
+        if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);
+      }
   }
   return rows;
 }

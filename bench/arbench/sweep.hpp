@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/types.hpp"
 
 namespace arbench {
+
+class Backend;
 
 struct SweepSettings {
   std::vector<std::size_t> sizes;  // bytes; each row uses size / sizeof(type) elements
@@ -31,7 +34,8 @@ struct GroupResult {
 };
 
 struct Row {
-  std::size_t size_bytes = 0;  // count * sizeof(type)
+  std::string backend = "arcoll";  // Backend::name() of what ran it
+  std::size_t size_bytes = 0;      // count * sizeof(type)
   std::size_t count = 0;
   arcoll::DataType type = arcoll::DataType::f32;
   arcoll::ReduceOp op = arcoll::ReduceOp::sum;
@@ -53,11 +57,21 @@ struct SweepCallbacks {
   // the number of rows. `before` sees the row's size, count, type and op only.
   std::function<void(const Row&, std::size_t index, std::size_t total)> before;
   std::function<void(const Row&, std::size_t index, std::size_t total)> after;
+  // Called on every rank, once per type and operator a backend cannot run, before its sizes.
+  std::function<void(const std::string& backend, arcoll::DataType, arcoll::ReduceOp,
+                     const std::string& reason)>
+      skipped;
 };
 
 // Every rank calls this with the same settings. Rows come in nccl-tests' order (type, then op,
 // then size). Errors of the library propagate as arcoll::Error.
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
                            const SweepCallbacks& callbacks = {});
+
+// The same sweep through each of `backends`, interleaved: for every type, op and size, each
+// backend in turn (rows in that order; a backend that cannot run a type and op has no rows for
+// it). `comm` carries arbench's own coordination (the slowest rank's time, the #wrong sum).
+std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
+                           const SweepSettings& settings, const SweepCallbacks& callbacks = {});
 
 }  // namespace arbench

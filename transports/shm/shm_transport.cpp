@@ -202,6 +202,9 @@ class ShmTransport final : public Transport {
   void enqueue(int peer, Outgoing out);
   void fail_peer(int peer, ErrorCode code, const std::string& message);
   void check_peers_alive();
+  // A dead peer's last word: the reason in an abort entry still unread in its ring, if any.
+  std::string last_word(int peer) const;
+  void fail_dead_peer(int peer, const std::string& what);
 
   int rank_;
   int size_;
@@ -497,9 +500,8 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<Incoming>& m)
     iovec remote{reinterpret_cast<void*>(m->address + done), m->bytes - done};
     ssize_t n = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
     if (n <= 0) {
-      fail_peer(peer, ErrorCode::peer_failure,
-                "cannot read rank " + std::to_string(peer) + "'s buffer (" + std::strerror(errno) +
-                    "): it exited or crashed");
+      fail_dead_peer(peer,
+                     "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
       return;
     }
     done += static_cast<std::uint64_t>(n);
@@ -589,10 +591,36 @@ void ShmTransport::check_peers_alive() {
       p.pidfd.reset();
       continue;
     }
-    fail_peer(r, ErrorCode::peer_failure,
-              "rank " + std::to_string(r) + " (pid " + std::to_string(p.pid) +
-                  ") ended without saying goodbye: it exited, crashed or was killed");
+    fail_dead_peer(r, "its process " + std::to_string(p.pid) + " ended without saying goodbye");
   }
+}
+
+std::string ShmTransport::last_word(int peer) const {
+  const Ring* ring = ring_of(own_, peer);
+  const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
+  for (std::uint64_t at = ring->head.load(std::memory_order_relaxed); at < tail;) {
+    Entry e;
+    ring_copy_out(ring, at, &e, sizeof e);
+    if (e.kind == EntryKind::abort) {
+      std::string text(std::min<std::uint32_t>(e.payload, 4096), '\0');
+      ring_copy_out(ring, at + sizeof(Entry), text.data(), text.size());
+      return text;
+    }
+    at += sizeof(Entry) + padded(e.payload);
+  }
+  return {};
+}
+
+void ShmTransport::fail_dead_peer(int peer, const std::string& what) {
+  // A peer that failed first and then exited said why in its abort entry: report that.
+  if (std::string reason = last_word(peer); !reason.empty()) {
+    fail_peer(peer, ErrorCode::peer_failure,
+              "rank " + std::to_string(peer) + " aborted: " + reason);
+    return;
+  }
+  fail_peer(
+      peer, ErrorCode::peer_failure,
+      "rank " + std::to_string(peer) + " is gone: " + what + "; it exited, crashed or was killed");
 }
 
 void ShmTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {

@@ -1,0 +1,88 @@
+// What the sweep measures: one allreduce implementation behind a small interface, so that the
+// same timing loop and the same check run through arcoll, MPI, Gloo or NCCL.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/types.hpp"
+
+namespace arbench {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "arcoll", "mpi", "gloo", "nccl".
+  virtual std::string name() const = 0;
+  // One line for the table's header: what exactly runs ("MPI_Allreduce, Open MPI v4.1.4").
+  virtual std::string description() const = 0;
+  // Why `type` with `op` cannot run through this backend, or nullopt when it can. Every rank
+  // gets the same answer.
+  virtual std::optional<std::string> unsupported(arcoll::DataType type, arcoll::ReduceOp op) const;
+
+  // recv[i] = op over ranks of send[i]; send == recv is the in-place form. The pointers are
+  // the host buffers of the sweep (see stage_in).
+  virtual void allreduce(const void* send, void* recv, std::size_t count, arcoll::DataType type,
+                         arcoll::ReduceOp op) = 0;
+  // All ranks of this backend meet.
+  virtual void barrier() = 0;
+
+  // Backends that compute in other memory (a GPU) copy the host inputs there before the timed
+  // iterations (stage_in) and the result back before it is checked (stage_out); allreduce then
+  // maps the host addresses to its own buffers. Host backends do nothing.
+  virtual void stage_in(const void* send, void* recv, std::size_t bytes);
+  virtual void stage_out(void* recv, std::size_t bytes);
+};
+
+// The backend cannot run on this machine (no GPU): the run reports it as skipped, exit code 0.
+class BackendUnavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The backend was not compiled in, or a setting is wrong: a usage error (exit code 2).
+class BackendUsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct BackendOptions {
+  std::string gloo_algorithm = "ring_chunked";  // ring, ring_chunked, halving_doubling, bcube
+};
+
+// Backends this build knows, in the order of --backend's help.
+inline constexpr const char* kBackendNames[] = {"arcoll", "mpi", "gloo", "nccl"};
+inline constexpr const char* kGlooAlgorithms[] = {"ring", "ring_chunked", "halving_doubling",
+                                                  "bcube"};
+
+// Throws BackendUsageError when `name` is unknown or not built into this arbench. Runs before
+// any rank starts.
+void check_backend_built(const std::string& name);
+// True when the backend needs its ranks started by mpirun.
+bool backend_needs_mpirun(const std::string& name);
+
+// Creates the backend on every rank (a collective call over `comm`, which the sweep also uses
+// for its own coordination). Throws BackendUnavailable or BackendUsageError as above.
+std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communicator& comm,
+                                      const BackendOptions& options);
+
+// arcoll itself.
+std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm);
+#ifdef ARBENCH_WITH_MPI
+std::unique_ptr<Backend> make_mpi_backend(arcoll::Communicator& comm);
+#endif
+#ifdef ARBENCH_WITH_GLOO
+std::unique_ptr<Backend> make_gloo_backend(arcoll::Communicator& comm,
+                                           const BackendOptions& options);
+#endif
+#ifdef ARBENCH_WITH_NCCL
+std::unique_ptr<Backend> make_nccl_backend(arcoll::Communicator& comm);
+#endif
+
+}  // namespace arbench

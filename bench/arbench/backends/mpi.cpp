@@ -1,0 +1,152 @@
+// MPI_Allreduce through the MPI library arbench was built with (Open MPI here). The ranks are
+// those of mpirun; arcoll's communicator runs in the same processes (it bootstraps through MPI).
+//
+// avg: MPI has no average, so it runs as MPI_SUM followed by a local division by the world
+// size, inside the timed call (what a framework on MPI does). f16 and bf16 have no MPI type
+// and are skipped.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "arbench/backends/backend.hpp"
+
+namespace arbench {
+namespace {
+
+using arcoll::DataType;
+using arcoll::ReduceOp;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw std::runtime_error(std::string("mpi backend: ") + what + " failed: " + text);
+}
+
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+    case DataType::f32:
+      return MPI_FLOAT;
+    case DataType::f64:
+      return MPI_DOUBLE;
+    case DataType::i8:
+      return MPI_INT8_T;
+    case DataType::u8:
+      return MPI_UINT8_T;
+    case DataType::i32:
+      return MPI_INT32_T;
+    case DataType::i64:
+      return MPI_INT64_T;
+    case DataType::f16:
+    case DataType::bf16:
+      break;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return MPI_SUM;
+    case ReduceOp::prod:
+      return MPI_PROD;
+    case ReduceOp::min:
+      return MPI_MIN;
+    case ReduceOp::max:
+      return MPI_MAX;
+  }
+  return MPI_OP_NULL;
+}
+
+template <typename T>
+void divide(void* buffer, std::size_t count, int n) {
+  T* p = static_cast<T*>(buffer);
+  const T d = static_cast<T>(n);
+  for (std::size_t i = 0; i < count; ++i) p[i] /= d;
+}
+
+class MpiBackend final : public Backend {
+ public:
+  explicit MpiBackend(arcoll::Communicator& comm) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {  // arcoll initializes MPI only when it bootstraps through it
+      check(MPI_Init(nullptr, nullptr), "MPI_Init");
+      std::atexit(finalize_at_exit);
+    }
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    MPI_Comm_size(comm_, &size_);
+    if (rank != comm.rank() || size_ != comm.size())
+      throw std::runtime_error("mpi backend: MPI rank " + std::to_string(rank) + " of " +
+                               std::to_string(size_) + " is arcoll rank " +
+                               std::to_string(comm.rank()) + " of " + std::to_string(comm.size()) +
+                               "; run arbench under mpirun (it re-executes itself there when "
+                               "started without a launcher)");
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    MPI_Get_library_version(version, &length);
+    library_ = std::string(version, static_cast<std::size_t>(length));
+    if (auto end = library_.find_first_of(",\n"); end != std::string::npos) library_.resize(end);
+  }
+  ~MpiBackend() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  std::string name() const override { return "mpi"; }
+  std::string description() const override {
+    return "MPI_Allreduce (" + library_ + "); avg = MPI_SUM then divide";
+  }
+  std::optional<std::string> unsupported(DataType type, ReduceOp) const override {
+    if (mpi_type(type) == MPI_DATATYPE_NULL)
+      return std::string("MPI has no ") + std::string(arcoll::to_string(type)) + " type";
+    return std::nullopt;
+  }
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                 ReduceOp op) override {
+    const void* source = send == recv ? MPI_IN_PLACE : send;
+    // MPI counts are int: large buffers go in pieces.
+    constexpr std::size_t kMaxCount = 1u << 30;
+    const std::size_t element = arcoll::size_of(type);
+    for (std::size_t done = 0; done < count || (count == 0 && done == 0);) {
+      const std::size_t n = std::min(count - done, kMaxCount);
+      const void* s = source == MPI_IN_PLACE ? MPI_IN_PLACE
+                                             : static_cast<const std::byte*>(send) + done * element;
+      check(MPI_Allreduce(s, static_cast<std::byte*>(recv) + done * element, static_cast<int>(n),
+                          mpi_type(type), mpi_op(op), comm_),
+            "MPI_Allreduce");
+      done += n;
+      if (n == 0) break;
+    }
+    if (op == ReduceOp::avg) {
+      if (type == DataType::f32) divide<float>(recv, count, size_);
+      if (type == DataType::f64) divide<double>(recv, count, size_);
+    }
+  }
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int size_ = 1;
+  std::string library_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_mpi_backend(arcoll::Communicator& comm) {
+  return std::make_unique<MpiBackend>(comm);
+}
+
+}  // namespace arbench

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# arbench's peer backends: the same sweep and check through Gloo and MPI_Allreduce, and the
+# side-by-side --compare table. Without --np's launcher arbench re-runs itself under mpirun for
+# the MPI backend. Usage: backends.sh ARBENCH
+set -u
+arbench=${1:?usage: backends.sh path/to/arbench}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export ARCOLL_TIMEOUT=30
+unset ARCOLL_MASTER_ADDR ARCOLL_MASTER_PORT ARCOLL_RANK ARCOLL_WORLD_SIZE OMPI_COMM_WORLD_SIZE
+
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# Which backends this arbench was built with (exit 2 and "built without" otherwise).
+have() {
+  "$arbench" --np 1 --backend "$1" -b 8 -e 8 -n 1 -w 0 >"$work/probe.txt" 2>&1
+  local code=$?
+  if [ "$code" -eq 2 ] && grep -q "built without" "$work/probe.txt"; then return 1; fi
+  return 0
+}
+backends=()
+have gloo && backends+=(gloo)
+if have mpi && command -v mpirun >/dev/null; then backends+=(mpi); fi
+if [ ${#backends[@]} -eq 0 ]; then
+  echo "SKIPPED: arbench was built without Gloo and MPI (or mpirun is missing)"
+  exit 77
+fi
+
+# One backend: nccl-tests' table, every row right.
+for backend in "${backends[@]}"; do
+  timeout 120 "$arbench" --np 2 --backend "$backend" -b 8 -e 64K -f 8 -w 1 -n 3 \
+    >"$work/$backend.txt" 2>&1
+  code=$?
+  cat "$work/$backend.txt"
+  [ "$code" -eq 0 ] || fail "--backend $backend exited $code"
+  rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum' "$work/$backend.txt")
+  [ "$rows" -eq 5 ] || fail "--backend $backend: expected 5 rows (8 B..32 KiB), got $rows"
+  grep -q "^# Out of bounds values : 0 OK" "$work/$backend.txt" ||
+    fail "--backend $backend: wrong values"
+  grep -q "^# backend $backend: " "$work/$backend.txt" ||
+    fail "--backend $backend: the header does not name the backend"
+done
+
+# f16 and bf16 have no MPI type: skipped with a reason, not failed.
+if [[ " ${backends[*]} " == *" mpi "* ]]; then
+  timeout 120 "$arbench" --np 2 --backend mpi -d f16,f32 -b 1K -e 1K -w 0 -n 1 \
+    >"$work/mpi_f16.txt" 2>&1 || fail "--backend mpi -d f16,f32 exited $? ($(cat "$work/mpi_f16.txt"))"
+  grep -q "^# mpi: f16 sum skipped: " "$work/mpi_f16.txt" || fail "no skip line for f16 under MPI"
+fi
+
+# --compare: one line per size with every backend's columns and ratios, and JSON rows per backend.
+list=$(IFS=,; echo "${backends[*]}")
+timeout 120 "$arbench" --np 2 --compare "$list" -b 1K -e 1M -f 32 -w 1 -n 5 \
+  --json "$work/compare.json" >"$work/compare.txt" 2>&1
+code=$?
+cat "$work/compare.txt"
+[ "$code" -eq 0 ] || fail "--compare $list exited $code"
+header=$(grep -E '^# +size +count +type +redop \|' "$work/compare.txt")
+[ -n "$header" ] || fail "no comparison table header"
+for backend in arcoll "${backends[@]}"; do
+  grep -qE "^# .*\| $backend " "$work/compare.txt" || fail "the table has no $backend column"
+done
+lines=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum \|' "$work/compare.txt")
+[ "$lines" -eq 3 ] || fail "expected 3 comparison lines (1K, 32K, 1M), got $lines"
+# Each line: arcoll's 3 columns, then 4 per backend (time, busbw, #wrong, ratio).
+awk -F'|' -v n=${#backends[@]} '/^ +[0-9]+ +[0-9]+ +f32 +sum \|/ {
+  if (NF != n + 2) { print "bad column groups: " $0; exit 1 }
+  split($2, a, " "); if (a[3] != "0") { print "arcoll #wrong: " $0; exit 1 }
+  for (i = 3; i <= NF; i++) {
+    split($i, b, " ")
+    if (b[3] != "0") { print "#wrong: " $0; exit 1 }
+    if (b[4] !~ /^x[0-9]+\.[0-9][0-9]$/) { print "ratio: " $0; exit 1 }
+  }
+}' "$work/compare.txt" || fail "a comparison line is wrong"
+grep -q "^# Out of bounds values : 0 OK" "$work/compare.txt" || fail "wrong values in --compare"
+python=/usr/bin/python3
+[[ -x $python ]] || python=python3
+"$python" - "$work/compare.json" $((3 * (${#backends[@]} + 1))) <<'PY' || fail "the JSON rows"
+import json, sys
+doc = json.load(open(sys.argv[1]))
+rows = doc["rows"]
+assert len(rows) == int(sys.argv[2]), len(rows)
+assert rows[0]["backend"] == "arcoll"
+assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in rows)
+assert [b["name"] for b in doc["metadata"]["backends"]][0] == "arcoll"
+PY
+
+# Usage errors exit 2.
+"$arbench" --np 2 --backend nosuch >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown backend must exit 2"
+"$arbench" --np 2 --backend gloo --gloo-algo nosuch >/dev/null 2>&1
+[ $? -eq 2 ] || fail "an unknown --gloo-algo must exit 2"
+echo "backends check passed (${backends[*]})"
