@@ -177,17 +177,22 @@ bool set_instruction_set(std::string_view name) {
   return true;
 }
 
-float half_to_float(std::uint16_t h) {
-  return generic::half_to_float_scalar(h);
+}  // namespace arcoll::kernels
+
+namespace arcoll {
+
+// The public scalar conversions are the generic kernels' own.
+float half_to_float(std::uint16_t bits) {
+  return kernels::generic::half_to_float_scalar(bits);
 }
-std::uint16_t float_to_half(float f) {
-  return generic::float_to_half_scalar(f);
+std::uint16_t float_to_half(float value) {
+  return kernels::generic::float_to_half_scalar(value);
 }
-float bf16_to_float(std::uint16_t b) {
-  return generic::bf16_to_float_scalar(b);
+float bf16_to_float(std::uint16_t bits) {
+  return kernels::generic::bf16_to_float_scalar(bits);
 }
-std::uint16_t float_to_bf16(float f) {
-  return generic::float_to_bf16_scalar(f);
+std::uint16_t float_to_bf16(float value) {
+  return kernels::generic::float_to_bf16_scalar(value);
 }
 
-}  // namespace arcoll::kernels
+}  // namespace arcoll

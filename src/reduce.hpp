@@ -32,10 +32,6 @@ std::string_view instruction_set();
 // running finish with the previous choice.
 bool set_instruction_set(std::string_view name);
 
-// Scalar conversions, round to nearest even; NaN stays NaN.
-float half_to_float(std::uint16_t h);
-std::uint16_t float_to_half(float f);
-float bf16_to_float(std::uint16_t b);
-std::uint16_t float_to_bf16(float f);
+// The scalar f16/bf16 conversions are public: arcoll::half_to_float and friends (types.hpp).
 
 }  // namespace arcoll::kernels

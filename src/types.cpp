@@ -5,7 +5,6 @@
 #include <string>
 
 #include "build_info.hpp"
-#include "src/reduce.hpp"
 
 namespace arcoll {
 namespace {
@@ -105,19 +104,6 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name) {
 
 bool is_supported(DataType type, ReduceOp op) {
   return op != ReduceOp::avg || is_floating(type);
-}
-
-float half_to_float(std::uint16_t bits) {
-  return kernels::half_to_float(bits);
-}
-std::uint16_t float_to_half(float value) {
-  return kernels::float_to_half(value);
-}
-float bf16_to_float(std::uint16_t bits) {
-  return kernels::bf16_to_float(bits);
-}
-std::uint16_t float_to_bf16(float value) {
-  return kernels::float_to_bf16(value);
 }
 
 double apply(ReduceOp op, double accumulated, double value) {
