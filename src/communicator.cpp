@@ -46,27 +46,6 @@ std::string node_name_of_this_host() {
   return name;
 }
 
-// Rethrows `e` as the same kind of error, reported as part of `operation`.
-[[noreturn]] void rethrow_as(const Error& e, const std::string& operation, int rank) {
-  const std::string& m = e.message();
-  switch (e.code()) {
-    case ErrorCode::invalid_argument:
-      throw InvalidArgument(operation, m, rank, e.peer());
-    case ErrorCode::timeout:
-      throw TimeoutError(operation, m, rank, e.peer());
-    case ErrorCode::peer_failure:
-      throw PeerError(operation, m, rank, e.peer());
-    case ErrorCode::protocol:
-      throw ProtocolError(operation, m, rank, e.peer());
-    case ErrorCode::system:
-      throw SystemError(operation, m, rank, e.peer());
-    case ErrorCode::configuration:
-      throw ConfigurationError(operation, m, rank, e.peer());
-    default:
-      throw InternalError(operation, m, rank, e.peer());
-  }
-}
-
 }  // namespace
 
 class Communicator::Impl final : public PointToPoint {
@@ -312,7 +291,7 @@ void Communicator::Impl::fail(const Error& e, const std::string& operation) {
   broken_ = e.what();
   log::debug(operation + " failed; transfers pending:\n" + transport_->pending_state());
   transport_->abort(e.what());
-  rethrow_as(e, operation, rank_);
+  throw_error(e.code(), operation, e.message(), rank_, e.peer());
 }
 
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
@@ -349,7 +328,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     if (args.op == ReduceOp::avg) kernels::divide_by(args.recv, args.count, args.type, size_);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::invalid_argument && transport_->failure() == nullptr)
-      rethrow_as(e, call_name(), rank_);
+      throw_error(e.code(), call_name(), e.message(), rank_, e.peer());
     fail(e, call_name());
   }
 }

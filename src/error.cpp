@@ -20,6 +20,36 @@ Error::Error(ErrorCode code, std::string operation, std::string message, int ran
       rank_(rank),
       peer_(peer) {}
 
+void throw_error(ErrorCode code, std::string operation, std::string message, int rank, int peer) {
+  auto o = std::move(operation);
+  auto m = std::move(message);
+  switch (code) {
+    case ErrorCode::invalid_argument:
+      throw InvalidArgument(o, m, rank, peer);
+    case ErrorCode::timeout:
+      throw TimeoutError(o, m, rank, peer);
+    case ErrorCode::peer_failure:
+      throw PeerError(o, m, rank, peer);
+    case ErrorCode::protocol:
+      throw ProtocolError(o, m, rank, peer);
+    case ErrorCode::system:
+      throw SystemError(o, m, rank, peer);
+    case ErrorCode::configuration:
+      throw ConfigurationError(o, m, rank, peer);
+    default:
+      throw InternalError(o, m, rank, peer);
+  }
+}
+
+std::exception_ptr make_error(ErrorCode code, std::string operation, std::string message, int rank,
+                              int peer) {
+  try {
+    throw_error(code, std::move(operation), std::move(message), rank, peer);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 std::string_view to_string(ErrorCode code) {
   switch (code) {
     case ErrorCode::ok:

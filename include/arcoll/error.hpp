@@ -2,6 +2,7 @@
 // peer rank when one is involved) and what the user can do about it.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -59,5 +60,12 @@ ARCOLL_DEFINE_ERROR(InternalError, ErrorCode::internal)
 #undef ARCOLL_DEFINE_ERROR
 
 std::string_view to_string(ErrorCode code);
+
+// The error of class `code` (InvalidArgument for ErrorCode::invalid_argument, ...), thrown or
+// held for later.
+[[noreturn]] void throw_error(ErrorCode code, std::string operation, std::string message,
+                              int rank = Error::kNoRank, int peer = Error::kNoRank);
+std::exception_ptr make_error(ErrorCode code, std::string operation, std::string message,
+                              int rank = Error::kNoRank, int peer = Error::kNoRank);
 
 }  // namespace arcoll

@@ -624,18 +624,7 @@ void ShmTransport::fail_dead_peer(int peer, const std::string& what) {
 }
 
 void ShmTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {
-  std::exception_ptr error;
-  switch (code) {
-    case ErrorCode::protocol:
-      error = std::make_exception_ptr(ProtocolError("shm", message, rank_, peer));
-      break;
-    case ErrorCode::invalid_argument:
-      error = std::make_exception_ptr(InvalidArgument("shm", message, rank_, peer));
-      break;
-    default:
-      error = std::make_exception_ptr(PeerError("shm", message, rank_, peer));
-      break;
-  }
+  std::exception_ptr error = make_error(code, "shm", message, rank_, peer);
   if (!failure_) failure_ = error;
   for (Peer& p : peers_) {
     auto fail = [&](const RequestPtr& r) {

@@ -640,18 +640,7 @@ void TcpTransport::progress(Clock::time_point until) {
 }
 
 void TcpTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {
-  std::exception_ptr error;
-  switch (code) {
-    case ErrorCode::protocol:
-      error = std::make_exception_ptr(ProtocolError("tcp", message, rank_, peer));
-      break;
-    case ErrorCode::invalid_argument:
-      error = std::make_exception_ptr(InvalidArgument("tcp", message, rank_, peer));
-      break;
-    default:
-      error = std::make_exception_ptr(PeerError("tcp", message, rank_, peer));
-      break;
-  }
+  std::exception_ptr error = make_error(code, "tcp", message, rank_, peer);
   fail_peer(peer, error);
 }
 
