@@ -24,7 +24,12 @@ struct Request {
   std::exception_ptr error;  // set together with done when the transfer failed
 
   std::string describe() const;  // "recv of 1048576 B from rank 3 (tag 0x80000012)"
+  // Why a receive cannot take a message of `arrived` bytes (every transport says it alike).
+  std::string size_mismatch(std::uint64_t arrived) const;
 };
+
+// "0x80000012": how tags appear in messages.
+std::string hex_tag(std::uint32_t tag);
 
 using RequestPtr = std::shared_ptr<Request>;
 

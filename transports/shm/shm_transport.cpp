@@ -130,12 +130,6 @@ std::size_t padded(std::size_t n) {
   return (n + 7) & ~std::size_t{7};
 }
 
-std::string size_mismatch(int peer, std::uint64_t arrived, const Request& receive) {
-  return "rank " + std::to_string(peer) + " sent " + std::to_string(arrived) +
-         " B where this rank expected " + std::to_string(receive.bytes) +
-         " B: do all ranks pass the same count and type?";
-}
-
 // A message being received: into a matched receive, or buffered until one is posted.
 struct Incoming {
   std::uint32_t tag = 0;
@@ -455,7 +449,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
       m->request = *match;
       p.posted.erase(match);
       if (m->request->bytes != m->bytes) {
-        fail_peer(peer, ErrorCode::invalid_argument, size_mismatch(peer, m->bytes, *m->request));
+        fail_peer(peer, ErrorCode::invalid_argument, m->request->size_mismatch(m->bytes));
         return;
       }
     } else if (m->remote) {
@@ -535,7 +529,7 @@ void ShmTransport::post_recv(const RequestPtr& request) {
   std::shared_ptr<Incoming> m = *match;
   p.unexpected.erase(match);
   if (m->bytes != request->bytes) {
-    fail_peer(peer, ErrorCode::invalid_argument, size_mismatch(peer, m->bytes, *request));
+    fail_peer(peer, ErrorCode::invalid_argument, request->size_mismatch(m->bytes));
     return;
   }
   m->request = request;

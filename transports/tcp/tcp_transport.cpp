@@ -34,18 +34,6 @@ constexpr std::uint32_t kStripeBytes = 128 * 1024;
 constexpr std::size_t kReadBudget = 4 << 20;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
-std::string hex_tag(std::uint32_t tag) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%08x", tag);
-  return text;
-}
-
-std::string size_mismatch(std::uint64_t arrived, const Request& receive) {
-  return "rank " + std::to_string(receive.peer) + " sent " + std::to_string(arrived) +
-         " B where this rank expected " + std::to_string(receive.bytes) + " B (tag " +
-         hex_tag(receive.tag) + "): do all ranks pass the same count and type?";
-}
-
 // A message whose first frame has arrived, being received into a request or an eager buffer.
 struct Incoming {
   std::uint32_t tag = 0;
@@ -360,7 +348,7 @@ void TcpTransport::post_recv(const RequestPtr& request) {
   if (match != p.unexpected.end()) {
     std::shared_ptr<Incoming> m = *match;
     if (m->bytes != request->bytes) {
-      fail_peer(request->peer, ErrorCode::invalid_argument, size_mismatch(m->bytes, *request));
+      fail_peer(request->peer, ErrorCode::invalid_argument, request->size_mismatch(m->bytes));
       request->error = failure_;
       request->done = true;
       return;
@@ -549,7 +537,7 @@ void TcpTransport::reveal(Socket& s) {
   m->bytes = h.message_bytes;
   if (match != p.posted.end()) {
     if (h.message_bytes != (*match)->bytes) {
-      fail_peer(s.peer, ErrorCode::invalid_argument, size_mismatch(h.message_bytes, **match));
+      fail_peer(s.peer, ErrorCode::invalid_argument, (*match)->size_mismatch(h.message_bytes));
       return;
     }
     m->request = *match;
