@@ -39,12 +39,30 @@ std::string seconds_text(std::chrono::milliseconds timeout) {
   return text;
 }
 
-std::string node_name_of_this_host() {
-  if (auto id = env::get("ARCOLL_NODE_ID")) return *id;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+// The host a rank runs on. ARCOLL_EMULATED_HOSTS=N splits the ranks of one machine into N
+// pretend hosts of consecutive ranks, so that mixed shm+tcp runs on one machine.
+std::string node_name_of(int rank, int size) {
+  std::string name;
+  if (auto id = env::get("ARCOLL_NODE_ID")) {
+    name = *id;
+  } else {
+    char host[256] = {};
+    name = ::gethostname(host, sizeof host - 1) == 0 ? host : "localhost";
+  }
+  if (auto hosts = env::get("ARCOLL_EMULATED_HOSTS")) {
+    const int n = std::atoi(hosts->c_str());
+    if (n < 1)
+      throw InvalidArgument("communicator",
+                            "ARCOLL_EMULATED_HOSTS='" + *hosts + "' is not a number of hosts >= 1",
+                            rank);
+    name += "#" + std::to_string(static_cast<long long>(rank) * std::min(n, size) / size);
+  }
   return name;
 }
+
+// While several transports serve a communicator, a wait sleeps on the one it waits for in
+// slices this long, polling the others between slices.
+constexpr auto kMixedWaitSlice = std::chrono::microseconds(200);
 
 }  // namespace
 
@@ -101,7 +119,14 @@ class Communicator::Impl final : public PointToPoint {
 
   std::unique_ptr<StoreServer> store_server_;
   std::unique_ptr<StoreClient> store_;
-  std::unique_ptr<Transport> transport_;
+  // Which transport reaches each rank; several when ranks share some hosts but not all.
+  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<Transport*> route_;
+  std::exception_ptr transport_failure() const {
+    for (const auto& t : transports_)
+      if (auto f = t->failure()) return f;
+    return nullptr;
+  }
   std::vector<std::vector<char>> scratch_;
   std::uint64_t sequence_ = 0;  // collectives started
   std::uint32_t tag_ = kCollectiveTagBit;
@@ -132,7 +157,7 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
                           "unknown algorithm '" + options_.algorithm + "' (known: " + known + ")",
                           rank_);
   }
-  node_name_ = node_name_of_this_host();
+  node_name_ = node_name_of(rank_, size_);
   bootstrap(launch, Clock::now() + options_.timeout);
 }
 
@@ -151,6 +176,7 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
   setup.size = size_;
   setup.options = &options_;
   setup.deadline = deadline;
+  std::vector<std::string> nodes{node_name_};  // of each rank
   if (size_ > 1) {
     net::Endpoint master{launch.master_addr, launch.master_port};
     if (rank_ == 0) {
@@ -174,7 +200,7 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
                                ? net::address_reaching(master.host)
                                : net::interface_address(options_.socket_ifname);
 
-    const std::vector<std::string> nodes = gather_node_names(deadline);
+    nodes = gather_node_names(deadline);
     std::vector<std::string> order;  // hosts numbered by their lowest rank
     for (const auto& n : nodes)
       if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
@@ -185,15 +211,36 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
   }
   setup.busy_poll = options_.busy_poll;
   if (setup.busy_poll.count() < 0) {
-    const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-    setup.busy_poll = std::chrono::microseconds(local_size_ <= cores ? 50 : 0);
+    // Polling only pays while every rank of this machine has a core (emulated hosts share one).
+    auto machine = [](const std::string& node) { return node.substr(0, node.find('#')); };
+    const long on_machine = std::count_if(nodes.begin(), nodes.end(), [&](const std::string& n) {
+      return machine(n) == machine(node_name_);
+    });
+    setup.busy_poll =
+        std::chrono::microseconds(on_machine <= ::sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0);
   }
-  // "auto": shared memory when every rank is on this host, else TCP (mixing both per pair of
-  // ranks is not done yet).
-  transport_name_ = options_.transport != "auto" ? options_.transport
-                    : node_count_ == 1           ? "shm"
-                                                 : "tcp";
-  transport_ = TransportRegistry::instance().find(transport_name_)->create(setup);
+  // Per pair of ranks: the forced transport, else shared memory within a host and TCP across.
+  std::vector<std::string> choice(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r)
+    choice[static_cast<std::size_t>(r)] = options_.transport != "auto" ? options_.transport
+                                          : nodes[static_cast<std::size_t>(r)] == node_name_
+                                              ? "shm"
+                                              : "tcp";
+  route_.assign(static_cast<std::size_t>(size_), nullptr);
+  const std::vector<std::string> candidates = options_.transport != "auto"
+                                                  ? std::vector<std::string>{options_.transport}
+                                                  : std::vector<std::string>{"shm", "tcp"};
+  for (const std::string& name : candidates) {
+    setup.peers.clear();
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && choice[static_cast<std::size_t>(r)] == name) setup.peers.push_back(r);
+    // A world of one still gets its forced (or default) transport, serving no peer.
+    if (setup.peers.empty() && !(size_ == 1 && name == choice[0])) continue;
+    auto& transport =
+        transports_.emplace_back(TransportRegistry::instance().find(name)->create(setup));
+    for (int r : setup.peers) route_[static_cast<std::size_t>(r)] = transport.get();
+    transport_name_ += (transport_name_.empty() ? "" : "+") + name;
+  }
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
              std::to_string(node_count_) + " host(s), transport " + transport_name_);
 }
@@ -238,13 +285,13 @@ RequestPtr Communicator::Impl::start(Request::Kind kind, int peer, void* buffer,
   request->tag = tag;
   request->buffer = buffer;
   request->bytes = bytes;
-  transport_->post(request);
+  route_[static_cast<std::size_t>(peer)]->post(request);
   return request;
 }
 
 void Communicator::Impl::wait(const RequestPtr& request) {
   while (!request->done) {
-    if (auto failure = transport_->failure()) std::rethrow_exception(failure);
+    if (auto failure = transport_failure()) std::rethrow_exception(failure);
     if (Clock::now() >= deadline_) {
       throw TimeoutError(call_name(),
                          "no progress within " + seconds_text(options_.timeout) +
@@ -253,7 +300,14 @@ void Communicator::Impl::wait(const RequestPtr& request) {
                              " is not responding (hung, stopped, or not in this call)",
                          rank_, request->peer);
     }
-    transport_->progress(deadline_);
+    Transport* own = route_[static_cast<std::size_t>(request->peer)];
+    if (transports_.size() == 1) {
+      own->progress(deadline_);
+      continue;
+    }
+    for (const auto& t : transports_)
+      if (t.get() != own) t->progress(Clock::now());
+    own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice));
   }
   if (request->error) std::rethrow_exception(request->error);
 }
@@ -289,8 +343,11 @@ const std::string& Communicator::Impl::algorithm_for(Collective collective) cons
 
 void Communicator::Impl::fail(const Error& e, const std::string& operation) {
   broken_ = e.what();
-  log::debug(operation + " failed; transfers pending:\n" + transport_->pending_state());
-  transport_->abort(e.what());
+  for (const auto& t : transports_) {
+    log::debug(operation + " failed; " + std::string(t->name()) + " transfers pending:\n" +
+               t->pending_state());
+    t->abort(e.what());
+  }
   throw_error(e.code(), operation, e.message(), rank_, e.peer());
 }
 
@@ -327,7 +384,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     // allreduce and reduce_scatter both leave args.count reduced elements in recv.
     if (args.op == ReduceOp::avg) kernels::divide_by(args.recv, args.count, args.type, size_);
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::invalid_argument && transport_->failure() == nullptr)
+    if (e.code() == ErrorCode::invalid_argument && transport_failure() == nullptr)
       throw_error(e.code(), call_name(), e.message(), rank_, e.peer());
     fail(e, call_name());
   }

@@ -23,6 +23,9 @@ class StoreClient;
 struct TransportSetup {
   int rank = 0;
   int size = 1;
+  // The other ranks this transport connects to, ascending; a communicator may give each
+  // transport a part of its peers (shm within a host, tcp across hosts).
+  std::vector<int> peers;
   StoreClient* store = nullptr;  // for exchanging addresses; null for a world of one
   const Options* options = nullptr;
   std::string listen_address;              // local IPv4 address to listen on
@@ -36,7 +39,8 @@ class Transport {
   virtual ~Transport() = default;
   virtual std::string_view name() const = 0;
 
-  // Starts a send or receive. Requests to one peer with the same tag match in posting order.
+  // Starts a send or receive to one of the peers it was set up for. Requests to one peer with the
+  // same tag match in posting order.
   virtual void post(const RequestPtr& request) = 0;
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.

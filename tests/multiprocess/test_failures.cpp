@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "arcoll/error.hpp"
@@ -25,9 +27,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Runs allreduces until one throws; prints the error and how long detection took.
+// Shared-memory segments of arcoll jobs present now.
+std::set<std::string> arcoll_segments() {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().rfind("arcoll-", 0) == 0)
+      names.insert(entry.path().filename().string());
+  return names;
+}
+
+// Runs large allreduces (4 MiB: the single-copy path of shm) until one throws; prints the
+// error and how long detection took.
 int allreduce_until_error(Communicator& comm, int kill_rank, int kill_after) {
-  std::vector<float> buffer(256 * 1024, 1.0f);
+  std::vector<float> buffer(1024 * 1024, 1.0f);
   for (int i = 0; i < 100000; ++i) {
     if (comm.rank() == kill_rank && i == kill_after) ::raise(SIGKILL);
     const auto start = Clock::now();
@@ -51,10 +63,14 @@ TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
   options.ranks = 4;
   options.env = {{"ARCOLL_TIMEOUT", "10"}};
   options.failure_grace = std::chrono::seconds(30);
+  const auto segments_before = arcoll_segments();
   auto exits = launch(options, [&] {
     auto comm = Communicator::from_env();
     return allreduce_until_error(*comm, victim, 5);
   });
+  // Segments are unlinked once mapped: the killed rank left nothing behind.
+  for (const auto& name : arcoll_segments())
+    EXPECT_EQ(segments_before.count(name), 1u) << "left in /dev/shm: " << name;
   ASSERT_EQ(exits.size(), 4u);
   EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
   const std::string name = "rank " + std::to_string(victim);
@@ -124,7 +140,7 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
                             std::atoi(std::getenv("ARCOLL_MASTER_PORT"))};
         StoreClient reader(store, Clock::now() + std::chrono::seconds(5), 1);
         std::vector<net::Endpoint> targets{store};
-        for (int r = 0; r < 3 && expected_transport() == "tcp"; ++r) {
+        for (int r = 0; r < 3 && transport_forced("tcp"); ++r) {
           net::Endpoint e;
           net::parse_endpoint(
               *reader.get("tcp/" + std::to_string(r), Clock::now() + std::chrono::seconds(5)), e);
@@ -165,7 +181,7 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
   // Rejections were logged by the store (rank 0) and by every rank's TCP transport.
   EXPECT_NE(all_output.find("rendezvous store: rejected connection"), std::string::npos)
       << all_output;
-  for (int r = 0; r < 3 && expected_transport() == "tcp"; ++r)
+  for (int r = 0; r < 3 && transport_forced("tcp"); ++r)
     EXPECT_NE(exits[static_cast<std::size_t>(r)].output.find("tcp transport: rejected connection"),
               std::string::npos)
         << "rank " << r << ":\n"

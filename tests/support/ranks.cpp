@@ -16,9 +16,17 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
   });
 }
 
-std::string expected_transport() {
+bool transport_forced(const std::string& name) {
   const char* forced = std::getenv("ARCOLL_TRANSPORT");
-  return forced != nullptr && *forced != '\0' && std::string(forced) != "auto" ? forced : "shm";
+  return forced != nullptr && name == forced;
+}
+
+std::string expected_transport(const Communicator& comm) {
+  const char* forced = std::getenv("ARCOLL_TRANSPORT");
+  if (forced != nullptr && *forced != '\0' && std::string(forced) != "auto") return forced;
+  std::string name = comm.local_size() > 1 || comm.size() == 1 ? "shm" : "";
+  if (comm.node_count() > 1) name += name.empty() ? "tcp" : "+tcp";
+  return name;
 }
 
 std::string describe(const std::vector<RankExit>& exits) {

@@ -23,9 +23,12 @@ void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std:
 // rank's exit code; a gtest failure inside the rank turns a 0 into 1.
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body);
 
-// The transport the suite runs over: ARCOLL_TRANSPORT when set (ctest runs the multi-process
-// tests once per transport), else what "auto" picks on one host.
-std::string expected_transport();
+// The transport(s) `comm` should run over: ARCOLL_TRANSPORT when set (ctest runs the
+// multi-process tests once per transport), else shm within a host and tcp across hosts
+// (ARCOLL_EMULATED_HOSTS splits this machine into several), "shm+tcp" when both.
+std::string expected_transport(const Communicator& comm);
+// Whether ARCOLL_TRANSPORT forces `name`.
+bool transport_forced(const std::string& name);
 
 // A short string of the exits, for assertion messages.
 std::string describe(const std::vector<RankExit>& exits);

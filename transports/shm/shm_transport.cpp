@@ -202,6 +202,7 @@ class ShmTransport final : public Transport {
 
   int rank_;
   int size_;
+  std::vector<int> peer_ranks_;  // served by this transport
   void* own_ = nullptr;
   std::vector<Peer> peers_;
   bool cma_ = true;
@@ -213,9 +214,10 @@ class ShmTransport final : public Transport {
 ShmTransport::ShmTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       size_(setup.size),
+      peer_ranks_(setup.peers),
       peers_(static_cast<std::size_t>(setup.size)),
       busy_poll_(setup.busy_poll) {
-  if (size_ == 1) return;
+  if (peer_ranks_.empty()) return;
   const std::size_t bytes = segment_bytes(size_);
   const std::string own_name = segment_name(setup.job_id, rank_);
   net::Fd fd(::shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
@@ -239,8 +241,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       "shm/ready/" + std::to_string(rank_),
       std::to_string(::getpid()) + " " + std::to_string(reinterpret_cast<std::uintptr_t>(own_)));
   try {
-    for (int p = 0; p < size_; ++p) {
-      if (p == rank_) continue;
+    for (int p : peer_ranks_) {
       auto ready = setup.store->get("shm/ready/" + std::to_string(p), setup.deadline);
       if (!ready)
         throw TimeoutError("shm setup", "rank " + std::to_string(p) + " never created its segment",
@@ -273,7 +274,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
     }
     // Every rank has mapped every segment once all have said so: then the names can go.
     setup.store->set("shm/mapped/" + std::to_string(rank_), "1");
-    for (int p = 0; p < size_; ++p)
+    for (int p : peer_ranks_)
       if (!setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline))
         throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
                            rank_, p);
@@ -285,9 +286,9 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
 }
 
 ShmTransport::~ShmTransport() {
-  if (!aborted_ && size_ > 1) {
-    for (int p = 0; p < size_; ++p)
-      if (p != rank_ && !failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));
+  if (!aborted_ && !peer_ranks_.empty()) {
+    for (int p : peer_ranks_)
+      if (!failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));
     const auto deadline = Clock::now() + std::chrono::seconds(2);
     while (Clock::now() < deadline &&
            std::any_of(peers_.begin(), peers_.end(),
@@ -308,7 +309,7 @@ void ShmTransport::enqueue(int peer, Outgoing out) {
 }
 
 void ShmTransport::post(const RequestPtr& request) {
-  if (request->peer < 0 || request->peer >= size_ || request->peer == rank_)
+  if (!std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), request->peer))
     throw InvalidArgument("shm", "no connection to rank " + std::to_string(request->peer), rank_);
   if (failure_) {
     request->error = failure_;
@@ -547,8 +548,7 @@ void ShmTransport::post_recv(const RequestPtr& request) {
 
 bool ShmTransport::poll_once() {
   bool moved = false;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+  for (int p : peer_ranks_) {
     moved |= push_outgoing(p);
     moved |= drain_ring(p);
   }
@@ -556,7 +556,7 @@ bool ShmTransport::poll_once() {
 }
 
 void ShmTransport::progress(Clock::time_point until) {
-  if (size_ == 1 || failure_) return;
+  if (peer_ranks_.empty() || failure_) return;
   if (poll_once()) return;
   const auto spin_end = std::min(until, Clock::now() + busy_poll_);
   while (Clock::now() < spin_end)
@@ -575,9 +575,9 @@ void ShmTransport::progress(Clock::time_point until) {
 }
 
 void ShmTransport::check_peers_alive() {
-  for (int r = 0; r < size_; ++r) {
+  for (int r : peer_ranks_) {
     Peer& p = peers_[static_cast<std::size_t>(r)];
-    if (r == rank_ || !p.pidfd || failure_) continue;
+    if (!p.pidfd || failure_) continue;
     pollfd pfd{p.pidfd.get(), POLLIN, 0};
     if (::poll(&pfd, 1, 0) <= 0) continue;
     drain_ring(r);  // a goodbye written just before exiting counts
@@ -635,12 +635,12 @@ void ShmTransport::fail_peer(int peer, ErrorCode code, const std::string& messag
 }
 
 void ShmTransport::abort(const std::string& reason) noexcept {
-  if (aborted_ || size_ == 1) return;
+  if (aborted_ || peer_ranks_.empty()) return;
   aborted_ = true;
   const std::string text = reason.substr(0, 4096);
-  for (int r = 0; r < size_; ++r) {
+  for (int r : peer_ranks_) {
     Peer& p = peers_[static_cast<std::size_t>(r)];
-    if (r == rank_ || p.segment == nullptr) continue;
+    if (p.segment == nullptr) continue;
     p.outgoing.clear();
     Outgoing out(control_entry(EntryKind::abort, 0, static_cast<std::uint32_t>(text.size())));
     out.owned = text;

@@ -131,6 +131,10 @@ class TcpTransport final : public Transport {
 
   int rank_;
   int size_;
+  std::vector<int> peer_ranks_;  // served by this transport, ascending
+  bool serves(int peer) const {
+    return std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), peer);
+  }
   int sockets_per_peer_;
   std::chrono::microseconds busy_poll_;
   HelloExpectation expect_;
@@ -146,6 +150,7 @@ class TcpTransport final : public Transport {
 TcpTransport::TcpTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       size_(setup.size),
+      peer_ranks_(setup.peers),
       sockets_per_peer_(setup.options->sockets_per_peer),
       busy_poll_(setup.busy_poll),
       expect_{setup.job_id, setup.size, setup.options->sockets_per_peer},
@@ -153,7 +158,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_)
     throw SystemError("tcp setup", std::string("epoll_create1: ") + std::strerror(errno), rank_);
-  if (size_ == 1) return;
+  if (peer_ranks_.empty()) return;
   listener_ = net::listen_on(setup.listen_address, 0);
   net::set_nonblocking(listener_.get());
   epoll_event ev{EPOLLIN, {.u64 = static_cast<std::uint64_t>(listener_.get())}};
@@ -166,9 +171,9 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   // Higher ranks connect to us.
   auto missing = [&] {
     std::vector<int> ranks;
-    for (int p = rank_ + 1; p < size_; ++p)
-      if (peers_[static_cast<std::size_t>(p)].sockets.size() <
-          static_cast<std::size_t>(sockets_per_peer_))
+    for (int p : peer_ranks_)
+      if (p > rank_ && peers_[static_cast<std::size_t>(p)].sockets.size() <
+                           static_cast<std::size_t>(sockets_per_peer_))
         ranks.push_back(p);
     return ranks;
   };
@@ -189,7 +194,8 @@ TcpTransport::~TcpTransport() {
 }
 
 void TcpTransport::connect_lower_ranks(const TransportSetup& setup) {
-  for (int p = 0; p < rank_; ++p) {
+  for (int p : peer_ranks_) {
+    if (p > rank_) break;
     auto value = setup.store->get("tcp/" + std::to_string(p), setup.deadline);
     net::Endpoint endpoint;
     if (!value)
@@ -267,7 +273,7 @@ void TcpTransport::read_hello(int fd) {
     auto& existing = peers_[static_cast<std::size_t>(peer)].sockets;
     bool duplicate = std::any_of(existing.begin(), existing.end(),
                                  [&](Socket* s) { return s->index == c.hello.socket_index; });
-    if (peer <= rank_)
+    if (peer <= rank_ || !serves(peer))
       why = "rank " + std::to_string(peer) + " should not connect to us";
     else if (duplicate)
       why = "duplicate connection for rank " + std::to_string(peer);
@@ -300,7 +306,7 @@ void TcpTransport::drop_stale_handshakes() {
 }
 
 void TcpTransport::post(const RequestPtr& request) {
-  if (request->peer < 0 || request->peer >= size_ || request->peer == rank_)
+  if (!serves(request->peer))
     throw InvalidArgument("tcp", "no connection to rank " + std::to_string(request->peer), rank_);
   if (failure_) {
     request->error = failure_;
