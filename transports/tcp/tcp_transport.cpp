@@ -1,5 +1,6 @@
 // TCP transport: non-blocking sockets driven by an epoll progress engine, several sockets
 // per peer with large messages striped across them, every frame validated on receipt.
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -32,6 +33,8 @@ constexpr std::uint64_t kEagerBytes = 64 * 1024;
 constexpr std::uint32_t kStripeBytes = 128 * 1024;
 // Bytes read from one socket per event before the engine turns to the others.
 constexpr std::size_t kReadBudget = 4 << 20;
+// How long an abort may spend finishing a frame half written before its reason can follow.
+constexpr auto kAbortFlushTime = std::chrono::milliseconds(200);
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
 // A message whose first frame has arrived, being received into a request or an eager buffer.
@@ -68,6 +71,7 @@ struct Socket {
   bool parked = false;  // waiting for a receive to be posted / a message revealed
   bool goodbye = false;
   bool closed = false;
+  bool broken = false;  // the connection failed; its peer is being failed
   // Send side.
   std::deque<OutFrame> queue;
   std::uint32_t epoll_events = 0;
@@ -126,6 +130,7 @@ class TcpTransport final : public Transport {
   // Writes what the socket takes now; true when any byte went out.
   bool flush(Socket& s);
   void fail_peer(int peer, std::exception_ptr error);
+  void connection_lost(Socket& s, const std::string& why);
   void fail_peer(int peer, ErrorCode code, const std::string& message);
   void send_goodbyes() noexcept;
 
@@ -411,10 +416,9 @@ bool TcpTransport::flush(Socket& s) {
     ssize_t n = count == 0 ? 0 : ::sendmsg(s.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-      fail_peer(s.peer, ErrorCode::peer_failure,
-                "connection to rank " + std::to_string(s.peer) + " failed while sending (" +
-                    std::strerror(errno) + "); rank " + std::to_string(s.peer) +
-                    " exited or crashed");
+      connection_lost(s, "connection to rank " + std::to_string(s.peer) +
+                             " failed while sending (" + std::strerror(errno) + "); rank " +
+                             std::to_string(s.peer) + " exited or crashed");
       return true;
     }
     wrote = true;
@@ -467,9 +471,8 @@ bool TcpTransport::read_some(Socket& s, std::size_t& budget) {
     }
     std::string why = n == 0 ? "closed the connection"
                              : std::string("connection failed (") + std::strerror(errno) + ")";
-    fail_peer(s.peer, ErrorCode::peer_failure,
-              "rank " + std::to_string(s.peer) + " " + why +
-                  " without saying goodbye: it exited, crashed or was killed");
+    connection_lost(s, "rank " + std::to_string(s.peer) + " " + why +
+                           " without saying goodbye: it exited, crashed or was killed");
     return false;
   }
   budget -= std::min<std::size_t>(budget, static_cast<std::size_t>(n));
@@ -633,6 +636,21 @@ void TcpTransport::progress(Clock::time_point until) {
   if (!pending_.empty()) drop_stale_handshakes();
 }
 
+// A peer that aborted may have said why on one of its sockets just before it closed them:
+// reading that first lets the error name the rank that failed first, not its messenger.
+void TcpTransport::connection_lost(Socket& s, const std::string& why) {
+  if (s.broken) return;
+  s.broken = true;
+  const bool explained_before = failure_ != nullptr;
+  for (Socket* other : peers_[static_cast<std::size_t>(s.peer)].sockets) {
+    std::size_t budget = kReadBudget;
+    while (budget > 0 && read_some(*other, budget)) {
+    }
+  }
+  if (failure_ != nullptr && !explained_before) return;
+  fail_peer(s.peer, ErrorCode::peer_failure, why);
+}
+
 void TcpTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {
   std::exception_ptr error = make_error(code, "tcp", message, rank_, peer);
   fail_peer(peer, error);
@@ -670,21 +688,34 @@ void TcpTransport::abort(const std::string& reason) noexcept {
   if (aborted_) return;
   aborted_ = true;
   std::string text = reason.substr(0, kMaxAbortText);
+  std::vector<Socket*> telling;  // one socket per peer carries the reason
   for (Peer& p : peers_) {
-    for (Socket* s : p.sockets) {
-      if (s->closed || s->goodbye) continue;
-      // Only at a frame boundary: a frame half written cannot be interrupted.
-      if (!s->queue.empty() && s->queue.front().written > 0) continue;
-      s->queue.clear();
-      OutFrame& out = s->queue.emplace_back();
-      out.header = make_control_header(FrameKind::abort, static_cast<std::uint32_t>(text.size()));
-      out.control_payload = text;
+    auto open = std::find_if(p.sockets.begin(), p.sockets.end(),
+                             [](const Socket* s) { return !s->closed && !s->goodbye; });
+    if (open == p.sockets.end()) continue;
+    Socket& s = **open;
+    // A frame half written cannot be cut: it is finished, what follows it is dropped.
+    const bool mid_frame = !s.queue.empty() && s.queue.front().written > 0;
+    s.queue.erase(s.queue.begin() + (mid_frame ? 1 : 0), s.queue.end());
+    OutFrame& out = s.queue.emplace_back();
+    out.header = make_control_header(FrameKind::abort, static_cast<std::uint32_t>(text.size()));
+    out.control_payload = text;
+    telling.push_back(&s);
+  }
+  // Best effort, briefly: a peer that stopped reading does not hold this rank up.
+  const auto deadline = Clock::now() + kAbortFlushTime;
+  while (true) {
+    std::vector<pollfd> waiting;
+    for (Socket* s : telling) {
       try {
         flush(*s);
       } catch (...) {
+        s->queue.clear();
       }
-      break;  // one socket per peer is enough
+      if (!s->queue.empty() && !s->closed) waiting.push_back({s->fd.get(), POLLOUT, 0});
     }
+    if (waiting.empty() || Clock::now() >= deadline) break;
+    ::poll(waiting.data(), waiting.size(), net::poll_timeout_ms(deadline));
   }
 }
 
