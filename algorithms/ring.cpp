@@ -13,8 +13,8 @@
 namespace arcoll {
 namespace {
 
-// Receives of reduce-scatter land in this many chunk-sized scratch slots.
-constexpr std::size_t kRecvSlots = 4;
+// Reduce-scatter keeps this many receives posted ahead of the one it waits for.
+constexpr std::size_t kRecvAhead = 4;
 
 int wrap(int value, int p) {
   return ((value % p) + p) % p;
@@ -73,23 +73,24 @@ class Ring {
     for (const ChunkStep& c : chunks(0, wrap(rank_ - 1, size_)))
       sends.push_back(p2p_.isend(right_, input + (segments_.begin(c.segment) + c.offset) * elem_,
                                  c.count * elem_));
-    const std::size_t slot_bytes = chunk_elems_ * elem_;
-    char* slots = static_cast<char*>(p2p_.scratch(kRecvSlots * slot_bytes));
+    // Each chunk is reduced as it is received, into its place in the output; a few are
+    // posted ahead so that the next is in flight while one is reduced.
     std::deque<RequestPtr> recvs;
     auto post = [&](std::size_t i) {
-      recvs.push_back(
-          p2p_.irecv(left_, slots + (i % kRecvSlots) * slot_bytes, incoming[i].count * elem_));
+      const ChunkStep& c = incoming[i];
+      recvs.push_back(p2p_.irecv_reduce(left_, segment_out(c.segment) + c.offset * elem_,
+                                        input + (segments_.begin(c.segment) + c.offset) * elem_,
+                                        c.count, type_, op));
     };
-    for (std::size_t i = 0; i < std::min(kRecvSlots, incoming.size()); ++i) post(i);
+    for (std::size_t i = 0; i < std::min(kRecvAhead, incoming.size()); ++i) post(i);
     for (std::size_t i = 0; i < incoming.size(); ++i) {
       const ChunkStep& c = incoming[i];
       p2p_.wait(recvs.front());
       recvs.pop_front();
-      char* out = segment_out(c.segment) + c.offset * elem_;
-      const char* mine = input + (segments_.begin(c.segment) + c.offset) * elem_;
-      kernels::reduce(out, mine, slots + (i % kRecvSlots) * slot_bytes, c.count, type_, op);
-      if (c.step + 1 < size_ - 1) sends.push_back(p2p_.isend(right_, out, c.count * elem_));
-      if (i + kRecvSlots < incoming.size()) post(i + kRecvSlots);
+      if (c.step + 1 < size_ - 1)
+        sends.push_back(
+            p2p_.isend(right_, segment_out(c.segment) + c.offset * elem_, c.count * elem_));
+      if (i + kRecvAhead < incoming.size()) post(i + kRecvAhead);
     }
     p2p_.wait_all(sends);
   }

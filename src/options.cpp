@@ -82,6 +82,11 @@ Options Options::from_env() {
   }
   if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
     options.busy_poll = std::chrono::microseconds(*v);
+  if (auto v = env::get("ARCOLL_SHM_SINGLE_COPY")) {
+    if (*v != "0" && *v != "1")
+      throw ConfigurationError("environment", "ARCOLL_SHM_SINGLE_COPY='" + *v + "' must be 0 or 1");
+    options.shm_single_copy = *v == "1";
+  }
   if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
     auto bytes = parse_byte_size(*v);
     if (!bytes || *bytes == 0)

@@ -23,6 +23,11 @@ class PointToPoint {
   // Messages to one peer within a collective match the peer's receives in posting order.
   virtual RequestPtr isend(int peer, const void* buffer, std::size_t bytes) = 0;
   virtual RequestPtr irecv(int peer, void* buffer, std::size_t bytes) = 0;
+  // Receives `count` elements and reduces them as they arrive: buffer[i] = with[i] op
+  // message[i] (`with` may be `buffer`). Straight out of the transport where it can, else
+  // through a staging buffer reduced when the request is waited for.
+  virtual RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
+                                  DataType type, ReduceOp op) = 0;
   // Block until the request completes; throws the transfer's error, or TimeoutError naming
   // the peer when the collective's deadline passes.
   virtual void wait(const RequestPtr& request) = 0;

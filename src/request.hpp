@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "arcoll/types.hpp"
 
 namespace arcoll {
 
@@ -18,6 +21,15 @@ struct Request {
   std::uint32_t tag = 0;
   void* buffer = nullptr;  // const for sends
   std::size_t bytes = 0;
+  // A receive that reduces: the message lands combined element-wise with `with` (which may be
+  // `buffer` itself), buffer[i] = with[i] op message[i]. Posted only to transports that
+  // reduce on receive.
+  struct Reduction {
+    const void* with = nullptr;
+    DataType type = DataType::f32;
+    ReduceOp op = ReduceOp::sum;
+  };
+  std::optional<Reduction> reduction;
   // Set by the transport.
   std::size_t transferred = 0;
   bool done = false;

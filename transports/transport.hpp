@@ -42,6 +42,9 @@ class Transport {
   // Starts a send or receive to one of the peers it was set up for. Requests to one peer with the
   // same tag match in posting order.
   virtual void post(const RequestPtr& request) = 0;
+  // Whether receives with a Request::reduction can be posted: the transport reduces the
+  // message into the destination as it reads it, with no staging buffer in between.
+  virtual bool reduces_on_receive() const { return false; }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until) = 0;

@@ -67,6 +67,7 @@ struct SweepFlags {
   std::string timeout;
   std::string backend = "arcoll";
   std::string compare;
+  bool memcpy = false;
   std::string gloo_algo = "ring_chunked";
   std::string mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
   // Which of them were given on the command line.
@@ -231,12 +232,14 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
     throw UsageError("--gloo-algo: unknown algorithm " + quoted(flags.gloo_algo) +
                      " (known: ring, ring_chunked, halving_doubling, bcube)");
   plan.mpirun_args = flags.mpirun_args;
-  if (!flags.compare.empty()) {
+  std::string compare = flags.compare;
+  if (flags.memcpy) compare += compare.empty() ? "memcpy" : ",memcpy";
+  if (!compare.empty()) {
     if (flags.backend != "arcoll")
       throw UsageError("--compare runs arcoll against the backends it names; drop --backend " +
                        flags.backend);
     plan.compare = true;
-    for (const std::string& name : split_list(flags.compare))
+    for (const std::string& name : split_list(compare))
       if (name != "arcoll" &&
           std::find(plan.backends.begin(), plan.backends.end(), name) == plan.backends.end())
         plan.backends.push_back(name);
@@ -597,6 +600,9 @@ void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
   add("--compare", flags.compare, "LIST",
       "Run arcoll and these backends (comma-separated, e.g. mpi,gloo) size by size and print "
       "them side by side");
+  app.add_flag("--memcpy", flags.memcpy,
+               "Also time a single-core memcpy of each size (rank 0 alone) in the same run, and "
+               "show arcoll's busbw against it (adds memcpy to --compare)");
   add("--gloo-algo", flags.gloo_algo, "NAME",
       "Gloo allreduce: ring, ring_chunked, halving_doubling or bcube")
       ->capture_default_str();

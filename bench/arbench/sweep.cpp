@@ -57,7 +57,7 @@ LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_
 
   LocalResult result;
   result.seconds = std::chrono::duration<double>(elapsed).count() / settings.iters;
-  if (settings.check) {
+  if (settings.check && backend.reduces()) {
     pattern.fill_input(send, count);
     if (!in_place) pattern.poison(recv_buffer, count);
     backend.stage_in(send, recv_buffer, bytes);
@@ -68,11 +68,11 @@ LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_
   return result;
 }
 
-GroupResult finish(double seconds, std::size_t bytes, int world_size) {
+GroupResult finish(double seconds, std::size_t bytes, double bus_factor) {
   GroupResult g;
   g.time_us = seconds * 1e6;
   g.algbw_gbs = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
-  g.busbw_gbs = g.algbw_gbs * 2.0 * (world_size - 1) / world_size;
+  g.busbw_gbs = g.algbw_gbs * bus_factor;
   return g;
 }
 
@@ -157,9 +157,9 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
                                          /*in_place=*/true, settings);
         double seconds[2] = {out.seconds, in.seconds};
         comm.allreduce(seconds, 2, DataType::f64, ReduceOp::max);
-        row.out_of_place = finish(seconds[0], row.size_bytes, n);
-        row.in_place = finish(seconds[1], row.size_bytes, n);
-        if (settings.check) {
+        row.out_of_place = finish(seconds[0], row.size_bytes, backend->bus_factor(n));
+        row.in_place = finish(seconds[1], row.size_bytes, backend->bus_factor(n));
+        if (settings.check && backend->reduces()) {
           std::int64_t wrong[2] = {out.wrong, in.wrong};
           comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
           row.out_of_place.wrong = wrong[0];

@@ -34,7 +34,8 @@ class Communicator {
   int node_count() const;
   const std::string& node_name() const;  // hostname, or ARCOLL_NODE_ID when set
   const Options& options() const;
-  // Name of the transport and algorithm in use ("tcp", "ring", ...).
+  // Name of the transport(s) and of the all-reduce algorithm in use ("shm+tcp", "ring", or
+  // which sizes take which under "auto").
   std::string transport_name() const;
   std::string algorithm_name() const;
 

@@ -31,6 +31,11 @@ struct Options {
   // rank would take the CPU from the very peer it waits for).
   std::chrono::microseconds busy_poll{-1};
 
+  // Shared memory: large messages are read straight from the sender's memory with Linux
+  // cross-memory attach (ARCOLL_SHM_SINGLE_COPY=1, the default where the kernel allows it),
+  // or copied through the shared rings (0).
+  bool shm_single_copy = true;
+
   static Options from_env();
 };
 

@@ -29,6 +29,7 @@
 
 #include "arcoll/error.hpp"
 #include "src/log.hpp"
+#include "src/reduce.hpp"
 #include "src/store.hpp"
 #include "transports/transport.hpp"
 
@@ -37,11 +38,14 @@ namespace {
 
 using net::Clock;
 
-constexpr std::size_t kRingBytes = 256 * 1024;
-constexpr std::size_t kFragmentBytes = 32 * 1024;
+constexpr std::size_t kRingBytes = 512 * 1024;
+constexpr std::size_t kFragmentBytes = 64 * 1024;
 // Messages up to this size are copied through the ring; larger ones are read by the receiver
 // from the sender's memory (single copy).
 constexpr std::size_t kEagerBytes = 64 * 1024;
+// Reducing receives of large messages read the sender's data in pieces of this size, which
+// stay in this core's cache between the read and the reduction.
+constexpr std::size_t kReducePieceBytes = 128 * 1024;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
 enum class EntryKind : std::uint32_t {
@@ -61,7 +65,7 @@ struct Entry {
   std::uint32_t payload;        // fragment or abort text bytes following the entry
   std::uint32_t pad;
 };
-static_assert(sizeof(Entry) == 40);
+static_assert(sizeof(Entry) == 40 && sizeof(Entry) % 8 == 0);
 
 struct alignas(64) Ring {
   std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
@@ -119,11 +123,33 @@ void ring_copy_in(Ring* r, std::uint64_t position, const void* src, std::size_t 
   std::memcpy(r->data, static_cast<const char*>(src) + first, n - first);
 }
 
-void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t n) {
+// Hands the `n` bytes at a running position of a ring to `take(source, offset, length)` in
+// at most two pieces, wrapping at the end. Payloads start 8-byte aligned and the ring's size
+// is a multiple of 8, so a piece never splits an element.
+template <class Take>
+void ring_read(const Ring* r, std::uint64_t position, std::size_t n, Take&& take) {
   const std::size_t at = position % kRingBytes;
   const std::size_t first = std::min(n, kRingBytes - at);
-  std::memcpy(dst, r->data + at, first);
-  std::memcpy(static_cast<char*>(dst) + first, r->data, n - first);
+  take(r->data + at, std::size_t{0}, first);
+  if (first < n) take(r->data, first, n - first);
+}
+
+void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t n) {
+  ring_read(r, position, n, [&](const char* src, std::size_t offset, std::size_t length) {
+    std::memcpy(static_cast<char*>(dst) + offset, src, length);
+  });
+}
+
+// Puts `n` bytes of a message at `offset` of its receive: copied, or reduced into it.
+void land(const Request& r, std::uint64_t offset, const char* src, std::size_t n) {
+  char* dst = static_cast<char*>(r.buffer) + offset;
+  if (!r.reduction) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const Request::Reduction& red = *r.reduction;
+  kernels::reduce(dst, static_cast<const char*>(red.with) + offset, src, n / size_of(red.type),
+                  red.type, red.op);
 }
 
 std::size_t padded(std::size_t n) {
@@ -179,6 +205,7 @@ class ShmTransport final : public Transport {
   ~ShmTransport() override;
 
   std::string_view name() const override { return "shm"; }
+  bool reduces_on_receive() const override { return true; }
   void post(const RequestPtr& request) override;
   void progress(Clock::time_point until) override;
   std::exception_ptr failure() const override { return failure_; }
@@ -205,7 +232,8 @@ class ShmTransport final : public Transport {
   std::vector<int> peer_ranks_;  // served by this transport
   void* own_ = nullptr;
   std::vector<Peer> peers_;
-  bool cma_ = true;
+  bool cma_;
+  std::vector<char> bounce_;  // pieces of reducing receives
   std::chrono::microseconds busy_poll_;
   std::exception_ptr failure_;
   bool aborted_ = false;
@@ -216,6 +244,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       size_(setup.size),
       peer_ranks_(setup.peers),
       peers_(static_cast<std::size_t>(setup.size)),
+      cma_(setup.options->shm_single_copy),
       busy_poll_(setup.busy_poll) {
   if (peer_ranks_.empty()) return;
   const std::size_t bytes = segment_bytes(size_);
@@ -474,8 +503,13 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
     fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
     return;
   }
-  char* dst = m->request ? static_cast<char*>(m->request->buffer) : m->buffered.data();
-  ring_copy_out(ring, payload_at, dst + e.offset, e.payload);
+  if (m->request)
+    ring_read(ring, payload_at, e.payload,
+              [&](const char* src, std::size_t offset, std::size_t length) {
+                land(*m->request, e.offset + offset, src, length);
+              });
+  else
+    ring_copy_out(ring, payload_at, m->buffered.data() + e.offset, e.payload);
   m->received += e.payload;
   if (m->received == m->bytes) {
     p.current.reset();
@@ -486,20 +520,28 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
   }
 }
 
-// Reads a descriptor message from the sender's memory straight into the receive buffer.
+// Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
+// for a reducing receive, piece by piece through a buffer small enough to stay in cache.
 void ShmTransport::complete_remote(int peer, const std::shared_ptr<Incoming>& m) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  std::uint64_t done = 0;
-  while (done < m->bytes) {
-    iovec local{static_cast<char*>(m->request->buffer) + done, m->bytes - done};
-    iovec remote{reinterpret_cast<void*>(m->address + done), m->bytes - done};
-    ssize_t n = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
-    if (n <= 0) {
-      fail_dead_peer(peer,
-                     "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
-      return;
+  const Request& request = *m->request;
+  const std::uint64_t piece = request.reduction ? kReducePieceBytes : m->bytes;
+  if (request.reduction) bounce_.resize(kReducePieceBytes);
+  for (std::uint64_t at = 0; at < m->bytes; at += piece) {
+    const std::uint64_t n = std::min(piece, m->bytes - at);
+    char* into = request.reduction ? bounce_.data() : static_cast<char*>(request.buffer) + at;
+    for (std::uint64_t done = 0; done < n;) {
+      iovec local{into + done, n - done};
+      iovec remote{reinterpret_cast<void*>(m->address + at + done), n - done};
+      ssize_t got = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
+      if (got <= 0) {
+        fail_dead_peer(peer,
+                       "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
+        return;
+      }
+      done += static_cast<std::uint64_t>(got);
     }
-    done += static_cast<std::uint64_t>(n);
+    if (request.reduction) land(request, at, into, n);
   }
   m->request->transferred = m->bytes;
   m->request->done = true;
@@ -537,11 +579,11 @@ void ShmTransport::post_recv(const RequestPtr& request) {
   if (m->remote) {
     complete_remote(peer, m);
   } else if (m->received == m->bytes) {
-    std::memcpy(request->buffer, m->buffered.data(), m->bytes);
+    land(*request, 0, m->buffered.data(), m->bytes);
     request->transferred = m->bytes;
     request->done = true;
   } else {  // still arriving: the rest goes straight into the request
-    std::memcpy(request->buffer, m->buffered.data(), m->received);
+    land(*request, 0, m->buffered.data(), m->received);
     m->buffered.clear();
   }
 }

@@ -13,7 +13,7 @@ void Backend::stage_in(const void*, void*, std::size_t) {}
 void Backend::stage_out(void*, std::size_t) {}
 
 void check_backend_built(const std::string& name) {
-  if (name == "arcoll") return;
+  if (name == "arcoll" || name == "memcpy") return;
   if (name == "mpi") {
 #ifndef ARBENCH_WITH_MPI
     throw BackendUsageError("arbench was built without MPI (install libopenmpi-dev)");
@@ -46,6 +46,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communica
   check_backend_built(name);
   (void)options;
   if (name == "arcoll") return make_arcoll_backend(comm);
+  if (name == "memcpy") return make_memcpy_backend(comm);
 #ifdef ARBENCH_WITH_MPI
   if (name == "mpi") return make_mpi_backend(comm);
 #endif

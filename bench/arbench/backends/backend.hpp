@@ -18,7 +18,7 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  // "arcoll", "mpi", "gloo", "nccl".
+  // "arcoll", "mpi", "gloo", "nccl", "memcpy".
   virtual std::string name() const = 0;
   // One line for the table's header: what exactly runs ("MPI_Allreduce, Open MPI v4.1.4").
   virtual std::string description() const = 0;
@@ -32,6 +32,13 @@ class Backend {
                          arcoll::ReduceOp op) = 0;
   // All ranks of this backend meet.
   virtual void barrier() = 0;
+
+  // False for a reference that copies without reducing (memcpy): its rows are not checked.
+  virtual bool reduces() const { return true; }
+  // busbw / algbw: nccl-tests' 2(n-1)/n for an allreduce.
+  virtual double bus_factor(int world_size) const {
+    return 2.0 * (world_size - 1) / world_size;
+  }
 
   // Backends that compute in other memory (a GPU) copy the host inputs there before the timed
   // iterations (stage_in) and the result back before it is checked (stage_out); allreduce then
@@ -57,7 +64,7 @@ struct BackendOptions {
 };
 
 // Backends this build knows, in the order of --backend's help.
-inline constexpr const char* kBackendNames[] = {"arcoll", "mpi", "gloo", "nccl"};
+inline constexpr const char* kBackendNames[] = {"arcoll", "mpi", "gloo", "nccl", "memcpy"};
 inline constexpr const char* kGlooAlgorithms[] = {"ring", "ring_chunked", "halving_doubling",
                                                   "bcube"};
 
@@ -74,6 +81,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communica
 
 // arcoll itself.
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm);
+// Single-core memcpy by rank 0, the reference of --memcpy.
+std::unique_ptr<Backend> make_memcpy_backend(arcoll::Communicator& comm);
 #ifdef ARBENCH_WITH_MPI
 std::unique_ptr<Backend> make_mpi_backend(arcoll::Communicator& comm);
 #endif
