@@ -228,13 +228,17 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
   }
   setup.busy_poll = options_.busy_poll;
   if (setup.busy_poll.count() < 0) {
-    // Polling only pays while every rank of this machine has a core (emulated hosts share one).
+    // Emulated hosts share this machine's cores.
     auto machine = [](const std::string& node) { return node.substr(0, node.find('#')); };
     const long on_machine = std::count_if(nodes.begin(), nodes.end(), [&](const std::string& n) {
       return machine(n) == machine(node_name_);
     });
-    setup.busy_poll =
-        std::chrono::microseconds(on_machine <= ::sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0);
+    // With a core per rank, spin briefly. With more ranks than cores, poll longer but yield
+    // the core between polls: the peer being waited for is likely the one that needs it, and
+    // gets it at once instead of after a sleep and a wake-up.
+    const bool oversubscribed = on_machine > ::sysconf(_SC_NPROCESSORS_ONLN);
+    setup.busy_poll = std::chrono::microseconds(oversubscribed ? 1000 : 50);
+    setup.poll_yields = oversubscribed;
   }
   // Per pair of ranks: the forced transport, else shared memory within a host and TCP across.
   std::vector<std::string> choice(static_cast<std::size_t>(size_));

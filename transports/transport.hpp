@@ -32,6 +32,7 @@ struct TransportSetup {
   std::uint64_t job_id = 0;                // shared by every rank of this job
   net::Clock::time_point deadline;         // for connection setup
   std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
+  bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)
 };
 
 class Transport {

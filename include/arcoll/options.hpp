@@ -27,8 +27,9 @@ struct Options {
   std::size_t chunk_bytes = 512 * 1024;
 
   // How long a wait polls the network before sleeping (ARCOLL_BUSY_POLL_US). Negative:
-  // automatic, 50 us when this host has a core for each of its ranks, else 0 (a spinning
-  // rank would take the CPU from the very peer it waits for).
+  // automatic: 50 us of spinning when this host has a core for each of its ranks; else 1 ms
+  // of polling that yields the core between polls (a spinning rank would keep the CPU from
+  // the very peer it waits for; a yielding one hands it over).
   std::chrono::microseconds busy_poll{-1};
 
   // Shared memory: large messages are read straight from the sender's memory with Linux

@@ -235,6 +235,7 @@ class ShmTransport final : public Transport {
   bool cma_;
   std::vector<char> bounce_;  // pieces of reducing receives
   std::chrono::microseconds busy_poll_;
+  bool poll_yields_;
   std::exception_ptr failure_;
   bool aborted_ = false;
 };
@@ -245,7 +246,8 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       peer_ranks_(setup.peers),
       peers_(static_cast<std::size_t>(setup.size)),
       cma_(setup.options->shm_single_copy),
-      busy_poll_(setup.busy_poll) {
+      busy_poll_(setup.busy_poll),
+      poll_yields_(setup.poll_yields) {
   if (peer_ranks_.empty()) return;
   const std::size_t bytes = segment_bytes(size_);
   const std::string own_name = segment_name(setup.job_id, rank_);
@@ -601,8 +603,10 @@ void ShmTransport::progress(Clock::time_point until) {
   if (peer_ranks_.empty() || failure_) return;
   if (poll_once()) return;
   const auto spin_end = std::min(until, Clock::now() + busy_poll_);
-  while (Clock::now() < spin_end)
+  while (Clock::now() < spin_end) {
+    if (poll_yields_) std::this_thread::yield();
     if (poll_once()) return;
+  }
   SegmentHeader* h = header_of(own_);
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   h->sleeping.store(1, std::memory_order_seq_cst);

@@ -13,6 +13,7 @@
 #include <list>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "arcoll/error.hpp"
 #include "src/log.hpp"
@@ -142,6 +143,7 @@ class TcpTransport final : public Transport {
   }
   int sockets_per_peer_;
   std::chrono::microseconds busy_poll_;
+  bool poll_yields_;
   HelloExpectation expect_;
   net::Fd listener_;
   net::Fd epoll_;
@@ -158,6 +160,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
       peer_ranks_(setup.peers),
       sockets_per_peer_(setup.options->sockets_per_peer),
       busy_poll_(setup.busy_poll),
+      poll_yields_(setup.poll_yields),
       expect_{setup.job_id, setup.size, setup.options->sockets_per_peer},
       peers_(static_cast<std::size_t>(setup.size)) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -620,7 +623,10 @@ void TcpTransport::progress(Clock::time_point until) {
   } else {
     // Poll a little before sleeping: a wake-up from epoll costs more than a short spin.
     const auto spin_end = std::min(until, Clock::now() + busy_poll_);
-    while (n == 0 && Clock::now() < spin_end) n = ::epoll_wait(epoll_.get(), events, 64, 0);
+    while (n == 0 && Clock::now() < spin_end) {
+      if (poll_yields_) std::this_thread::yield();
+      n = ::epoll_wait(epoll_.get(), events, 64, 0);
+    }
     if (n == 0) n = ::epoll_wait(epoll_.get(), events, 64, net::poll_timeout_ms(until));
   }
   for (int i = 0; i < n; ++i) {
