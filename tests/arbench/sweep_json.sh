@@ -163,4 +163,11 @@ expect_usage_error --json --json /nonexistent/dir/x.json
 expect_usage_error --nosuchflag --nosuchflag
 expect_usage_error --op -d i32 -o avg
 
+# --memcpy: a single-core copy beside arcoll, size by size, unchecked, with a ratio column.
+"$arbench" --np 2 --memcpy -b 1K -e 64K -f 8 -w 1 -n 3 >"$work/memcpy.txt" 2>&1 ||
+  fail "--memcpy exited $?: $(cat "$work/memcpy.txt")"
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum \| .* \| .* N/A +x[0-9.]+$' "$work/memcpy.txt")
+[[ $rows -eq 3 ]] || fail "--memcpy: expected 3 rows with an arcoll and a memcpy group, got $rows: $(cat "$work/memcpy.txt")"
+grep -q "^# backend memcpy: " "$work/memcpy.txt" || fail "--memcpy: no memcpy backend line"
+
 echo "arbench sweep/JSON/CSV checks passed"
