@@ -44,6 +44,14 @@ std::string seconds_text(std::chrono::milliseconds timeout) {
   return text;
 }
 
+// Emulated hosts are named "<machine>#<index>"; real host names never hold the separator.
+constexpr char kEmulatedHostSeparator = '#';
+
+// The machine behind a host name: emulated hosts of one machine share its cores.
+std::string machine_of(const std::string& node) {
+  return node.substr(0, node.find(kEmulatedHostSeparator));
+}
+
 // The host a rank runs on. ARCOLL_EMULATED_HOSTS=N splits the ranks of one machine into N
 // pretend hosts of consecutive ranks, so that mixed shm+tcp runs on one machine.
 std::string node_name_of(int rank, int size) {
@@ -60,7 +68,8 @@ std::string node_name_of(int rank, int size) {
       throw InvalidArgument("communicator",
                             "ARCOLL_EMULATED_HOSTS='" + *hosts + "' is not a number of hosts >= 1",
                             rank);
-    name += "#" + std::to_string(static_cast<long long>(rank) * std::min(n, size) / size);
+    name += kEmulatedHostSeparator +
+            std::to_string(static_cast<long long>(rank) * std::min(n, size) / size);
   }
   return name;
 }
@@ -228,10 +237,8 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
   }
   setup.busy_poll = options_.busy_poll;
   if (setup.busy_poll.count() < 0) {
-    // Emulated hosts share this machine's cores.
-    auto machine = [](const std::string& node) { return node.substr(0, node.find('#')); };
     const long on_machine = std::count_if(nodes.begin(), nodes.end(), [&](const std::string& n) {
-      return machine(n) == machine(node_name_);
+      return machine_of(n) == machine_of(node_name_);
     });
     // With a core per rank, spin briefly. With more ranks than cores, poll longer but yield
     // the core between polls: the peer being waited for is likely the one that needs it, and
