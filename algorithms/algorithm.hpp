@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "arcoll/types.hpp"
 #include "src/point_to_point.hpp"
 
@@ -36,6 +37,14 @@ struct AlgorithmInfo {
   std::string name;
   std::string summary;
   std::map<Collective, CollectiveFn> implementations;
+  // Predicted all-reduce time (see cost_model.hpp); algorithms without one are never chosen
+  // by `auto`.
+  CostFn allreduce_cost = nullptr;
+  // Whether the time depends on the pipeline chunk: the model then also picks the chunk.
+  bool chunked = false;
+  // Built from other algorithms over groups of hosts; on one level (one host, or one rank per
+  // host) it runs a flat algorithm, which `auto` then picks by its own name.
+  bool composite = false;
 };
 
 class AlgorithmRegistry {

@@ -1,16 +1,12 @@
-// Ring algorithms: reduce-scatter and all-gather around the ring of ranks, pipelined in
-// chunks so that sending, receiving and reducing overlap; all-reduce is the two in a row
-// (bandwidth-optimal: each rank sends 2(p-1)/p of the data). Broadcast is a pipelined chain.
+// Ring algorithms: all-reduce as a reduce-scatter and an all-gather around the ring
+// (bandwidth-optimal: each rank sends 2(p-1)/p of the data); broadcast as a pipelined chain.
+#include "algorithms/ring.hpp"
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <vector>
 
-#include "algorithms/algorithm.hpp"
-#include "src/reduce.hpp"
-
-namespace arcoll {
+namespace arcoll::ring {
 namespace {
 
 // Reduce-scatter keeps this many receives posted ahead of the one it waits for.
@@ -20,28 +16,6 @@ int wrap(int value, int p) {
   return ((value % p) + p) % p;
 }
 
-// Where each rank's segment lies, in elements.
-struct Segments {
-  std::vector<std::size_t> offset;  // p + 1 entries
-  std::size_t begin(int s) const { return offset[static_cast<std::size_t>(s)]; }
-  std::size_t count(int s) const {
-    return offset[static_cast<std::size_t>(s) + 1] - offset[static_cast<std::size_t>(s)];
-  }
-  // `count` elements split as evenly as possible (the first count % p segments get one more).
-  static Segments balanced(std::size_t count, int p) {
-    Segments s;
-    const auto parts = static_cast<std::size_t>(p);
-    for (std::size_t i = 0; i <= parts; ++i)
-      s.offset.push_back(i * (count / parts) + std::min(i, count % parts));
-    return s;
-  }
-  static Segments uniform(std::size_t block, int p) {
-    Segments s;
-    for (std::size_t i = 0; i <= static_cast<std::size_t>(p); ++i) s.offset.push_back(i * block);
-    return s;
-  }
-};
-
 // One chunk of a segment moved at one step of the ring.
 struct ChunkStep {
   int step;
@@ -50,9 +24,10 @@ struct ChunkStep {
   std::size_t count;
 };
 
-class Ring {
- public:
-  Ring(PointToPoint& p2p, const Segments& segments, DataType type)
+// What both passes share: the neighbours and the chunking of segments.
+class RingPass : public Pass {
+ protected:
+  RingPass(PointToPoint& p2p, const Segments& segments, DataType type, int channel)
       : p2p_(p2p),
         segments_(segments),
         type_(type),
@@ -61,74 +36,9 @@ class Ring {
         size_(p2p.size()),
         left_(wrap(rank_ - 1, size_)),
         right_(wrap(rank_ + 1, size_)),
+        channel_(channel),
         chunk_elems_(std::max<std::size_t>(1, p2p.chunk_bytes() / elem_)) {}
 
-  // After it, segment `rank` of the reduction is at segment_out(rank). At step k a rank
-  // sends segment rank-k-1 and receives segment rank-k-2, reducing its own input into it.
-  void reduce_scatter(const char* input, const std::function<char*(int)>& segment_out,
-                      ReduceOp op) {
-    std::vector<ChunkStep> incoming;
-    for (int k = 0; k < size_ - 1; ++k) append_chunks(incoming, k, wrap(rank_ - k - 2, size_));
-    std::vector<RequestPtr> sends;
-    for (const ChunkStep& c : chunks(0, wrap(rank_ - 1, size_)))
-      sends.push_back(p2p_.isend(right_, input + (segments_.begin(c.segment) + c.offset) * elem_,
-                                 c.count * elem_));
-    // Each chunk is reduced as it is received, into its place in the output; a few are
-    // posted ahead so that the next is in flight while one is reduced.
-    std::deque<RequestPtr> recvs;
-    auto post = [&](std::size_t i) {
-      const ChunkStep& c = incoming[i];
-      recvs.push_back(p2p_.irecv_reduce(left_, segment_out(c.segment) + c.offset * elem_,
-                                        input + (segments_.begin(c.segment) + c.offset) * elem_,
-                                        c.count, type_, op));
-    };
-    for (std::size_t i = 0; i < std::min(kRecvAhead, incoming.size()); ++i) post(i);
-    for (std::size_t i = 0; i < incoming.size(); ++i) {
-      const ChunkStep& c = incoming[i];
-      p2p_.wait(recvs.front());
-      recvs.pop_front();
-      if (c.step + 1 < size_ - 1)
-        sends.push_back(
-            p2p_.isend(right_, segment_out(c.segment) + c.offset * elem_, c.count * elem_));
-      if (i + kRecvAhead < incoming.size()) post(i + kRecvAhead);
-    }
-    p2p_.wait_all(sends);
-  }
-
-  // Segment `rank` is in place in `buffer`; fills in every other segment. At step t a rank
-  // sends segment rank-t and receives segment rank-t-1 straight into place.
-  void allgather(char* buffer) {
-    std::vector<ChunkStep> incoming;
-    for (int t = 0; t < size_ - 1; ++t) append_chunks(incoming, t, wrap(rank_ - t - 1, size_));
-    std::vector<RequestPtr> recvs;
-    for (const ChunkStep& c : incoming)
-      recvs.push_back(p2p_.irecv(left_, at(buffer, c), c.count * elem_));
-    std::vector<RequestPtr> sends;
-    for (const ChunkStep& c : chunks(0, rank_))
-      sends.push_back(p2p_.isend(right_, at(buffer, c), c.count * elem_));
-    for (std::size_t i = 0; i < incoming.size(); ++i) {
-      p2p_.wait(recvs[i]);
-      const ChunkStep& c = incoming[i];
-      if (c.step + 1 < size_ - 1)
-        sends.push_back(p2p_.isend(right_, at(buffer, c), c.count * elem_));
-    }
-    p2p_.wait_all(sends);
-  }
-
-  // Pipelined chain from `root` around the ring; the whole buffer is one segment.
-  void broadcast(char* buffer, std::size_t count, int root) {
-    const int position = wrap(rank_ - root, size_);
-    std::vector<RequestPtr> sends;
-    for (std::size_t off = 0; off < count; off += chunk_elems_) {
-      const std::size_t n = std::min(chunk_elems_, count - off);
-      if (position != 0) p2p_.wait(p2p_.irecv(left_, buffer + off * elem_, n * elem_));
-      if (position != size_ - 1)
-        sends.push_back(p2p_.isend(right_, buffer + off * elem_, n * elem_));
-    }
-    p2p_.wait_all(sends);
-  }
-
- private:
   std::vector<ChunkStep> chunks(int step, int segment) const {
     std::vector<ChunkStep> out;
     append_chunks(out, step, segment);
@@ -139,35 +49,195 @@ class Ring {
     for (std::size_t off = 0; off < n; off += chunk_elems_)
       out.push_back({step, segment, off, std::min(chunk_elems_, n - off)});
   }
-  char* at(char* buffer, const ChunkStep& c) const {
-    return buffer + (segments_.begin(c.segment) + c.offset) * elem_;
+  std::size_t byte_offset(const ChunkStep& c) const {
+    return (segments_.begin(c.segment) + c.offset) * elem_;
+  }
+  void send_right(const void* data, const ChunkStep& c) {
+    sends_.push_back(p2p_.isend(right_, data, c.count * elem_, channel_));
+  }
+  // Waits for the sends once every chunk has been received; false from then on.
+  bool finish() {
+    p2p_.wait_all(sends_);
+    sends_.clear();
+    return false;
   }
 
   PointToPoint& p2p_;
-  const Segments& segments_;
+  Segments segments_;
   DataType type_;
   std::size_t elem_;
-  int rank_, size_, left_, right_;
+  int rank_, size_, left_, right_, channel_;
   std::size_t chunk_elems_;
+  std::vector<ChunkStep> incoming_;
+  std::size_t next_ = 0;  // index in incoming_ of the chunk to complete next
+  std::vector<RequestPtr> sends_;
 };
+
+// At step k a rank sends segment rank-k-1 and receives segment rank-k-2, reducing its own
+// input into it as it lands; a few receives are posted ahead so that the next chunk is in
+// flight while one is reduced.
+class ReduceScatterPass final : public RingPass {
+ public:
+  ReduceScatterPass(PointToPoint& p2p, const Segments& segments, DataType type, ReduceOp op,
+                    const char* input, SegmentOut segment_out, int channel)
+      : RingPass(p2p, segments, type, channel),
+        op_(op),
+        input_(input),
+        segment_out_(std::move(segment_out)) {
+    for (int k = 0; k < size_ - 1; ++k) append_chunks(incoming_, k, wrap(rank_ - k - 2, size_));
+    for (const ChunkStep& c : chunks(0, wrap(rank_ - 1, size_))) send_right(input_ + byte_offset(c), c);
+    for (std::size_t i = 0; i < std::min(kRecvAhead, incoming_.size()); ++i) post(i);
+  }
+
+  bool advance() override {
+    if (next_ == incoming_.size()) return finish();
+    const ChunkStep& c = incoming_[next_];
+    p2p_.wait(recvs_.front());
+    recvs_.pop_front();
+    if (c.step + 1 < size_ - 1) send_right(out(c), c);
+    if (next_ + kRecvAhead < incoming_.size()) post(next_ + kRecvAhead);
+    ++next_;
+    return true;
+  }
+
+ private:
+  char* out(const ChunkStep& c) const { return segment_out_(c.segment) + c.offset * elem_; }
+  void post(std::size_t i) {
+    const ChunkStep& c = incoming_[i];
+    recvs_.push_back(p2p_.irecv_reduce(left_, out(c), input_ + byte_offset(c), c.count, type_, op_,
+                                       channel_));
+  }
+
+  ReduceOp op_;
+  const char* input_;
+  SegmentOut segment_out_;
+  std::deque<RequestPtr> recvs_;
+};
+
+// At step t a rank sends segment rank-t and receives segment rank-t-1 straight into place.
+class AllgatherPass final : public RingPass {
+ public:
+  AllgatherPass(PointToPoint& p2p, const Segments& segments, DataType type, char* buffer,
+                int channel)
+      : RingPass(p2p, segments, type, channel), buffer_(buffer) {
+    for (int t = 0; t < size_ - 1; ++t) append_chunks(incoming_, t, wrap(rank_ - t - 1, size_));
+    for (const ChunkStep& c : incoming_)
+      recvs_.push_back(p2p_.irecv(left_, buffer_ + byte_offset(c), c.count * elem_, channel_));
+    for (const ChunkStep& c : chunks(0, rank_)) send_right(buffer_ + byte_offset(c), c);
+  }
+
+  bool advance() override {
+    if (next_ == incoming_.size()) return finish();
+    const ChunkStep& c = incoming_[next_];
+    p2p_.wait(recvs_[next_]);
+    if (c.step + 1 < size_ - 1) send_right(buffer_ + byte_offset(c), c);
+    ++next_;
+    return true;
+  }
+
+ private:
+  char* buffer_;
+  std::vector<RequestPtr> recvs_;
+};
+
+class AllreducePass final : public Pass {
+ public:
+  AllreducePass(PointToPoint& p2p, std::size_t count, DataType type, ReduceOp op,
+                const char* input, char* output, int channel)
+      : p2p_(p2p),
+        segments_(Segments::balanced(count, p2p.size())),
+        type_(type),
+        output_(output),
+        channel_(channel) {
+    const std::size_t elem = size_of(type);
+    if (p2p.size() == 1 || count == 0) {
+      if (output != input && count != 0) std::memmove(output, input, count * elem);
+      return;
+    }
+    stage_ = reduce_scatter(
+        p2p, segments_, type, op, input,
+        [this, elem](int s) { return output_ + segments_.begin(s) * elem; }, channel);
+    gather_next_ = true;
+  }
+
+  bool advance() override {
+    if (stage_ && stage_->advance()) return true;
+    if (!gather_next_) return false;
+    gather_next_ = false;
+    stage_ = allgather(p2p_, segments_, type_, output_, channel_);
+    return true;
+  }
+
+ private:
+  PointToPoint& p2p_;
+  Segments segments_;
+  DataType type_;
+  char* output_;
+  int channel_;
+  std::unique_ptr<Pass> stage_;
+  bool gather_next_ = false;
+};
+
+}  // namespace
+
+Segments Segments::balanced(std::size_t count, int p) {
+  Segments s;
+  const auto parts = static_cast<std::size_t>(p);
+  for (std::size_t i = 0; i <= parts; ++i)
+    s.offset.push_back(i * (count / parts) + std::min(i, count % parts));
+  return s;
+}
+
+Segments Segments::uniform(std::size_t block, int p) {
+  Segments s;
+  for (std::size_t i = 0; i <= static_cast<std::size_t>(p); ++i) s.offset.push_back(i * block);
+  return s;
+}
+
+std::unique_ptr<Pass> reduce_scatter(PointToPoint& p2p, const Segments& segments, DataType type,
+                                     ReduceOp op, const char* input, SegmentOut segment_out,
+                                     int channel) {
+  return std::make_unique<ReduceScatterPass>(p2p, segments, type, op, input,
+                                             std::move(segment_out), channel);
+}
+
+std::unique_ptr<Pass> allgather(PointToPoint& p2p, const Segments& segments, DataType type,
+                                char* buffer, int channel) {
+  return std::make_unique<AllgatherPass>(p2p, segments, type, buffer, channel);
+}
+
+std::unique_ptr<Pass> allreduce(PointToPoint& p2p, std::size_t count, DataType type, ReduceOp op,
+                                const char* input, char* output, int channel) {
+  return std::make_unique<AllreducePass>(p2p, count, type, op, input, output, channel);
+}
+
+void run_together(std::vector<std::unique_ptr<Pass>>& passes) {
+  bool any = true;
+  while (any) {
+    any = false;
+    for (auto& pass : passes) any = pass->advance() || any;
+  }
+}
+
+double allreduce_cost(int ranks, double bytes, const LinkCost& link,
+                      std::size_t chunk_bytes) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double p = ranks;
+  const double chunks_per_step = std::max(1.0, std::ceil(bytes / p / static_cast<double>(chunk_bytes)));
+  return 2 * (p - 1) * chunks_per_step * link.alpha + 2 * (p - 1) / p * bytes * link.beta +
+         (p - 1) / p * bytes * link.gamma;
+}
+
+namespace {
 
 void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
   if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
 }
 
 void ring_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
-  const std::size_t elem = size_of(a.type);
-  if (p2p.size() == 1 || a.count == 0) {
-    copy_if_distinct(a.recv, a.send, a.count * elem);
-    return;
-  }
-  const Segments segments = Segments::balanced(a.count, p2p.size());
-  Ring ring(p2p, segments, a.type);
-  char* out = static_cast<char*>(a.recv);
-  ring.reduce_scatter(
-      static_cast<const char*>(a.send), [&](int s) { return out + segments.begin(s) * elem; },
-      a.op);
-  ring.allgather(out);
+  allreduce(p2p, a.count, a.type, a.op, static_cast<const char*>(a.send),
+            static_cast<char*>(a.recv))
+      ->run();
 }
 
 void ring_reduce_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
@@ -181,13 +251,12 @@ void ring_reduce_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   const Segments segments = Segments::uniform(a.count, p2p.size());
   // Partial results of other ranks' segments pass through scratch, never the input.
   char* work = static_cast<char*>(p2p.scratch(segments.offset.back() * elem, 1));
-  Ring ring(p2p, segments, a.type);
-  ring.reduce_scatter(
-      in,
-      [&](int s) {
-        return s == p2p.rank() ? static_cast<char*>(a.recv) : work + segments.begin(s) * elem;
-      },
-      a.op);
+  reduce_scatter(p2p, segments, a.type, a.op, in,
+                 [&](int s) {
+                   return s == p2p.rank() ? static_cast<char*>(a.recv)
+                                          : work + segments.begin(s) * elem;
+                 })
+      ->run();
 }
 
 void ring_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
@@ -196,14 +265,26 @@ void ring_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   copy_if_distinct(out + static_cast<std::size_t>(p2p.rank()) * a.count * elem, a.send,
                    a.count * elem);
   if (p2p.size() == 1 || a.count == 0) return;
-  const Segments segments = Segments::uniform(a.count, p2p.size());
-  Ring(p2p, segments, a.type).allgather(out);
+  allgather(p2p, Segments::uniform(a.count, p2p.size()), a.type, out)->run();
 }
 
+// Pipelined chain from `root` around the ring.
 void chain_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
-  if (p2p.size() == 1 || a.count == 0) return;
-  const Segments whole = Segments::uniform(a.count, 1);
-  Ring(p2p, whole, a.type).broadcast(static_cast<char*>(a.recv), a.count, a.root);
+  const int p = p2p.size();
+  if (p == 1 || a.count == 0) return;
+  const std::size_t elem = size_of(a.type);
+  const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem);
+  const int position = wrap(p2p.rank() - a.root, p);
+  char* buffer = static_cast<char*>(a.recv);
+  std::vector<RequestPtr> sends;
+  for (std::size_t off = 0; off < a.count; off += chunk) {
+    const std::size_t n = std::min(chunk, a.count - off);
+    if (position != 0)
+      p2p.wait(p2p.irecv(wrap(p2p.rank() - 1, p), buffer + off * elem, n * elem));
+    if (position != p - 1)
+      sends.push_back(p2p.isend(wrap(p2p.rank() + 1, p), buffer + off * elem, n * elem));
+  }
+  p2p.wait_all(sends);
 }
 
 const AlgorithmRegistrar kRing{AlgorithmInfo{
@@ -212,7 +293,11 @@ const AlgorithmRegistrar kRing{AlgorithmInfo{
     {{Collective::allreduce, ring_allreduce},
      {Collective::reduce_scatter, ring_reduce_scatter},
      {Collective::allgather, ring_allgather},
-     {Collective::broadcast, chain_broadcast}}}};
+     {Collective::broadcast, chain_broadcast}},
+    [](const CostQuery& q) {
+      return allreduce_cost(q.layout.ranks, q.bytes, q.layout.flat(),
+                            q.layout.chunk_bytes);
+    }}};
 
 }  // namespace
-}  // namespace arcoll
+}  // namespace arcoll::ring

@@ -9,11 +9,14 @@ function(arcoll_report name state detail)
   message(STATUS "arcoll component ${name}${spaces}${state}: ${detail}")
 endfunction()
 
-# Required for the benchmark front end.
-find_package(CLI11 CONFIG QUIET)
+# Required: nlohmann-json for tuning files (library) and results (arbench); CLI11 for arbench.
 find_package(nlohmann_json CONFIG QUIET)
-if(ARCOLL_BUILD_BENCH AND (NOT CLI11_FOUND OR NOT nlohmann_json_FOUND))
-  message(FATAL_ERROR "arbench needs CLI11 and nlohmann-json: run scripts/install-deps.sh "
+if(NOT nlohmann_json_FOUND)
+  message(FATAL_ERROR "arcoll needs nlohmann-json: run scripts/install-deps.sh")
+endif()
+find_package(CLI11 CONFIG QUIET)
+if(ARCOLL_BUILD_BENCH AND NOT CLI11_FOUND)
+  message(FATAL_ERROR "arbench needs CLI11: run scripts/install-deps.sh "
                       "(or configure with -DARCOLL_BUILD_BENCH=OFF)")
 endif()
 

@@ -8,9 +8,11 @@
 #include <map>
 #include <random>
 #include <set>
+#include <unordered_map>
 
 #include "algorithms/algorithm.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/tuning.hpp"
 #include "src/env.hpp"
 #include "src/log.hpp"
 #include "src/reduce.hpp"
@@ -22,21 +24,36 @@ namespace {
 
 using net::Clock;
 
-// Tags of collectives have the top bit set; user point-to-point tags must not.
+// Tags of collectives have the top bit set (user point-to-point tags must not), the channel
+// in the next bits and the call's sequence number in the low 24.
 constexpr std::uint32_t kCollectiveTagBit = 0x80000000u;
+constexpr int kChannelShift = 24;
+constexpr std::uint32_t kSequenceMask = (1u << kChannelShift) - 1;
+static_assert(kMaxChannels <= 64, "channels must fit in bits 24..29 of a tag");
 
-// All-reduces up to this size take recursive doubling under "auto": log2(p) rounds beat the
-// ring's 2(p-1) below it (measured with arbench --algo on 2 and 4 ranks, shm).
-constexpr std::size_t kSmallAllreduceBytes = 32 * 1024;
-constexpr const char* kSmallAllreduceAlgorithm = "recursive_doubling";
-
-// The algorithm each collective uses when Options::algorithm is "auto" or names an
-// algorithm that does not implement that collective.
+// The algorithm each collective but all-reduce uses when Options::algorithm is "auto" or
+// names an algorithm that does not implement that collective. All-reduce under auto takes
+// the cost model's choice.
 const std::map<Collective, std::string> kDefaultAlgorithm = {
     {Collective::allreduce, "ring"},        {Collective::reduce_scatter, "ring"},
     {Collective::allgather, "ring"},        {Collective::broadcast, "ring"},
     {Collective::barrier, "dissemination"},
 };
+
+LinkCost link_cost(const TransportCosts& c) {
+  return {c.latency_us * 1e-6, 1.0 / (c.bandwidth_gbs * 1e9), 1.0 / (c.reduce_gbs * 1e9)};
+}
+
+void check_algorithm(const std::string& name, int rank) {
+  auto names = AlgorithmRegistry::instance().all();
+  if (name == "auto" || std::any_of(names.begin(), names.end(),
+                                    [&](const AlgorithmInfo* a) { return a->name == name; }))
+    return;
+  std::string known = "auto";
+  for (auto* a : names) known += ", " + a->name;
+  throw InvalidArgument("communicator", "unknown algorithm '" + name + "' (known: " + known + ")",
+                        rank);
+}
 
 std::string seconds_text(std::chrono::milliseconds timeout) {
   char text[32];
@@ -88,17 +105,18 @@ class Communicator::Impl final : public PointToPoint {
   // PointToPoint, as algorithms see it during a collective.
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  std::size_t chunk_bytes() const override { return options_.chunk_bytes; }
-  RequestPtr isend(int peer, const void* buffer, std::size_t bytes) override {
-    return start(Request::Kind::send, peer, const_cast<void*>(buffer), bytes, tag_);
-  }
-  RequestPtr irecv(int peer, void* buffer, std::size_t bytes) override {
-    return start(Request::Kind::recv, peer, buffer, bytes, tag_);
-  }
+  int node_of(int rank) const override { return node_index_[static_cast<std::size_t>(rank)]; }
+  std::size_t chunk_bytes() const override { return call_chunk_bytes_; }
+  const Layout& layout() const override { return layout_; }
+  RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
+  RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
-                          DataType type, ReduceOp op) override;
+                          DataType type, ReduceOp op, int channel) override;
   void wait(const RequestPtr& request) override;
   void* scratch(std::size_t bytes, int slot) override;
+  void round_to_wire(void* data, std::size_t count, DataType type) override {
+    if (call_wire_ != DataType::f32 && type == DataType::f32) round_through_wire(data, count);
+  }
 
   // Runs one collective with validation, deadline and error reporting.
   void run(Collective collective, const CollectiveArgs& args);
@@ -114,7 +132,9 @@ class Communicator::Impl final : public PointToPoint {
                           broken_ + "); destroy it and create a new one",
                       rank_);
   }
-  std::string algorithm_for(Collective collective, std::size_t bytes) const;
+  // The algorithm (and chunk) a collective of `bytes` runs with.
+  Plan plan_for(Collective collective, std::size_t bytes);
+  Plan predict(const std::string& algorithm, std::size_t bytes) const;
 
   Options options_;
   int rank_ = 0;
@@ -125,6 +145,9 @@ class Communicator::Impl final : public PointToPoint {
   int node_count_ = 1;
   std::string node_name_;
   std::string transport_name_;
+  std::vector<int> node_index_;  // host of each rank
+  Layout layout_;
+  std::vector<Transport*> route_;  // which transport reaches each rank
 
  private:
   RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes, std::uint32_t tag,
@@ -135,25 +158,38 @@ class Communicator::Impl final : public PointToPoint {
 
   std::unique_ptr<StoreServer> store_server_;
   std::unique_ptr<StoreClient> store_;
-  // Which transport reaches each rank; several when ranks share some hosts but not all.
+  // Several transports when ranks share some hosts but not all.
   std::vector<std::unique_ptr<Transport>> transports_;
-  std::vector<Transport*> route_;
   std::exception_ptr transport_failure() const {
     for (const auto& t : transports_)
       if (auto f = t->failure()) return f;
     return nullptr;
   }
+  RequestPtr post(Request::Kind kind, int peer, void* buffer, std::size_t bytes, int channel,
+                  std::optional<Request::Reduction> reduction);
+  std::vector<char> staging_buffer(std::size_t bytes);
+  void finish_staged(const Request& request);
+  void apply_error_feedback(const CollectiveArgs& args);
+  void round_through_wire(void* data, std::size_t count) const;
+
   std::vector<std::vector<char>> scratch_;
-  // Reducing receives over transports that cannot reduce on receive: the message lands in
-  // `staging`, reduced into `destination` when waited for.
+  // Receives that land in `staging` first, finished when waited for: reduced into
+  // `destination` (transports that cannot reduce on receive), or widened from the 16-bit wire
+  // format (and reduced) in mixed precision. Sends of mixed precision go from `staging`.
   struct Staged {
-    RequestPtr request;
-    void* destination;
-    Request::Reduction reduction;
+    void* destination = nullptr;
+    std::optional<Request::Reduction> reduction;
     std::vector<char> staging;
   };
-  std::vector<Staged> staged_;
+  std::unordered_map<const Request*, Staged> staged_;
   std::vector<std::vector<char>> staging_free_;  // reused across calls
+  // Mixed precision: the wire format of the call in progress (f32: none).
+  DataType call_wire_ = DataType::f32;
+  // Error feedback: the rounding residual of the last all-reduce of each (buffer, count).
+  std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
+  std::size_t call_chunk_bytes_ = 0;
+  Tuning tuning_;  // from Options::tuning_file
+  std::unordered_map<std::size_t, Plan> auto_plans_;  // by all-reduce bytes
   std::uint64_t sequence_ = 0;                   // collectives started
   std::uint32_t tag_ = kCollectiveTagBit;
   // The call in progress, named only when an error needs it.
@@ -173,16 +209,16 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
   if (options_.chunk_bytes == 0) throw InvalidArgument("communicator", "chunk_bytes must be > 0");
   if (options_.sockets_per_peer < 1 || options_.sockets_per_peer > 64)
     throw InvalidArgument("communicator", "sockets_per_peer must be within 1..64");
-  auto names = AlgorithmRegistry::instance().all();
-  if (options_.algorithm != "auto" &&
-      std::none_of(names.begin(), names.end(),
-                   [&](const AlgorithmInfo* a) { return a->name == options_.algorithm; })) {
-    std::string known = "auto";
-    for (auto* a : names) known += ", " + a->name;
+  if (options_.channels < 1 || options_.channels > kMaxChannels)
     throw InvalidArgument("communicator",
-                          "unknown algorithm '" + options_.algorithm + "' (known: " + known + ")",
-                          rank_);
-  }
+                          "channels must be within 1.." + std::to_string(kMaxChannels));
+  if (options_.wire != DataType::f32 && options_.wire != DataType::f16 &&
+      options_.wire != DataType::bf16)
+    throw InvalidArgument("communicator", "the wire format must be f32, f16 or bf16");
+  call_chunk_bytes_ = options_.chunk_bytes;
+  // Read before the rendezvous: a bad file fails this rank before anyone waits for it.
+  tuning_ = options_.tuning_file.empty() ? Tuning{} : load_tuning(options_.tuning_file);
+  check_algorithm(options_.algorithm, rank_);
   node_name_ = node_name_of(rank_, size_);
   bootstrap(launch, Clock::now() + options_.timeout);
 }
@@ -234,6 +270,10 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     node_id_ = static_cast<int>(std::find(order.begin(), order.end(), node_name_) - order.begin());
     local_size_ = static_cast<int>(std::count(nodes.begin(), nodes.end(), node_name_));
     local_rank_ = static_cast<int>(std::count(nodes.begin(), nodes.begin() + rank_, node_name_));
+    for (const auto& n : nodes)
+      node_index_.push_back(static_cast<int>(std::find(order.begin(), order.end(), n) - order.begin()));
+  } else {
+    node_index_ = {0};
   }
   setup.busy_poll = options_.busy_poll;
   if (setup.busy_poll.count() < 0) {
@@ -269,6 +309,25 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     for (int r : setup.peers) route_[static_cast<std::size_t>(r)] = transport.get();
     transport_name_ += (transport_name_.empty() ? "" : "+") + name;
   }
+  // Transports missing from the tuning file keep their built-in costs.
+  const Tuning defaults = default_tuning();
+  auto costs_of = [&](const std::string& transport) {
+    for (const Tuning* t : {static_cast<const Tuning*>(&tuning_), &defaults})
+      if (auto it = t->transports.find(transport); it != t->transports.end())
+        return link_cost(it->second);
+    return LinkCost{};
+  };
+  layout_.ranks = size_;
+  layout_.hosts = node_count_;
+  layout_.ranks_per_host = local_size_;
+  for (int r = 0; r < size_; ++r)
+    if (std::count(node_index_.begin(), node_index_.end(), node_index_[static_cast<std::size_t>(r)]) !=
+        local_size_)
+      layout_.ranks_per_host = 0;
+  layout_.intra = costs_of(options_.transport != "auto" ? options_.transport : "shm");
+  layout_.inter = costs_of(options_.transport != "auto" ? options_.transport : "tcp");
+  layout_.chunk_bytes = options_.chunk_bytes;
+  layout_.channels = options_.channels;
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
              std::to_string(node_count_) + " host(s), transport " + transport_name_);
 }
@@ -319,21 +378,71 @@ RequestPtr Communicator::Impl::start(Request::Kind kind, int peer, void* buffer,
   return request;
 }
 
-RequestPtr Communicator::Impl::irecv_reduce(int peer, void* buffer, const void* with,
-                                            std::size_t count, DataType type, ReduceOp op) {
-  const std::size_t bytes = count * size_of(type);
-  const Request::Reduction reduction{with, type, op};
-  if (route_[static_cast<std::size_t>(peer)]->reduces_on_receive())
-    return start(Request::Kind::recv, peer, buffer, bytes, tag_, reduction);
+std::vector<char> Communicator::Impl::staging_buffer(std::size_t bytes) {
   std::vector<char> staging;
   if (!staging_free_.empty()) {
     staging = std::move(staging_free_.back());
     staging_free_.pop_back();
   }
   staging.resize(bytes);
-  RequestPtr request = start(Request::Kind::recv, peer, staging.data(), bytes, tag_);
-  staged_.push_back({request, buffer, reduction, std::move(staging)});
+  return staging;
+}
+
+RequestPtr Communicator::Impl::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                                    int channel, std::optional<Request::Reduction> reduction) {
+  const std::uint32_t tag = tag_ | static_cast<std::uint32_t>(channel) << kChannelShift;
+  const bool narrowed = call_wire_ != DataType::f32;
+  if (!narrowed && (!reduction || route_[static_cast<std::size_t>(peer)]->reduces_on_receive()))
+    return start(kind, peer, buffer, bytes, tag, reduction);
+  // Through a staging buffer: f32 elements narrowed to the 16-bit wire format, or a message to
+  // be reduced once it has landed.
+  const std::size_t count = bytes / sizeof(float);
+  Staged staged{buffer, reduction, staging_buffer(narrowed ? count * 2 : bytes)};
+  if (kind == Request::Kind::send) {
+    staged.destination = nullptr;
+    kernels::narrow(staged.staging.data(), call_wire_, static_cast<const float*>(buffer), count);
+  }
+  RequestPtr request =
+      start(kind, peer, staged.staging.data(), staged.staging.size(), tag, {});
+  staged_.emplace(request.get(), std::move(staged));
   return request;
+}
+
+RequestPtr Communicator::Impl::isend(int peer, const void* buffer, std::size_t bytes, int channel) {
+  return post(Request::Kind::send, peer, const_cast<void*>(buffer), bytes, channel, {});
+}
+
+RequestPtr Communicator::Impl::irecv(int peer, void* buffer, std::size_t bytes, int channel) {
+  return post(Request::Kind::recv, peer, buffer, bytes, channel, {});
+}
+
+RequestPtr Communicator::Impl::irecv_reduce(int peer, void* buffer, const void* with,
+                                            std::size_t count, DataType type, ReduceOp op,
+                                            int channel) {
+  return post(Request::Kind::recv, peer, buffer, count * size_of(type), channel,
+              Request::Reduction{with, type, op});
+}
+
+void Communicator::Impl::finish_staged(const Request& request) {
+  auto it = staged_.find(&request);
+  if (it == staged_.end()) return;
+  Staged& staged = it->second;
+  if (staged.destination != nullptr) {
+    const auto* message = staged.staging.data();
+    auto* destination = static_cast<float*>(staged.destination);
+    if (call_wire_ == DataType::f32) {
+      const Request::Reduction& r = *staged.reduction;
+      kernels::reduce(staged.destination, r.with, message, request.bytes / size_of(r.type), r.type,
+                      r.op);
+    } else if (staged.reduction) {
+      kernels::reduce_widened(destination, static_cast<const float*>(staged.reduction->with),
+                              message, call_wire_, request.bytes / 2, staged.reduction->op);
+    } else {
+      kernels::widen(destination, message, call_wire_, request.bytes / 2);
+    }
+  }
+  staging_free_.push_back(std::move(staged.staging));
+  staged_.erase(it);
 }
 
 void Communicator::Impl::wait(const RequestPtr& request) {
@@ -357,15 +466,7 @@ void Communicator::Impl::wait(const RequestPtr& request) {
     own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice));
   }
   if (request->error) std::rethrow_exception(request->error);
-  auto staged = std::find_if(staged_.begin(), staged_.end(),
-                             [&](const Staged& s) { return s.request == request; });
-  if (staged != staged_.end()) {
-    const Request::Reduction& r = staged->reduction;
-    kernels::reduce(staged->destination, r.with, staged->staging.data(),
-                    request->bytes / size_of(r.type), r.type, r.op);
-    staging_free_.push_back(std::move(staged->staging));
-    staged_.erase(staged);
-  }
+  finish_staged(*request);
 }
 
 void* Communicator::Impl::scratch(std::size_t bytes, int slot) {
@@ -390,13 +491,44 @@ void Communicator::Impl::check_buffer(const char* operation, const void* buffer,
                           rank_);
 }
 
-std::string Communicator::Impl::algorithm_for(Collective collective, std::size_t bytes) const {
-  if (options_.algorithm != "auto" &&
-      AlgorithmRegistry::instance().find(options_.algorithm, collective) != nullptr)
-    return options_.algorithm;
-  if (collective == Collective::allreduce && bytes <= kSmallAllreduceBytes)
-    return kSmallAllreduceAlgorithm;
-  return kDefaultAlgorithm.at(collective);
+Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes) const {
+  const auto b = static_cast<double>(bytes);
+  return algorithm == "auto" ? cost::best(layout_, b) : cost::predict(algorithm, layout_, b);
+}
+
+Plan Communicator::Impl::plan_for(Collective collective, std::size_t bytes) {
+  if (collective == Collective::allreduce && options_.algorithm == "auto") {
+    auto cached = auto_plans_.find(bytes);
+    if (cached != auto_plans_.end()) return cached->second;
+    if (auto_plans_.size() > 4096) auto_plans_.clear();  // sizes seen by one job stay few
+    return auto_plans_[bytes] = predict("auto", bytes);
+  }
+  const bool implemented =
+      AlgorithmRegistry::instance().find(options_.algorithm, collective) != nullptr;
+  return {implemented ? options_.algorithm : kDefaultAlgorithm.at(collective),
+          options_.chunk_bytes, 0};
+}
+
+void Communicator::Impl::round_through_wire(void* data, std::size_t count) const {
+  constexpr std::size_t kBlock = 16 * 1024;
+  std::vector<std::uint16_t> narrowed(std::min(count, kBlock));
+  auto* values = static_cast<float*>(data);
+  for (std::size_t i = 0; i < count; i += kBlock) {
+    const std::size_t n = std::min(kBlock, count - i);
+    kernels::narrow(narrowed.data(), options_.wire, values + i, n);
+    kernels::widen(values + i, narrowed.data(), options_.wire, n);
+  }
+}
+
+void Communicator::Impl::apply_error_feedback(const CollectiveArgs& args) {
+  auto& residual = residuals_[{args.recv, args.count}];
+  residual.resize(args.count, 0.0f);
+  // recv = send + what rounding lost last time; the new residual is what it loses now.
+  kernels::reduce(args.recv, args.send, residual.data(), args.count, DataType::f32, ReduceOp::sum);
+  std::copy_n(static_cast<const float*>(args.recv), args.count, residual.begin());
+  round_through_wire(args.recv, args.count);
+  const auto* rounded = static_cast<const float*>(args.recv);
+  for (std::size_t i = 0; i < args.count; ++i) residual[i] -= rounded[i];
 }
 
 void Communicator::Impl::fail(const Error& e, const std::string& operation) {
@@ -429,17 +561,30 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                               std::to_string(size_) + "-rank communicator",
                           rank_);
   ++sequence_;
-  tag_ = kCollectiveTagBit | static_cast<std::uint32_t>(sequence_ & 0x7fffffffu);
+  tag_ = kCollectiveTagBit | static_cast<std::uint32_t>(sequence_ & kSequenceMask);
   call_kind_ = to_string(collective);
   call_numbered_ = true;
   deadline_ = Clock::now() + options_.timeout;
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
-  const CollectiveFn* fn = AlgorithmRegistry::instance().find(
-      algorithm_for(collective, args.count * size_of(args.type)), collective);
+  const bool reduces = collective == Collective::allreduce || collective == Collective::reduce_scatter;
+  call_wire_ = reduces && args.type == DataType::f32 && size_ > 1 ? options_.wire : DataType::f32;
+  const bool narrowed = call_wire_ != DataType::f32;
+  const std::size_t bytes = args.count * size_of(args.type);
+  const Plan plan = plan_for(collective, narrowed ? bytes / 2 : bytes);
+  call_chunk_bytes_ = plan.chunk_bytes;
+  const CollectiveFn* fn = AlgorithmRegistry::instance().find(plan.algorithm, collective);
   CollectiveArgs effective = args;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
   try {
+    const bool narrowed_allreduce = narrowed && collective == Collective::allreduce;
+    if (narrowed_allreduce && options_.wire_error_feedback) {
+      apply_error_feedback(args);
+      effective.send = args.recv;
+    }
     (*fn)(*this, effective);
+    // The rank that finished a segment holds it in f32, the others as it came off the wire:
+    // one more rounding makes every rank's result the same.
+    if (narrowed_allreduce) round_through_wire(args.recv, args.count);
     // allreduce and reduce_scatter both leave args.count reduced elements in recv.
     if (args.op == ReduceOp::avg) kernels::divide_by(args.recv, args.count, args.type, size_);
   } catch (const Error& e) {
@@ -513,9 +658,47 @@ std::string Communicator::transport_name() const {
 std::string Communicator::algorithm_name() const {
   if (AlgorithmRegistry::instance().find(impl_->options_.algorithm, Collective::allreduce))
     return impl_->options_.algorithm;
-  return std::string(kSmallAllreduceAlgorithm) + " up to " +
-         std::to_string(kSmallAllreduceBytes / 1024) + " KiB, " +
-         kDefaultAlgorithm.at(Collective::allreduce) + " above";
+  // "auto: recursive_doubling up to 16 KiB, halving_doubling up to 1 MiB, ring above"
+  auto size_text = [](std::size_t bytes) {
+    return bytes >= (1u << 20) ? std::to_string(bytes >> 20) + " MiB"
+           : bytes >= 1024     ? std::to_string(bytes >> 10) + " KiB"
+                               : std::to_string(bytes) + " B";
+  };
+  std::string text;
+  std::string current = impl_->predict("auto", 8).algorithm;
+  for (std::size_t bytes = 16; bytes <= (std::size_t{1} << 30); bytes *= 2) {
+    std::string next = impl_->predict("auto", bytes).algorithm;
+    if (next == current) continue;
+    text += current + " up to " + size_text(bytes / 2) + ", ";
+    current = next;
+  }
+  return "auto: " + text + current + (text.empty() ? "" : " above");
+}
+
+std::string Communicator::transport_to(int peer) const {
+  if (peer < 0 || peer >= size())
+    throw InvalidArgument("transport_to", "peer " + std::to_string(peer) + " is not a rank of this " +
+                                              std::to_string(size()) + "-rank communicator",
+                          rank());
+  Transport* t = impl_->route_[static_cast<std::size_t>(peer)];
+  return t == nullptr ? "self" : std::string(t->name());
+}
+
+std::vector<std::string> Communicator::allreduce_algorithms() {
+  return AlgorithmRegistry::instance().names(Collective::allreduce);
+}
+
+void Communicator::set_algorithm(const std::string& name) {
+  check_algorithm(name, rank());
+  impl_->options_.algorithm = name;
+}
+
+AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
+                                                    const std::string& algorithm) const {
+  if (algorithm != "auto" && !AlgorithmRegistry::instance().find(algorithm, Collective::allreduce))
+    check_algorithm(algorithm, rank());  // names the known ones
+  const Plan plan = impl_->predict(algorithm, bytes);
+  return {plan.algorithm, plan.chunk_bytes, plan.seconds};
 }
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,

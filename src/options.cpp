@@ -94,6 +94,24 @@ Options Options::from_env() {
                                "ARCOLL_CHUNK_BYTES='" + *v + "' is not a size like 512K or 1M");
     options.chunk_bytes = *bytes;
   }
+  if (auto v = env::get_int("ARCOLL_CHANNELS")) {
+    if (*v < 1 || *v > 64)
+      throw ConfigurationError("environment", "ARCOLL_CHANNELS must be within 1..64");
+    options.channels = static_cast<int>(*v);
+  }
+  if (auto v = env::get("ARCOLL_WIRE")) {
+    auto type = parse_data_type(*v);
+    if (!type || (*type != DataType::f32 && *type != DataType::f16 && *type != DataType::bf16))
+      throw ConfigurationError("environment", "ARCOLL_WIRE='" + *v + "' must be f32, f16 or bf16");
+    options.wire = *type;
+  }
+  if (auto v = env::get("ARCOLL_WIRE_ERROR_FEEDBACK")) {
+    if (*v != "0" && *v != "1")
+      throw ConfigurationError("environment",
+                               "ARCOLL_WIRE_ERROR_FEEDBACK='" + *v + "' must be 0 or 1");
+    options.wire_error_feedback = *v == "1";
+  }
+  if (auto v = env::get("ARCOLL_TUNING_FILE")) options.tuning_file = *v;
   return options;
 }
 

@@ -162,6 +162,32 @@ void divide_by(void* buf, std::size_t count, DataType type, int divisor) {
   divide(buf, count, divisor);
 }
 
+namespace {
+
+std::size_t wire_index(DataType wire, const char* operation) {
+  if (wire == DataType::f16) return 0;
+  if (wire == DataType::bf16) return 1;
+  throw InvalidArgument(operation, "the wire format must be f16 or bf16, not " +
+                                       std::string(to_string(wire)));
+}
+
+}  // namespace
+
+void narrow(void* dst, DataType wire, const float* src, std::size_t count) {
+  active().narrow[wire_index(wire, "narrow")](dst, src, count);
+}
+
+void widen(float* dst, const void* src, DataType wire, std::size_t count) {
+  active().widen[wire_index(wire, "widen")](dst, src, count);
+}
+
+void reduce_widened(float* dst, const float* a, const void* b, DataType wire, std::size_t count,
+                    ReduceOp op) {
+  const auto o = static_cast<std::size_t>(op);
+  active().reduce_widened[wire_index(wire, "reduce_widened")][o >= isa::kOpCount ? 0 : o](
+      dst, a, b, count);
+}
+
 std::string_view instruction_set() {
   return active().name;
 }

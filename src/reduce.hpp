@@ -21,6 +21,14 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
 // InvalidArgument for integer types and for divisor < 1.
 void divide_by(void* buf, std::size_t count, DataType type, int divisor);
 
+// Mixed-precision wire: f32 data carried as `wire` (f16 or bf16; InvalidArgument otherwise).
+// narrow: dst (count 16-bit values) = src rounded to nearest even. widen: the way back.
+// reduce_widened: dst[i] = a[i] op widen(b[i]), in f32; dst may be a.
+void narrow(void* dst, DataType wire, const float* src, std::size_t count);
+void widen(float* dst, const void* src, DataType wire, std::size_t count);
+void reduce_widened(float* dst, const float* a, const void* b, DataType wire, std::size_t count,
+                    ReduceOp op);
+
 // Name of the instruction set the kernels run with here: "avx512", "avx2" or "generic".
 // Chosen on first use: the best this CPU supports, or ARCOLL_KERNEL_ISA=generic|avx2|avx512
 // when set (ignored, with a warning, if this CPU or build lacks it).

@@ -25,10 +25,20 @@ using DivideFn = void (*)(void* buf, std::size_t count, int divisor);
 inline constexpr std::size_t kTypeCount = 8;
 inline constexpr std::size_t kOpCount = 4;
 
+// Mixed-precision wire formats, indexed 0: f16, 1: bf16. f32 values are narrowed for the wire
+// and widened back, or reduced in f32 with a widened message: dst[i] = a[i] op widen(b[i]).
+inline constexpr std::size_t kWireCount = 2;
+using NarrowFn = void (*)(void* dst, const float* src, std::size_t count);
+using WidenFn = void (*)(float* dst, const void* src, std::size_t count);
+using ReduceWidenedFn = void (*)(float* dst, const float* a, const void* b, std::size_t count);
+
 struct Table {
   const char* name;
   ReduceFn reduce[kTypeCount][kOpCount];
   DivideFn divide[kTypeCount];  // null for the integer types
+  NarrowFn narrow[kWireCount];
+  WidenFn widen[kWireCount];
+  ReduceWidenedFn reduce_widened[kWireCount][kOpCount];
 };
 
 }  // namespace arcoll::kernels::isa

@@ -13,6 +13,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,7 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/local_launcher.hpp"
 #include "arcoll/options.hpp"
+#include "arcoll/tuning.hpp"
 #include "arcoll/types.hpp"
 
 namespace {
@@ -60,6 +62,9 @@ struct SweepFlags {
   std::string algo;
   std::string transport;
   std::string chunk;
+  std::string channels;
+  std::string wire;
+  std::string tuning;
   std::string sockets;
   std::string check = "1";
   std::string json;
@@ -89,6 +94,8 @@ struct Plan {
   std::string command_line;
   // Backends in table order: arcoll first under --compare.
   std::vector<std::string> backends = {"arcoll"};
+  // --algo all: every all-reduce algorithm and auto, each against the cost model.
+  std::vector<std::string> algorithms;
   bool compare = false;
   arbench::BackendOptions backend_options;
   std::string mpirun_args;
@@ -205,7 +212,31 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   } catch (const arcoll::Error& e) {
     throw UsageError(e.what());
   }
-  if (!flags.algo.empty()) plan.options.algorithm = flags.algo;
+  if (flags.algo == "all") {
+    plan.algorithms = arcoll::Communicator::allreduce_algorithms();
+    plan.algorithms.push_back("auto");
+  } else if (!flags.algo.empty()) {
+    plan.options.algorithm = flags.algo;
+  }
+  if (!flags.channels.empty())
+    plan.options.channels = static_cast<int>(parse_integer("--channels", flags.channels, 1, 64));
+  if (!flags.wire.empty()) {
+    auto wire = arcoll::parse_data_type(flags.wire);
+    if (!wire || (*wire != arcoll::DataType::f32 && *wire != arcoll::DataType::f16 &&
+                  *wire != arcoll::DataType::bf16))
+      throw UsageError("--wire: " + quoted(flags.wire) + " is not f32, f16 or bf16");
+    plan.options.wire = *wire;
+  }
+  plan.sweep.wire = plan.options.wire;
+  if (!flags.tuning.empty()) plan.options.tuning_file = flags.tuning;
+  if (!plan.options.tuning_file.empty()) {
+    try {
+      arcoll::load_tuning(plan.options.tuning_file);  // a bad file is a usage error, before ranks start
+    } catch (const arcoll::Error& e) {
+      throw UsageError((flags.tuning.empty() ? "ARCOLL_TUNING_FILE: " : "--tuning: ") +
+                       e.message());
+    }
+  }
   if (!flags.transport.empty()) plan.options.transport = flags.transport;
   if (!flags.chunk.empty()) {
     plan.options.chunk_bytes = parse_size("--chunk", flags.chunk);
@@ -234,6 +265,8 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   plan.mpirun_args = flags.mpirun_args;
   std::string compare = flags.compare;
   if (flags.memcpy) compare += compare.empty() ? "memcpy" : ",memcpy";
+  if (!compare.empty() && !plan.algorithms.empty())
+    throw UsageError("--algo all and --compare make different tables; give one of them");
   if (!compare.empty()) {
     if (flags.backend != "arcoll")
       throw UsageError("--compare runs arcoll against the backends it names; drop --backend " +
@@ -309,9 +342,33 @@ arbench::RunInfo describe_run(arcoll::Communicator& comm, const Plan& plan) {
   return info;
 }
 
+// The cost model's prediction for a row of --algo all (the backend is "arcoll/<algorithm>").
+// A 16-bit wire halves the f32 bytes the model sees.
+arbench::Row with_prediction(const arcoll::Communicator& comm, const Plan& plan,
+                             const arbench::Row& row) {
+  arbench::Row out = row;
+  const std::string algorithm = row.backend.substr(row.backend.find('/') + 1);
+  const bool narrowed = plan.options.wire != arcoll::DataType::f32 && row.type == arcoll::DataType::f32;
+  const arcoll::AllreducePrediction p =
+      comm.predict_allreduce(narrowed ? row.size_bytes / 2 : row.size_bytes, algorithm);
+  out.predicted_us = p.seconds * 1e6;
+  if (algorithm == "auto") out.predicted_algorithm = p.algorithm;
+  return out;
+}
+
 void print(const std::string& text) {
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
+}
+
+std::string printf_text(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string printf_text(const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof text, format, args);
+  va_end(args);
+  return text;
 }
 
 // The sweep on one rank. Rank 0 prints the table and writes the files; its exit code is 1
@@ -323,7 +380,12 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
   std::vector<std::unique_ptr<arbench::Backend>> owned;
   std::vector<arbench::Backend*> backends;
   std::vector<std::string> unavailable;
-  for (const std::string& name : plan.backends) {
+  for (const std::string& algorithm : plan.algorithms) {
+    owned.push_back(arbench::make_arcoll_backend(comm, algorithm));
+    backends.push_back(owned.back().get());
+  }
+  for (const std::string& name : plan.algorithms.empty() ? plan.backends
+                                                          : std::vector<std::string>{}) {
     try {
       owned.push_back(arbench::make_backend(name, comm, plan.backend_options));
       backends.push_back(owned.back().get());
@@ -340,6 +402,7 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
   }
 
   arbench::RunInfo info = describe_run(comm, plan);
+  info.algorithms = !plan.algorithms.empty();
   for (arbench::Backend* backend : backends)
     info.backends.push_back({backend->name(), backend->description()});
   if (root) {
@@ -364,7 +427,12 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
       progress.clear();
       print(arbench::skipped_line(backend, type, op, reason));
     };
-    if (!plan.compare) {
+    if (info.algorithms) {
+      callbacks.after = [&](const arbench::Row& row, std::size_t, std::size_t) {
+        progress.clear();
+        print(arbench::algorithms_row(with_prediction(comm, plan, row)));
+      };
+    } else if (!plan.compare) {
       callbacks.after = [&](const arbench::Row& row, std::size_t, std::size_t) {
         progress.clear();
         print(arbench::table_row(row));
@@ -384,9 +452,11 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
       };
     }
   }
-  const std::vector<arbench::Row> rows = arbench::run_sweep(comm, backends, plan.sweep, callbacks);
+  std::vector<arbench::Row> rows = arbench::run_sweep(comm, backends, plan.sweep, callbacks);
   progress.clear();
   if (!root) return 0;
+  if (info.algorithms)
+    for (arbench::Row& row : rows) row = with_prediction(comm, plan, row);
 
   const arbench::Summary summary = arbench::summarize(rows);
   print(plan.compare ? arbench::compare_footer(info, rows) : arbench::table_footer(summary));
@@ -504,6 +574,77 @@ int reexec_under_mpirun(const Plan& plan, int ranks, int argc, const char* const
   return 1;
 }
 
+// 2 when every failed rank rejected a setting, 1 for any other failure.
+int exit_status(const std::vector<arcoll::RankExit>& exits) {
+  bool failed = false;
+  bool only_usage_errors = true;
+  for (const arcoll::RankExit& exit : exits)
+    if (!exit.ok()) {
+      std::fprintf(stderr, "arbench: %s\n", exit.describe().c_str());
+      failed = true;
+      only_usage_errors = only_usage_errors && exit.signal == 0 && exit.exit_code == kUsageError;
+    }
+  return !failed ? 0 : only_usage_errors ? kUsageError : 1;
+}
+
+// `arbench tune`: measures each transport's link costs between the ranks at hand and writes
+// the tuning file that --tuning (ARCOLL_TUNING_FILE) reads.
+struct TuneFlags {
+  std::string np;
+  std::string transport;
+  std::string output = "arcoll-tuning.json";
+};
+
+int run_tune_command(const TuneFlags& flags) {
+  arcoll::Options options;
+  std::optional<int> np;
+  arcoll::LaunchInfo here;
+  try {
+    try {
+      options = arcoll::Options::from_env();
+      here = arcoll::detect_launch();
+    } catch (const arcoll::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (!flags.transport.empty()) options.transport = flags.transport;
+    if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, 2, 4096));
+    if (auto error = arbench::check_writable("-o/--output", flags.output)) throw UsageError(*error);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return kUsageError;
+  }
+  auto rank = [&]() -> int {
+    try {
+      arcoll::Communicator comm(here.source != "default" ? here : arcoll::detect_launch(), options);
+      const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
+      if (comm.rank() != 0) return 0;
+      print("# arbench tune: " + tuning.measured_on + "\n# " +
+            printf_text("%-10s %14s %16s %14s", "transport", "latency (us)", "bandwidth (GB/s)",
+                        "reduce (GB/s)") +
+            "\n");
+      for (const auto& [name, c] : tuning.transports)
+        print(printf_text("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
+                          c.bandwidth_gbs, c.reduce_gbs));
+      arcoll::save_tuning(tuning, flags.output);
+      print("# written to " + flags.output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "arbench tune: %s\n", e.what());
+      return 1;
+    }
+  };
+  if (here.source != "default") return rank();
+  arcoll::LocalLaunchOptions launch;
+  launch.ranks = np.value_or(2);
+  launch.output = arcoll::RankOutput::forward;
+  try {
+    return exit_status(arcoll::run_local_ranks(launch, rank));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return 1;
+  }
+}
+
 int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv) {
   Plan plan;
   arcoll::LaunchInfo here;
@@ -544,16 +685,7 @@ int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv
     std::fprintf(stderr, "arbench: %s\n", e.what());
     return 1;
   }
-  // 2 when every failed rank rejected a setting, 1 for any other failure.
-  bool failed = false;
-  bool only_usage_errors = true;
-  for (const arcoll::RankExit& exit : exits)
-    if (!exit.ok()) {
-      std::fprintf(stderr, "arbench: %s\n", exit.describe().c_str());
-      failed = true;
-      only_usage_errors = only_usage_errors && exit.signal == 0 && exit.exit_code == kUsageError;
-    }
-  return !failed ? 0 : only_usage_errors ? kUsageError : 1;
+  return exit_status(exits);
 }
 
 void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
@@ -581,7 +713,17 @@ void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
       ->capture_default_str();
   add("-o,--op", flags.op, "OP", "sum prod min max avg, a comma-separated list, or all")
       ->capture_default_str();
-  add("--algo", flags.algo, "NAME", "Allreduce algorithm (default: ARCOLL_ALGO or auto)");
+  add("--algo", flags.algo, "NAME",
+      "Allreduce algorithm (default: ARCOLL_ALGO or auto); all: every algorithm and auto at "
+      "each size, with the cost model's prediction beside the measured time");
+  add("--channels", flags.channels, "N",
+      "Rings of the multi_ring algorithm (default: ARCOLL_CHANNELS or 2)");
+  add("--wire", flags.wire, "TYPE",
+      "Mixed precision: carry f32 as f16 or bf16, accumulate in f32 (default: ARCOLL_WIRE or "
+      "f32); f32 rows then report their error");
+  add("--tuning", flags.tuning, "FILE",
+      "Link costs for --algo auto's cost model, as written by `arbench tune` (default: "
+      "ARCOLL_TUNING_FILE or built-in)");
   add("--transport", flags.transport, "NAME", "Transport (default: ARCOLL_TRANSPORT or auto)");
   add("--chunk", flags.chunk, "SIZE",
       "Pipeline chunk in bytes, K/M suffixes (default: ARCOLL_CHUNK_BYTES or 512K)");
@@ -628,6 +770,17 @@ int main(int argc, char** argv) {
   add_sweep_flags(app, flags);
   // Subcommands (tune, topo, links, plan, ...) register here; without one the sweep runs.
   std::vector<Subcommand> subcommands;
+  TuneFlags tune_flags;
+  CLI::App* tune = app.add_subcommand(
+      "tune", "Measure latency, bandwidth and reduction rate of each transport between the ranks "
+              "at hand and write a tuning file for the cost model behind --algo auto");
+  tune->add_option("--np", tune_flags.np, "Ranks to fork on this host (default 2)")->type_name("N");
+  tune->add_option("--transport", tune_flags.transport, "Transport (default: auto)")
+      ->type_name("NAME");
+  tune->add_option("-o,--output", tune_flags.output, "Tuning file to write")
+      ->type_name("FILE")
+      ->capture_default_str();
+  subcommands.push_back({tune, [&] { return run_tune_command(tune_flags); }});
   app.require_subcommand(0, 1);
 
   try {

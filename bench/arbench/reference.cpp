@@ -181,7 +181,7 @@ double tolerance(ReduceOp op, double exact, int world_size) {
 
 }  // namespace
 
-Pattern::Pattern(DataType type, ReduceOp op, int rank, int world_size)
+Pattern::Pattern(DataType type, ReduceOp op, int rank, int world_size, DataType wire)
     : type_(type), op_(op), element_size_(arcoll::size_of(type)) {
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw std::invalid_argument("arbench: rank " + std::to_string(rank) + " outside a world of " +
@@ -191,6 +191,10 @@ Pattern::Pattern(DataType type, ReduceOp op, int rank, int world_size)
                                 " is not defined for " + std::string(arcoll::to_string(type)));
   input_.resize(kPeriod * element_size_);
   expected_.resize(kPeriod * element_size_);
+  if (wire != DataType::f32 && type == DataType::f32 && op != ReduceOp::prod) {
+    fill_wire_reals(rank, world_size, wire == DataType::f16 ? 0x1p-11 : 0x1p-8);
+    return;
+  }
   with_type(type, [&]<typename T>() {
     std::vector<std::int64_t> seeds(static_cast<std::size_t>(world_size));
     if constexpr (kIsFloating<T>) {
@@ -213,6 +217,46 @@ Pattern::Pattern(DataType type, ReduceOp op, int rank, int world_size)
       }
     }
   });
+}
+
+void Pattern::fill_wire_reals(int rank, int world_size, double unit_roundoff) {
+  expected_value_.resize(kPeriod);
+  tolerance_.resize(kPeriod);
+  exact_.resize(kPeriod);
+  magnitude_.resize(kPeriod);
+  const double p = world_size;
+  for (std::size_t j = 0; j < kPeriod; ++j) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < world_size; ++r) {
+      // 20 significant bits: exact in f32, rounded by a 16-bit wire.
+      const std::uint64_t hash = element_hash(r, j, type_, op_);
+      const double v = (static_cast<double>(hash % (1u << 20)) - (1u << 19)) / (1u << 19);
+      if (r == rank) store(input_.data(), j, static_cast<float>(v));
+      exact = r == 0 ? v : arcoll::apply(op_, exact, v);
+      magnitude += std::fabs(v);
+    }
+    if (op_ == ReduceOp::avg) {
+      exact /= p;
+      magnitude /= p;
+    }
+    exact_[j] = exact;
+    magnitude_[j] = magnitude;
+    store(expected_.data(), j, static_cast<float>(exact));
+    expected_value_[j] = static_cast<float>(exact);
+    tolerance_[j] = (2 * p + 1) * unit_roundoff * magnitude;
+  }
+}
+
+Pattern::Errors Pattern::errors(const void* result, std::size_t count) const {
+  Errors e;
+  const auto* got = static_cast<const float*>(result);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t j = i % kPeriod;
+    const double error = std::fabs(static_cast<double>(got[i]) - exact_[j]);
+    e.max_abs = std::max(e.max_abs, error);
+    e.max_rel = std::max(e.max_rel, error / magnitude_[j]);
+  }
+  return e;
 }
 
 void Pattern::fill_input(void* buffer, std::size_t count) const {

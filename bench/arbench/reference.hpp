@@ -59,11 +59,19 @@ decltype(auto) with_type(arcoll::DataType type, F&& f) {
 // Both repeat with a period of kPeriod elements, a prime: a block of data that lands at a
 // power-of-two offset from where it belongs is always noticed, and the check is a memcmp per
 // period in the common case.
+//
+// With a 16-bit wire (mixed precision, `wire` f16 or bf16) f32 inputs other than for prod are
+// reals in [-1, 1) instead, which the wire rounds: a result is then correct within
+// (2p + 1) u S of the exact one, where u is the wire's unit roundoff, S the sum of the
+// magnitudes of the p inputs (divided by p for avg), and 2p + 1 bounds the roundings of a
+// partial result on its way (p - 1 hops of reduce-scatter, p - 1 of all-gather, the final
+// rounding and the fold of non-power-of-two worlds).
 class Pattern {
  public:
   static constexpr std::size_t kPeriod = 4093;
 
-  Pattern(arcoll::DataType type, arcoll::ReduceOp op, int rank, int world_size);
+  Pattern(arcoll::DataType type, arcoll::ReduceOp op, int rank, int world_size,
+          arcoll::DataType wire = arcoll::DataType::f32);
 
   // Writes this rank's first `count` input elements to `buffer`.
   void fill_input(void* buffer, std::size_t count) const;
@@ -73,10 +81,21 @@ class Pattern {
   // Number of the first `count` elements of `result` that differ from the expected result.
   std::int64_t count_wrong(const void* result, std::size_t count) const;
 
+  // Whether the inputs are the wire's reals (see above).
+  bool rounded_by_wire() const { return !magnitude_.empty(); }
+  // The largest |result - exact| and the largest |result - exact| / S over `count` elements.
+  struct Errors {
+    double max_abs = 0;
+    double max_rel = 0;
+  };
+  Errors errors(const void* result, std::size_t count) const;
+
   arcoll::DataType type() const { return type_; }
   arcoll::ReduceOp op() const { return op_; }
 
  private:
+  void fill_wire_reals(int rank, int world_size, double unit_roundoff);
+
   arcoll::DataType type_;
   arcoll::ReduceOp op_;
   std::size_t element_size_;
@@ -84,6 +103,8 @@ class Pattern {
   std::vector<std::byte> expected_;     // kPeriod elements of the reference, rounded to the type
   std::vector<double> expected_value_;  // the same as doubles (floating types only)
   std::vector<double> tolerance_;       // allowed |result - expected| (floating types only)
+  std::vector<double> exact_;           // the exact results (rounded by the wire only)
+  std::vector<double> magnitude_;       // S of each element (rounded by the wire only)
 };
 
 }  // namespace arbench

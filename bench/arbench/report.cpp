@@ -75,16 +75,30 @@ std::string csv_field(const std::string& text) {
   return out + "\"";
 }
 
-json group_json(const GroupResult& g) {
-  return {{"time_us", g.time_us},
-          {"algbw_gbs", g.algbw_gbs},
-          {"busbw_gbs", g.busbw_gbs},
-          {"wrong", g.wrong ? json(*g.wrong) : json(nullptr)}};
-}
-
 template <typename T>
 json optional_json(const std::optional<T>& value) {
   return value ? json(*value) : json(nullptr);
+}
+
+json group_json(const GroupResult& g) {
+  json j = {{"time_us", g.time_us},
+            {"algbw_gbs", g.algbw_gbs},
+            {"busbw_gbs", g.busbw_gbs},
+            {"wrong", optional_json(g.wrong)}};
+  if (g.max_abs_error) {
+    j["max_abs_error"] = *g.max_abs_error;
+    j["max_rel_error"] = optional_json(g.max_rel_error);
+  }
+  return j;
+}
+
+// "  maxabs  maxrel" over both groups of a row rounded by the wire; empty otherwise.
+std::string wire_error_text(const Row& row) {
+  if (!row.out_of_place.max_abs_error || !row.in_place.max_abs_error) return "";
+  return printf_string("  %8.2e  %8.2e",
+                       std::max(*row.out_of_place.max_abs_error, *row.in_place.max_abs_error),
+                       std::max(row.out_of_place.max_rel_error.value_or(0),
+                                row.in_place.max_rel_error.value_or(0)));
 }
 
 }  // namespace
@@ -135,6 +149,14 @@ std::string table_header(const RunInfo& info) {
       "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s\n",
       info.transport.c_str(), info.algorithm.c_str(), info.chunk_bytes, info.sockets_per_peer,
       info.timeout_s);
+  const bool wire = info.sweep.wire != arcoll::DataType::f32;
+  if (wire)
+    out += printf_string(
+        "# wire %s: f32 carried as %s, accumulated in f32; f32 rows but prod use reals the wire "
+        "rounds: #wrong counts errors beyond (2p+1) u S (u: the wire's unit roundoff, S: sum of "
+        "the inputs' magnitudes); maxabs, maxrel: the largest error, absolute and over S\n",
+        std::string(arcoll::to_string(info.sweep.wire)).c_str(),
+        std::string(arcoll::to_string(info.sweep.wire)).c_str());
   // arcoll alone keeps nccl-tests' header; other backends say what ran.
   const bool arcoll_only = info.backends.size() == 1 && info.backends.front().name == "arcoll";
   if (!info.backends.empty() && !arcoll_only)
@@ -150,14 +172,15 @@ std::string table_header(const RunInfo& info) {
                          r.host.c_str(), r.node, r.local_rank);
   out += "#\n";
   if (info.compare) return out + compare_header(info);
+  if (info.algorithms) return out + algorithms_header();
   // nccl-tests' three header lines, character for character.
   out += printf_string(
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
       "\n",
       "", "", "", "", "");
-  out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n",
+  out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n",
                        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                       "time", "algbw", "busbw", "#wrong");
+                       "time", "algbw", "busbw", "#wrong", wire ? "    maxabs    maxrel" : "");
   out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n",
                        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
                        "(GB/s)", "(GB/s)", "");
@@ -171,7 +194,38 @@ std::string table_row(const Row& row) {
   for (const GroupResult* g : {&row.out_of_place, &row.in_place})
     out += printf_string("  %7s  %6.2f  %6.2f  %5s", format_time_us(g->time_us).c_str(),
                          g->algbw_gbs, g->busbw_gbs, wrong_text(*g).c_str());
-  return out + "\n";
+  return out + wire_error_text(row) + "\n";
+}
+
+std::string algorithms_header() {
+  return printf_string("# %10s  %12s  %6s  %6s  %-20s  %9s  %9s  %7s  %7s  %6s\n", "size", "count",
+                       "type", "redop", "algorithm", "predicted", "measured", "error", "busbw",
+                       "#wrong") +
+         printf_string("# %10s  %12s  %6s  %6s  %-20s  %9s  %9s  %7s  %7s  %6s\n", "(B)",
+                       "(elements)", "", "", "", "(us)", "(us)", "", "(GB/s)", "") +
+         "# measured: out of place; error: (predicted - measured) / measured; auto: the "
+         "algorithm the model chose\n";
+}
+
+std::string algorithms_row(const Row& row) {
+  std::string algorithm = row.backend.substr(row.backend.find('/') + 1);
+  if (!row.predicted_algorithm.empty()) algorithm += "=" + row.predicted_algorithm;
+  const double measured = row.out_of_place.time_us;
+  std::string error = "-";
+  std::string predicted = "-";
+  if (row.predicted_us) {
+    predicted = format_time_us(*row.predicted_us);
+    if (measured > 0) error = printf_string("%+6.0f%%", (*row.predicted_us - measured) / measured * 100);
+  }
+  std::string wrong = "N/A";
+  if (row.out_of_place.wrong && row.in_place.wrong)
+    wrong = std::to_string(*row.out_of_place.wrong + *row.in_place.wrong);
+  return printf_string("%12zu  %12zu  %6s  %6s  %-20s  %9s  %9s  %7s  %7.2f  %6s", row.size_bytes,
+                       row.count, std::string(arcoll::to_string(row.type)).c_str(),
+                       std::string(arcoll::to_string(row.op)).c_str(), algorithm.c_str(),
+                       predicted.c_str(), format_time_us(measured).c_str(), error.c_str(),
+                       row.out_of_place.busbw_gbs, wrong.c_str()) +
+         wire_error_text(row) + "\n";
 }
 
 std::string table_footer(const Summary& summary) {
@@ -291,6 +345,7 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"chunk_bytes", info.chunk_bytes},
       {"sockets_per_peer", info.sockets_per_peer},
       {"timeout_s", info.timeout_s},
+      {"wire", arcoll::to_string(info.sweep.wire)},
   };
   json backends = json::array();
   for (const BackendInfo& b : info.backends) {
@@ -311,7 +366,8 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
                          {"op", arcoll::to_string(row.op)},
                          {"root", row.root},
                          {"out_of_place", group_json(row.out_of_place)},
-                         {"in_place", group_json(row.in_place)}});
+                         {"in_place", group_json(row.in_place)},
+                         {"predicted_us", optional_json(row.predicted_us)}});
   const json document = {{"schema", "arcoll.arbench/1"},
                          {"metadata", std::move(metadata)},
                          {"rows", std::move(json_rows)},

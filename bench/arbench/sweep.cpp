@@ -35,6 +35,7 @@ Buffer allocate(std::size_t bytes) {
 struct LocalResult {
   double seconds = 0;  // mean per iteration, this rank
   std::int64_t wrong = 0;
+  Pattern::Errors errors;
 };
 
 // One group: warm-up, `iters` timed iterations, then (when checking) one iteration on fresh
@@ -64,6 +65,7 @@ LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_
     once();
     backend.stage_out(recv_buffer, bytes);
     result.wrong = pattern.count_wrong(recv_buffer, count);
+    if (pattern.rounded_by_wire()) result.errors = pattern.errors(recv_buffer, count);
   }
   return result;
 }
@@ -132,7 +134,7 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
   std::vector<Row> rows;
   rows.reserve(total);
   for (auto [type, op] : combinations(settings)) {
-    const Pattern pattern(type, op, comm.rank(), n);
+    const Pattern pattern(type, op, comm.rank(), n, settings.wire);
     std::vector<Backend*> running;
     for (Backend* backend : backends) {
       if (auto reason = backend->unsupported(type, op)) {
@@ -164,6 +166,15 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
           row.out_of_place.wrong = wrong[0];
           row.in_place.wrong = wrong[1];
+          if (pattern.rounded_by_wire()) {
+            double errors[4] = {out.errors.max_abs, out.errors.max_rel, in.errors.max_abs,
+                                in.errors.max_rel};
+            comm.allreduce(errors, 4, DataType::f64, ReduceOp::max);
+            row.out_of_place.max_abs_error = errors[0];
+            row.out_of_place.max_rel_error = errors[1];
+            row.in_place.max_abs_error = errors[2];
+            row.in_place.max_rel_error = errors[3];
+          }
         }
         rows.push_back(row);
         if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);

@@ -22,6 +22,9 @@ struct SweepSettings {
   int warmup_iters = 5;
   int iters = 20;
   bool check = true;
+  // Mixed precision: arcoll carries f32 as this 16-bit type (f32: not at all); f32 rows then
+  // use inputs the wire rounds, and report their error (see Pattern).
+  arcoll::DataType wire = arcoll::DataType::f32;
 };
 
 // One group of a row: out-of-place or in-place.
@@ -31,6 +34,10 @@ struct GroupResult {
   double busbw_gbs = 0;  // algbw * 2 (n - 1) / n
   // Elements that differ from the reference, summed over ranks; nullopt when not checked.
   std::optional<std::int64_t> wrong;
+  // Rows rounded by a 16-bit wire: the largest absolute error and the largest error relative
+  // to the sum of the inputs' magnitudes, over ranks.
+  std::optional<double> max_abs_error;
+  std::optional<double> max_rel_error;
 };
 
 struct Row {
@@ -42,6 +49,9 @@ struct Row {
   int root = -1;  // allreduce has no root
   GroupResult out_of_place;
   GroupResult in_place;
+  // --algo all: the cost model's time for this size and algorithm, and what auto would run.
+  std::optional<double> predicted_us;
+  std::string predicted_algorithm;
 };
 
 // min, min*factor, ... up to max when factor > 1; min, min+step, ... otherwise. A size of 0

@@ -8,12 +8,20 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
 #include "arcoll/types.hpp"
 
 namespace arcoll {
+
+// What the cost model predicts for one all-reduce.
+struct AllreducePrediction {
+  std::string algorithm;
+  std::size_t chunk_bytes = 0;  // the pipeline chunk it would run with
+  double seconds = 0;
+};
 
 class Communicator {
  public:
@@ -38,6 +46,18 @@ class Communicator {
   // which sizes take which under "auto").
   std::string transport_name() const;
   std::string algorithm_name() const;
+  // The transport that carries messages to `peer` ("shm", "tcp").
+  std::string transport_to(int peer) const;
+
+  // All-reduce algorithms this library has (the choices of Options::algorithm besides "auto").
+  static std::vector<std::string> allreduce_algorithms();
+  // Changes the algorithm of the collectives that follow ("auto" or a name); every rank must
+  // make the same change between the same calls.
+  void set_algorithm(const std::string& name);
+  // The cost model's prediction for an all-reduce of `bytes` on this communicator with
+  // `algorithm`, or with the one "auto" chooses.
+  AllreducePrediction predict_allreduce(std::size_t bytes,
+                                        const std::string& algorithm = "auto") const;
 
   // recv[i] = op over ranks of send[i]. send == recv is the in-place form.
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);

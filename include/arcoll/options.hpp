@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "arcoll/types.hpp"
+
 namespace arcoll {
 
 struct Options {
@@ -25,6 +27,20 @@ struct Options {
   int sockets_per_peer = 2;
   // Pipeline chunk of ring algorithms (ARCOLL_CHUNK_BYTES, K/M suffixes allowed).
   std::size_t chunk_bytes = 512 * 1024;
+  // Rings of the multi-channel ring algorithm (ARCOLL_CHANNELS, 1..64).
+  int channels = 2;
+
+  // Mixed precision (ARCOLL_WIRE): f32 reductions carried on the wire as f16 or bf16 and
+  // accumulated in f32 at every hop; f32 (the default) sends f32. Every rank ends with the
+  // same result, rounded once more through the wire format.
+  DataType wire = DataType::f32;
+  // With a 16-bit wire, add the rounding residual of each all-reduce's input into the next
+  // all-reduce of the same buffer (ARCOLL_WIRE_ERROR_FEEDBACK=1): error feedback.
+  bool wire_error_feedback = false;
+
+  // Link costs for the cost model behind "auto" (ARCOLL_TUNING_FILE, written by
+  // `arbench tune`); empty: built-in defaults.
+  std::string tuning_file;
 
   // How long a wait polls the network before sleeping (ARCOLL_BUSY_POLL_US). Negative:
   // automatic: 50 us of spinning when this host has a core for each of its ranks; else 1 ms

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "arcoll/types.hpp"
@@ -27,3 +28,15 @@ std::size_t count_wrong(const void* buffer, DataType type, ReduceOp op, int worl
                         std::size_t count, std::size_t salt = 0, std::size_t first_index = 0);
 
 }  // namespace arcoll::testing
+
+namespace arcoll {
+class Communicator;
+namespace testing {
+// "f32/sum count 7 in-place": a case, in assertion messages.
+std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
+// All-reduce of every type, op and count of the suite (0, 1, primes, counts around the world
+// size, across the eager limit, several pipeline chunks), in place and not, checked element
+// by element against the reference (gtest assertions); `salt` varies the inputs.
+void check_allreduce_all_types(Communicator& comm, std::size_t salt);
+}  // namespace testing
+}  // namespace arcoll

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <utility>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -73,6 +74,9 @@ struct Socket {
   bool goodbye = false;
   bool closed = false;
   bool broken = false;  // the connection failed; its peer is being failed
+  // After a failure: data frames are read and dropped, to reach what the peer said last.
+  bool discarding = false;
+  bool dropping_frame = false;
   // Send side.
   std::deque<OutFrame> queue;
   std::uint32_t epoll_events = 0;
@@ -502,9 +506,10 @@ bool TcpTransport::start_frame(Socket& s) {
   Peer& p = peers_[static_cast<std::size_t>(s.peer)];
   const FrameHeader& h = s.header;
   auto kind = static_cast<FrameKind>(h.kind);
-  if (kind != FrameKind::data) {
+  if (kind != FrameKind::data || s.discarding) {
     s.target.reset();
     s.control_payload.assign(h.length, '\0');
+    s.dropping_frame = kind == FrameKind::data;
     if (h.length == 0) finish_frame(s);
     return !s.closed;
   }
@@ -578,6 +583,7 @@ void TcpTransport::finish_frame(Socket& s) {
   s.have_header = false;
   s.header_got = 0;
   s.payload_got = 0;
+  if (std::exchange(s.dropping_frame, false)) return;
   auto kind = static_cast<FrameKind>(h.kind);
   if (kind == FrameKind::goodbye) {
     s.goodbye = true;
@@ -649,6 +655,13 @@ void TcpTransport::connection_lost(Socket& s, const std::string& why) {
   s.broken = true;
   const bool explained_before = failure_ != nullptr;
   for (Socket* other : peers_[static_cast<std::size_t>(s.peer)].sockets) {
+    // Data nobody posted a receive for may stand before the peer's abort reason.
+    other->discarding = true;
+    if (other->parked && other->have_header && !other->target) {  // parked on a frame's header
+      other->control_payload.assign(other->header.length, '\0');
+      other->dropping_frame = true;
+    }
+    other->parked = false;
     std::size_t budget = kReadBudget;
     while (budget > 0 && read_some(*other, budget)) {
     }

@@ -6,26 +6,34 @@ namespace {
 
 class ArcollBackend final : public Backend {
  public:
-  explicit ArcollBackend(arcoll::Communicator& comm) : comm_(comm) {}
+  ArcollBackend(arcoll::Communicator& comm, std::string algorithm)
+      : comm_(comm), algorithm_(std::move(algorithm)) {}
 
-  std::string name() const override { return "arcoll"; }
+  std::string name() const override {
+    return algorithm_.empty() ? "arcoll" : "arcoll/" + algorithm_;
+  }
   std::string description() const override {
-    return "arcoll " + comm_.algorithm_name() + " over " + comm_.transport_name();
+    return "arcoll " + (algorithm_.empty() ? comm_.algorithm_name() : algorithm_) + " over " +
+           comm_.transport_name();
   }
   void allreduce(const void* send, void* recv, std::size_t count, arcoll::DataType type,
                  arcoll::ReduceOp op) override {
+    if (!algorithm_.empty() && comm_.options().algorithm != algorithm_)
+      comm_.set_algorithm(algorithm_);
     comm_.allreduce(send, recv, count, type, op);
   }
   void barrier() override { comm_.barrier(); }
 
  private:
   arcoll::Communicator& comm_;
+  std::string algorithm_;  // empty: whatever the communicator was created with
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm) {
-  return std::make_unique<ArcollBackend>(comm);
+std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
+                                             const std::string& algorithm) {
+  return std::make_unique<ArcollBackend>(comm, algorithm);
 }
 
 }  // namespace arbench

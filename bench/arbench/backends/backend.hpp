@@ -79,8 +79,9 @@ bool backend_needs_mpirun(const std::string& name);
 std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communicator& comm,
                                       const BackendOptions& options);
 
-// arcoll itself.
-std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm);
+// arcoll itself; with an algorithm ("ring", "auto"), that one, named "arcoll/<algorithm>".
+std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
+                                             const std::string& algorithm = "");
 // Single-core memcpy by rank 0, the reference of --memcpy.
 std::unique_ptr<Backend> make_memcpy_backend(arcoll::Communicator& comm);
 #ifdef ARBENCH_WITH_MPI

@@ -1,0 +1,61 @@
+#include "algorithms/cost_model.hpp"
+
+#include <limits>
+
+#include "algorithms/algorithm.hpp"
+#include "arcoll/error.hpp"
+
+namespace arcoll::cost {
+
+int floor_log2(int p) {
+  int log = 0;
+  while ((2 << log) <= p) ++log;
+  return log;
+}
+
+int floor_pof2(int p) {
+  return 1 << floor_log2(p);
+}
+
+LinkCost exchange_link(const Layout& layout, int distance) {
+  if (layout.hosts == 1 || (layout.ranks_per_host != 0 && distance < layout.ranks_per_host))
+    return layout.intra;
+  LinkCost link = layout.inter;
+  link.beta *= layout.link_sharers();
+  return link;
+}
+
+namespace {
+
+Plan predict_with(const AlgorithmInfo& info, const Layout& layout, double bytes) {
+  Plan plan{info.name, layout.chunk_bytes, info.allreduce_cost({layout, bytes, layout.chunk_bytes})};
+  if (info.chunked)
+    for (std::size_t chunk : kChunkCandidates) {
+      const double seconds = info.allreduce_cost({layout, bytes, chunk});
+      if (seconds < plan.seconds) plan = {info.name, chunk, seconds};
+    }
+  return plan;
+}
+
+}  // namespace
+
+Plan predict(const std::string& algorithm, const Layout& layout, double bytes) {
+  for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all())
+    if (info->name == algorithm && info->allreduce_cost) return predict_with(*info, layout, bytes);
+  throw InvalidArgument("cost model", "no cost formula for all-reduce algorithm '" + algorithm + "'");
+}
+
+Plan best(const Layout& layout, double bytes, bool flat_only) {
+  const bool one_level = layout.hosts == 1 || layout.ranks == layout.hosts;
+  Plan best{"", 0, std::numeric_limits<double>::infinity()};
+  for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all()) {
+    if (!info->allreduce_cost) continue;
+    if (info->composite && (flat_only || one_level)) continue;
+    Plan plan = predict_with(*info, layout, bytes);
+    if (plan.seconds < best.seconds) best = plan;
+  }
+  if (best.algorithm.empty()) throw InternalError("cost model", "no all-reduce algorithm to choose");
+  return best;
+}
+
+}  // namespace arcoll::cost

@@ -1,0 +1,76 @@
+// Recursive halving-doubling all-reduce (Rabenseifner): a reduce-scatter by recursive halving
+// (round k: keep half of the current range, send the other half to rank ^ 2^(K-k), reduce
+// what comes back), then an all-gather by recursive doubling in the reverse order. 2 log2(p)
+// messages and the ring's 2(p-1)/p of the data: between recursive doubling (small) and the
+// ring (large). Extra ranks of non-power-of-two worlds are folded in and out.
+#include <cstring>
+
+#include "algorithms/fold.hpp"
+
+namespace arcoll {
+namespace {
+
+struct Range {
+  std::size_t begin, end;  // elements
+};
+
+void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t elem = size_of(a.type);
+  if (a.recv != a.send && a.count != 0) std::memcpy(a.recv, a.send, a.count * elem);
+  if (p2p.size() == 1 || a.count == 0) return;
+  char* out = static_cast<char*>(a.recv);
+  const PowerOfTwoFold fold(p2p);
+  if (!fold.fold(p2p, out, a.count, a.type, a.op)) return;
+  const int me = fold.virtual_rank();
+  // Ranges held after each halving round, to retrace in the doubling rounds.
+  std::vector<Range> held{{0, a.count}};
+  for (int mask = fold.virtual_size() / 2; mask >= 1; mask /= 2) {
+    const Range r = held.back();
+    const std::size_t middle = r.begin + (r.end - r.begin) / 2;
+    const bool lower = (me & mask) == 0;
+    const Range keep = lower ? Range{r.begin, middle} : Range{middle, r.end};
+    const Range give = lower ? Range{middle, r.end} : Range{r.begin, middle};
+    const int partner = fold.real_rank(me ^ mask);
+    // Disjoint halves: what is sent is not what is reduced into.
+    RequestPtr send = p2p.isend(partner, out + give.begin * elem, (give.end - give.begin) * elem);
+    p2p.wait(p2p.irecv_reduce(partner, out + keep.begin * elem, out + keep.begin * elem,
+                              keep.end - keep.begin, a.type, a.op));
+    p2p.wait(send);
+    held.push_back(keep);
+  }
+  for (int mask = 1; mask < fold.virtual_size(); mask *= 2) {
+    const Range mine = held.back();
+    held.pop_back();
+    const Range whole = held.back();
+    const Range theirs =
+        (me & mask) == 0 ? Range{mine.end, whole.end} : Range{whole.begin, mine.begin};
+    const int partner = fold.real_rank(me ^ mask);
+    RequestPtr send = p2p.isend(partner, out + mine.begin * elem, (mine.end - mine.begin) * elem);
+    p2p.wait(p2p.irecv(partner, out + theirs.begin * elem, (theirs.end - theirs.begin) * elem));
+    p2p.wait(send);
+  }
+  fold.unfold(p2p, out, a.count * elem);
+}
+
+// Round with distance m moves (and, halving, reduces) m/2^K of the data each way.
+double halving_doubling_cost(const CostQuery& q) {
+  const Layout& l = q.layout;
+  if (l.ranks <= 1) return 0;
+  const int pof2 = cost::floor_pof2(l.ranks);
+  double seconds = PowerOfTwoFold::cost(l.ranks, q.bytes, cost::exchange_link(l, 1));
+  for (int mask = 1; mask < pof2; mask *= 2) {
+    const LinkCost link = cost::exchange_link(l, mask);
+    const double part = q.bytes * mask / pof2;
+    seconds += 2 * (link.alpha + part * link.beta) + part * link.gamma;
+  }
+  return seconds;
+}
+
+const AlgorithmRegistrar kHalvingDoubling{AlgorithmInfo{
+    "halving_doubling",
+    "reduce-scatter by recursive halving, all-gather by recursive doubling (Rabenseifner)",
+    {{Collective::allreduce, halving_doubling_allreduce}},
+    halving_doubling_cost}};
+
+}  // namespace
+}  // namespace arcoll

@@ -1,0 +1,38 @@
+// Link costs for the cost model that picks algorithms under "auto": per transport, the time
+// of a small message, the bandwidth of a large one and the rate of reduction, measured
+// between the ranks at hand (`arbench tune`) and kept in a JSON tuning file
+// (Options::tuning_file, ARCOLL_TUNING_FILE).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+namespace arcoll {
+
+class Communicator;
+
+struct TransportCosts {
+  double latency_us = 0;      // one small message, one way (α)
+  double bandwidth_gbs = 0;   // GB/s of one large message (1/β)
+  double reduce_gbs = 0;      // GB/s of reduction, f32 sum out of cache (1/γ)
+};
+
+struct Tuning {
+  std::map<std::string, TransportCosts> transports;  // by transport name: "shm", "tcp"
+  std::string measured_on;  // what the figures were measured on (hosts, ranks, date)
+};
+
+// Built-in figures, measured on a 2-core x86-64 host (shm) and over loopback TCP.
+Tuning default_tuning();
+
+// Measures every transport this communicator uses: ping-pongs between rank 0 and the first
+// rank reached over each transport, and a reduction on rank 0. Collective: every rank calls
+// it; all return rank 0's figures.
+Tuning measure_tuning(Communicator& comm);
+
+// JSON files. load_tuning throws ConfigurationError naming the file and the field at fault.
+void save_tuning(const Tuning& tuning, const std::string& path);
+Tuning load_tuning(const std::string& path);
+
+}  // namespace arcoll

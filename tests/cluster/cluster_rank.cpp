@@ -1,0 +1,30 @@
+// One rank of the emulated cluster (scripts/cluster.sh starts one per rank, each host a network
+// namespace): every all-reduce algorithm through the whole correctness suite, shm within a
+// host and TCP across the namespaces' links.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "arcoll/communicator.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+TEST(ClusterRank, EveryAlgorithmTypeOpAndCountMatchesReference) {
+  const char* hosts = std::getenv("CLUSTER_HOSTS");
+  const char* per_host = std::getenv("CLUSTER_RANKS_PER_HOST");
+  if (hosts == nullptr || per_host == nullptr) GTEST_SKIP() << "started by scripts/cluster.sh only";
+  auto comm = Communicator::from_env();
+  EXPECT_EQ(comm->node_count(), std::atoi(hosts));
+  EXPECT_EQ(comm->local_size(), std::atoi(per_host));
+  EXPECT_EQ(comm->transport_name(), std::atoi(per_host) > 1 ? "shm+tcp" : "tcp");
+  for (const std::string& algorithm : Communicator::allreduce_algorithms()) {
+    SCOPED_TRACE("algorithm " + algorithm);
+    comm->set_algorithm(algorithm);
+    check_allreduce_all_types(*comm, 6);
+  }
+}
+
+}  // namespace
+}  // namespace arcoll::testing

@@ -1,0 +1,143 @@
+// Every registered all-reduce algorithm through the whole correctness suite, on world sizes 1
+// to 8, over the transport of the ctest prefix (tcp, shm, or shm within and tcp across
+// emulated hosts); mixed precision on the wire; the cost model's choices.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/error.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+using AlgorithmAndWorld = std::tuple<std::string, int>;
+
+class AlgorithmWorld : public ::testing::TestWithParam<AlgorithmAndWorld> {};
+
+// 64 KiB chunks: the larger counts of the suite take several pipeline steps.
+TEST_P(AlgorithmWorld, EveryTypeOpAndCountMatchesReference) {
+  const auto& [algorithm, world] = GetParam();
+  run_ranks(world,
+            [&](Communicator& comm) {
+              EXPECT_EQ(comm.algorithm_name(), algorithm);
+              EXPECT_EQ(comm.transport_name(), expected_transport(comm));
+              check_allreduce_all_types(comm, 3);
+            },
+            {{"ARCOLL_ALGO", algorithm}, {"ARCOLL_CHUNK_BYTES", "64K"}, {"ARCOLL_CHANNELS", "3"}});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, AlgorithmWorld,
+    ::testing::Combine(::testing::ValuesIn(Communicator::allreduce_algorithms()),
+                       ::testing::Range(1, 9)),
+    [](const ::testing::TestParamInfo<AlgorithmAndWorld>& info) {
+      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+    });
+
+// Mixed precision: f32 carried as f16 or bf16, accumulated in f32. Inputs are not
+// representable on the wire, so the result is off by at most a few wire roundings of the
+// partial sums: bounded by (hops + 1) * unit roundoff * sum of |inputs|. Every rank ends with
+// the same bits.
+class WireWorld : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(WireWorld, ErrorWithinTheWireFormatsBoundAndRanksAgree) {
+  const auto& [algorithm, wire] = GetParam();
+  for (int world : {3, 4}) {
+    run_ranks(world,
+              [&](Communicator& comm) {
+                const double unit = wire == "f16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+                for (std::size_t count : {std::size_t{1}, std::size_t{4099}, std::size_t{70001}}) {
+                  std::vector<float> x(count), out(count);
+                  for (std::size_t i = 0; i < count; ++i)
+                    x[i] = 1.0f + 0.001f * static_cast<float>((i * 7 + comm.rank() * 13) % 1000);
+                  comm.allreduce(x.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+                  double worst = 0;
+                  for (std::size_t i = 0; i < count; ++i) {
+                    double exact = 0, magnitude = 0;
+                    for (int r = 0; r < comm.size(); ++r) {
+                      const double v = static_cast<float>(
+                          1.0f + 0.001f * static_cast<float>((i * 7 + r * 13) % 1000));
+                      exact += v;
+                      magnitude += std::fabs(v);
+                    }
+                    const double bound = (2.0 * comm.size() + 1) * unit * magnitude;
+                    worst = std::max(worst, std::fabs(out[i] - exact) / bound);
+                  }
+                  EXPECT_LE(worst, 1.0) << "count " << count << ": error beyond the bound";
+                  // Every rank holds rank 0's result.
+                  std::vector<float> first = out;
+                  comm.broadcast(first.data(), count, DataType::f32, 0);
+                  EXPECT_EQ(std::memcmp(first.data(), out.data(), count * sizeof(float)), 0)
+                      << "ranks disagree, count " << count;
+                }
+                // Other types are not narrowed: exact.
+                auto input = make_input(DataType::f64, ReduceOp::sum, comm.rank(), 5003, 4);
+                comm.allreduce(input.data(), 5003, DataType::f64, ReduceOp::sum);
+                EXPECT_EQ(count_wrong(input.data(), DataType::f64, ReduceOp::sum, comm.size(),
+                                      5003, 4),
+                          0u);
+              },
+              {{"ARCOLL_ALGO", algorithm}, {"ARCOLL_WIRE", wire}, {"ARCOLL_CHUNK_BYTES", "64K"}});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, WireWorld,
+    ::testing::Combine(::testing::ValuesIn(Communicator::allreduce_algorithms()),
+                       ::testing::Values("f16", "bf16")),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+    });
+
+// Error feedback: what rounding loses in one call is sent in the next, so the average of many
+// results converges to the exact sum where plain rounding keeps a bias.
+TEST(Wire, ErrorFeedbackRemovesTheBiasOfRepeatedCalls) {
+  for (bool feedback : {false, true}) {
+    run_ranks(2,
+              [&](Communicator& comm) {
+                constexpr int kCalls = 64;
+                const float value = 1.0f + 1.0f / 3.0f * 0.01f;  // between two f16 values
+                std::vector<float> x(256, value), out(256);
+                double total = 0;
+                for (int call = 0; call < kCalls; ++call) {
+                  comm.allreduce(x.data(), out.data(), x.size(), DataType::f32, ReduceOp::sum);
+                  total += out[17];
+                }
+                const double error = std::fabs(total / kCalls - 2.0 * value);
+                if (feedback)
+                  EXPECT_LT(error, 2e-4) << "error feedback left a bias";
+                else
+                  EXPECT_GT(error, 5e-4) << "no bias without feedback: the test proves nothing";
+              },
+              {{"ARCOLL_WIRE", "f16"}, {"ARCOLL_WIRE_ERROR_FEEDBACK", feedback ? "1" : "0"}});
+  }
+}
+
+// The model behind auto: predictions exist for every algorithm and auto takes the least.
+TEST(CostModel, AutoTakesTheLeastPredictedTime) {
+  run_ranks(4, [](Communicator& comm) {
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{64} << 20}) {
+      const AllreducePrediction chosen = comm.predict_allreduce(bytes);
+      for (const auto& name : Communicator::allreduce_algorithms()) {
+        const AllreducePrediction p = comm.predict_allreduce(bytes, name);
+        EXPECT_GT(p.seconds, 0) << name;
+        EXPECT_LE(chosen.seconds, p.seconds) << name << " at " << bytes << " B";
+      }
+    }
+    EXPECT_EQ(comm.algorithm_name().rfind("auto: ", 0), 0u) << comm.algorithm_name();
+    EXPECT_THROW(comm.predict_allreduce(8, "no_such_algorithm"), InvalidArgument);
+    EXPECT_THROW(comm.set_algorithm("no_such_algorithm"), InvalidArgument);
+    comm.set_algorithm("tree");
+    EXPECT_EQ(comm.algorithm_name(), "tree");
+    auto input = make_input(DataType::i32, ReduceOp::sum, comm.rank(), 1001, 8);
+    comm.allreduce(input.data(), 1001, DataType::i32, ReduceOp::sum);
+    EXPECT_EQ(count_wrong(input.data(), DataType::i32, ReduceOp::sum, comm.size(), 1001, 8), 0u);
+  });
+}
+
+}  // namespace
+}  // namespace arcoll::testing

@@ -1,0 +1,86 @@
+// The cost model's formulas against hand-computed values, and auto's choice following them.
+#include <gtest/gtest.h>
+
+#include "algorithms/cost_model.hpp"
+
+namespace arcoll {
+namespace {
+
+constexpr double kAlpha = 2e-6, kBeta = 1e-9, kGamma = 0.5e-9;
+
+Layout one_host(int ranks) {
+  Layout l;
+  l.ranks = ranks;
+  l.hosts = 1;
+  l.ranks_per_host = ranks;
+  l.intra = {kAlpha, kBeta, kGamma};
+  l.inter = {10 * kAlpha, 8 * kBeta, kGamma};
+  l.chunk_bytes = 512 * 1024;
+  l.channels = 2;
+  return l;
+}
+
+TEST(CostModel, RingIsTwoPMinusOneStepsOfASegment) {
+  const double n = 1 << 20;  // 4 segments of 256 KiB: one chunk each
+  EXPECT_DOUBLE_EQ(cost::predict("ring", one_host(4), n).seconds,
+                   6 * kAlpha + 1.5 * n * kBeta + 0.75 * n * kGamma);
+  // 64 MiB: 16 MiB segments in 32 chunks of 512 KiB, each step 32 messages.
+  const double big = 64.0 * (1 << 20);
+  EXPECT_DOUBLE_EQ(cost::predict("ring", one_host(4), big).seconds,
+                   6 * 32 * kAlpha + 1.5 * big * kBeta + 0.75 * big * kGamma);
+}
+
+TEST(CostModel, RecursiveDoublingAndHalvingDoubling) {
+  const double n = 4096;
+  EXPECT_DOUBLE_EQ(cost::predict("recursive_doubling", one_host(4), n).seconds,
+                   2 * (kAlpha + n * (kBeta + kGamma)));
+  // Five ranks: one pair folded in and out around the four.
+  EXPECT_DOUBLE_EQ(cost::predict("recursive_doubling", one_host(5), n).seconds,
+                   2 * (kAlpha + n * (kBeta + kGamma)) + 2 * (kAlpha + n * kBeta) + n * kGamma);
+  // Rabenseifner on 4: 2 log2 p messages, the ring's bytes.
+  EXPECT_DOUBLE_EQ(cost::predict("halving_doubling", one_host(4), n).seconds,
+                   4 * kAlpha + 1.5 * n * kBeta + 0.75 * n * kGamma);
+}
+
+TEST(CostModel, TreePipelinesChunksUpAndDown) {
+  // 8 ranks (tree height 3), 4 MiB: 2 MiB per tree in m chunks of the chunk the model picked.
+  const Plan plan = cost::predict("tree", one_host(8), 4.0 * (1 << 20));
+  const double half = 2.0 * (1 << 20), m = half / static_cast<double>(plan.chunk_bytes);
+  const double chunk = half / m;
+  EXPECT_DOUBLE_EQ(plan.seconds, (m + 2 * 3 - 1) * (kAlpha + 4 * chunk * kBeta + 2 * chunk * kGamma));
+}
+
+TEST(CostModel, HierarchicalComposesHostAndNetworkTerms) {
+  Layout l = one_host(4);
+  l.hosts = 2;
+  l.ranks_per_host = 2;
+  const double n = 8.0 * (1 << 20);
+  // Within hosts: reduce-scatter and all-gather of 2 ranks; across: n/2 over 2 hosts, the
+  // host link shared by its 2 ranks.
+  Layout across = l;
+  across.ranks = across.hosts = 2;
+  across.ranks_per_host = 1;
+  across.inter.beta *= 2;
+  across.intra = across.inter;
+  const double within = 2 * kAlpha + 2 * (n / 2) * kBeta + (n / 2) * kGamma;
+  EXPECT_DOUBLE_EQ(cost::predict("hierarchical", l, n).seconds,
+                   within + cost::best(across, n / 2, true).seconds);
+  EXPECT_DOUBLE_EQ(cost::predict("torus2d", l, n).seconds,
+                   within + cost::predict("ring", across, n / 2).seconds);
+  // Across slow links it beats the flat ring, which pays the network's β on 1.5 n.
+  EXPECT_LT(cost::predict("hierarchical", l, n).seconds, cost::predict("ring", l, n).seconds);
+  EXPECT_EQ(cost::best(l, n).algorithm, "hierarchical");
+}
+
+TEST(CostModel, AutoPrefersFewMessagesSmallAndFewBytesLarge) {
+  EXPECT_EQ(cost::best(one_host(8), 8).algorithm, "recursive_doubling");
+  const Plan large = cost::best(one_host(8), 256.0 * (1 << 20));
+  EXPECT_NE(large.algorithm, "recursive_doubling");
+  // Composite algorithms are never chosen on one host: they would run a flat one.
+  EXPECT_NE(large.algorithm, "hierarchical");
+  EXPECT_NE(large.algorithm, "torus2d");
+  EXPECT_THROW(cost::predict("no_such_algorithm", one_host(2), 8), std::exception);
+}
+
+}  // namespace
+}  // namespace arcoll
