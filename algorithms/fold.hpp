@@ -4,9 +4,46 @@
 // ranks; at the end the odd one hands the result back.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "algorithms/algorithm.hpp"
 
 namespace arcoll {
+
+// One exchange with `partner`: `send_bytes` from `send` go out while `recv_count` elements
+// come in, reduced into `recv` (with `with`) when `reduce`, else copied. Both directions are
+// cut into pipeline chunks, all posted at once, so that the transport overlaps moving one
+// chunk with reducing the one before, as the ring does. The buffers must not overlap.
+inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size_t send_bytes,
+                     char* recv, const char* with, std::size_t recv_count, DataType type,
+                     ReduceOp op, bool reduce) {
+  const std::size_t elem = size_of(type);
+  const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
+  std::vector<RequestPtr> requests;
+  std::size_t offset = 0;
+  do {
+    const std::size_t n = std::min(chunk, send_bytes - offset);
+    requests.push_back(p2p.isend(partner, send + offset, n));
+    offset += n;
+  } while (offset < send_bytes);
+  const std::size_t recv_bytes = recv_count * elem;
+  offset = 0;
+  do {
+    const std::size_t n = std::min(chunk, recv_bytes - offset);
+    requests.push_back(reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem,
+                                                 type, op)
+                              : p2p.irecv(partner, recv + offset, n));
+    offset += n;
+  } while (offset < recv_bytes);
+  p2p.wait_all(requests);
+}
+
+// Messages of an exchange of `bytes` cut into chunks.
+inline double chunks_of(double bytes, std::size_t chunk_bytes) {
+  return std::max(1.0, std::ceil(bytes / static_cast<double>(chunk_bytes)));
+}
 
 class PowerOfTwoFold {
  public:

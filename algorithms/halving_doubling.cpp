@@ -30,12 +30,10 @@ void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     const bool lower = (me & mask) == 0;
     const Range keep = lower ? Range{r.begin, middle} : Range{middle, r.end};
     const Range give = lower ? Range{middle, r.end} : Range{r.begin, middle};
-    const int partner = fold.real_rank(me ^ mask);
     // Disjoint halves: what is sent is not what is reduced into.
-    RequestPtr send = p2p.isend(partner, out + give.begin * elem, (give.end - give.begin) * elem);
-    p2p.wait(p2p.irecv_reduce(partner, out + keep.begin * elem, out + keep.begin * elem,
-                              keep.end - keep.begin, a.type, a.op));
-    p2p.wait(send);
+    exchange(p2p, fold.real_rank(me ^ mask), out + give.begin * elem,
+             (give.end - give.begin) * elem, out + keep.begin * elem, out + keep.begin * elem,
+             keep.end - keep.begin, a.type, a.op, /*reduce=*/true);
     held.push_back(keep);
   }
   for (int mask = 1; mask < fold.virtual_size(); mask *= 2) {
@@ -44,15 +42,14 @@ void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     const Range whole = held.back();
     const Range theirs =
         (me & mask) == 0 ? Range{mine.end, whole.end} : Range{whole.begin, mine.begin};
-    const int partner = fold.real_rank(me ^ mask);
-    RequestPtr send = p2p.isend(partner, out + mine.begin * elem, (mine.end - mine.begin) * elem);
-    p2p.wait(p2p.irecv(partner, out + theirs.begin * elem, (theirs.end - theirs.begin) * elem));
-    p2p.wait(send);
+    exchange(p2p, fold.real_rank(me ^ mask), out + mine.begin * elem,
+             (mine.end - mine.begin) * elem, out + theirs.begin * elem, nullptr,
+             theirs.end - theirs.begin, a.type, a.op, /*reduce=*/false);
   }
   fold.unfold(p2p, out, a.count * elem);
 }
 
-// Round with distance m moves (and, halving, reduces) m/2^K of the data each way.
+// Round with distance m moves (and, halving, reduces) m/2^K of the data each way, in chunks.
 double halving_doubling_cost(const CostQuery& q) {
   const Layout& l = q.layout;
   if (l.ranks <= 1) return 0;
@@ -61,7 +58,8 @@ double halving_doubling_cost(const CostQuery& q) {
   for (int mask = 1; mask < pof2; mask *= 2) {
     const LinkCost link = cost::exchange_link(l, mask);
     const double part = q.bytes * mask / pof2;
-    seconds += 2 * (link.alpha + part * link.beta) + part * link.gamma;
+    seconds += 2 * (chunks_of(part, l.chunk_bytes) * link.alpha + part * link.beta) +
+               part * link.gamma;
   }
   return seconds;
 }

@@ -20,14 +20,12 @@ void recursive_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   // the partner's message arrives: sends go from a copy.
   char* outgoing = static_cast<char*>(p2p.scratch(bytes, 0));
   for (int mask = 1; mask < fold.virtual_size(); mask *= 2) {
-    const int partner = fold.real_rank(fold.virtual_rank() ^ mask);
     // Both partners then add the same two values (a 16-bit wire would round only the copy
     // each receives, and the ranks would end with different bits).
     p2p.round_to_wire(out, a.count, a.type);
     std::memcpy(outgoing, out, bytes);
-    RequestPtr send = p2p.isend(partner, outgoing, bytes);
-    p2p.wait(p2p.irecv_reduce(partner, out, out, a.count, a.type, a.op));
-    p2p.wait(send);
+    exchange(p2p, fold.real_rank(fold.virtual_rank() ^ mask), outgoing, bytes, out, out, a.count,
+             a.type, a.op, /*reduce=*/true);
   }
   fold.unfold(p2p, out, bytes);
 }
@@ -39,7 +37,7 @@ double recursive_doubling_cost(const CostQuery& q) {
   double seconds = PowerOfTwoFold::cost(l.ranks, q.bytes, cost::exchange_link(l, 1));
   for (int mask = 1; mask < cost::floor_pof2(l.ranks); mask *= 2) {
     const LinkCost link = cost::exchange_link(l, mask);
-    seconds += link.alpha + q.bytes * (link.beta + link.gamma);
+    seconds += chunks_of(q.bytes, l.chunk_bytes) * link.alpha + q.bytes * (link.beta + link.gamma);
   }
   return seconds;
 }

@@ -23,7 +23,8 @@ struct Tuning {
   std::string measured_on;  // what the figures were measured on (hosts, ranks, date)
 };
 
-// Built-in figures, measured on a 2-core x86-64 host (shm) and over loopback TCP.
+// Built-in figures, measured with `arbench tune --np 2` on a 2-core x86-64 host (shm) and over
+// its loopback (tcp): a real network is slower, so tune on it.
 Tuning default_tuning();
 
 // Measures every transport this communicator uses: ping-pongs between rank 0 and the first
