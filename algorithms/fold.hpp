@@ -60,19 +60,23 @@ class PowerOfTwoFold {
     return virtual_rank < extra_ ? virtual_rank * 2 + 1 : virtual_rank + extra_;
   }
 
-  // Folds `out` (count elements) into the partner. A rank that sits out gets the result in
-  // `out` when this returns false; the others go on and call unfold() at the end.
-  bool fold(PointToPoint& p2p, char* out, std::size_t count, DataType type, ReduceOp op) const {
+  // Folds this rank's `input` into the partner's `output` (count elements each; they may be
+  // the same buffer). A rank that sits out gets the result in `output` when this returns
+  // false; the others go on and call unfold() at the end.
+  bool fold(PointToPoint& p2p, const char* input, char* output, std::size_t count, DataType type,
+            ReduceOp op) const {
     if (rank_ >= 2 * extra_) return true;
     if (rank_ % 2 == 0) {
       const std::size_t bytes = count * size_of(type);
-      p2p.wait(p2p.isend(rank_ + 1, out, bytes));
-      p2p.wait(p2p.irecv(rank_ + 1, out, bytes));
+      p2p.wait(p2p.isend(rank_ + 1, input, bytes));
+      p2p.wait(p2p.irecv(rank_ + 1, output, bytes));
       return false;
     }
-    p2p.wait(p2p.irecv_reduce(rank_ - 1, out, out, count, type, op));
+    p2p.wait(p2p.irecv_reduce(rank_ - 1, output, input, count, type, op));
     return true;
   }
+  // Whether fold() left this rank's partial result in `output` (else it is still `input`).
+  bool folded_in() const { return rank_ < 2 * extra_; }
   void unfold(PointToPoint& p2p, const char* out, std::size_t bytes) const {
     if (rank_ < 2 * extra_) p2p.wait(p2p.isend(rank_ - 1, out, bytes));
   }

@@ -16,11 +16,17 @@ struct Range {
 
 void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t elem = size_of(a.type);
-  if (a.recv != a.send && a.count != 0) std::memcpy(a.recv, a.send, a.count * elem);
-  if (p2p.size() == 1 || a.count == 0) return;
+  const auto* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
+  if (p2p.size() == 1 || a.count == 0) {
+    if (a.recv != a.send && a.count != 0) std::memcpy(out, in, a.count * elem);
+    return;
+  }
   const PowerOfTwoFold fold(p2p);
-  if (!fold.fold(p2p, out, a.count, a.type, a.op)) return;
+  if (!fold.fold(p2p, in, out, a.count, a.type, a.op)) return;
+  // Where this rank's partial result is: the input until a reduction first lands in `out`
+  // (no copy of the input: the first round reads it where it is).
+  const char* held_data = fold.folded_in() ? out : in;
   const int me = fold.virtual_rank();
   // Ranges held after each halving round, to retrace in the doubling rounds.
   std::vector<Range> held{{0, a.count}};
@@ -31,9 +37,11 @@ void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     const Range keep = lower ? Range{r.begin, middle} : Range{middle, r.end};
     const Range give = lower ? Range{middle, r.end} : Range{r.begin, middle};
     // Disjoint halves: what is sent is not what is reduced into.
-    exchange(p2p, fold.real_rank(me ^ mask), out + give.begin * elem,
-             (give.end - give.begin) * elem, out + keep.begin * elem, out + keep.begin * elem,
-             keep.end - keep.begin, a.type, a.op, /*reduce=*/true);
+    exchange(p2p, fold.real_rank(me ^ mask), held_data + give.begin * elem,
+             (give.end - give.begin) * elem, out + keep.begin * elem,
+             held_data + keep.begin * elem, keep.end - keep.begin, a.type, a.op,
+             /*reduce=*/true);
+    held_data = out;
     held.push_back(keep);
   }
   for (int mask = 1; mask < fold.virtual_size(); mask *= 2) {

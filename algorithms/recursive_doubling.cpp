@@ -15,7 +15,7 @@ void recursive_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   if (p2p.size() == 1 || bytes == 0) return;
   char* out = static_cast<char*>(a.recv);
   const PowerOfTwoFold fold(p2p);
-  if (!fold.fold(p2p, out, a.count, a.type, a.op)) return;
+  if (!fold.fold(p2p, out, out, a.count, a.type, a.op)) return;
   // What a rank sends must not change while it is being sent, and `out` is reduced into as
   // the partner's message arrives: sends go from a copy.
   char* outgoing = static_cast<char*>(p2p.scratch(bytes, 0));

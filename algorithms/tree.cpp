@@ -61,10 +61,12 @@ TreeLinks links_of(int rank, int p, int tree) {
 // downward broadcast forwards chunks as they arrive.
 class TreePass {
  public:
-  TreePass(PointToPoint& p2p, int tree, char* data, std::size_t count, DataType type, ReduceOp op)
+  TreePass(PointToPoint& p2p, int tree, const char* input, char* data, std::size_t count,
+           DataType type, ReduceOp op)
       : p2p_(p2p),
         links_(links_of(p2p.rank(), p2p.size(), tree)),
         channel_(tree),
+        input_(input),
         data_(data),
         count_(count),
         type_(type),
@@ -85,7 +87,7 @@ class TreePass {
         reduces_.pop_front();
       }
       if (links_.parent >= 0)
-        sends_.push_back(p2p_.isend(links_.parent, at(up_), length(up_) * elem_, channel_));
+        sends_.push_back(p2p_.isend(links_.parent, partial(up_), length(up_) * elem_, channel_));
       else
         forward_down(up_);
       if (up_ + kReduceAhead < chunks_) post_reduces(up_ + kReduceAhead);
@@ -111,7 +113,15 @@ class TreePass {
  private:
   char* at(std::size_t j) const { return data_ + j * chunk_ * elem_; }
   std::size_t length(std::size_t j) const { return std::min(chunk_, count_ - j * chunk_); }
+  // This rank's partial result of chunk j: a leaf sends its input as it is.
+  const char* partial(std::size_t j) const {
+    return links_.children.empty() ? input_ + j * chunk_ * elem_ : at(j);
+  }
   void post_reduces(std::size_t j) {
+    // Children reduce into the output, which starts as the input: copied chunk by chunk, just
+    // before it is needed (and while it is in cache), not all at once up front.
+    if (!links_.children.empty() && input_ != data_)
+      std::memcpy(at(j), input_ + j * chunk_ * elem_, length(j) * elem_);
     for (int child : links_.children)
       reduces_.push_back(
           p2p_.irecv_reduce(child, at(j), at(j), length(j), type_, op_, channel_));
@@ -124,6 +134,7 @@ class TreePass {
   PointToPoint& p2p_;
   TreeLinks links_;
   int channel_;
+  const char* input_;
   char* data_;
   std::size_t count_;
   DataType type_;
@@ -138,12 +149,15 @@ class TreePass {
 
 void tree_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t elem = size_of(a.type);
-  if (a.recv != a.send && a.count != 0) std::memcpy(a.recv, a.send, a.count * elem);
-  if (p2p.size() == 1 || a.count == 0) return;
+  const auto* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
+  if (p2p.size() == 1 || a.count == 0) {
+    if (a.recv != a.send && a.count != 0) std::memcpy(out, in, a.count * elem);
+    return;
+  }
   const std::size_t half = a.count / 2;
-  TreePass first(p2p, 0, out, half, a.type, a.op);
-  TreePass second(p2p, 1, out + half * elem, a.count - half, a.type, a.op);
+  TreePass first(p2p, 0, in, out, half, a.type, a.op);
+  TreePass second(p2p, 1, in + half * elem, out + half * elem, a.count - half, a.type, a.op);
   bool more = true;
   while (more) {
     more = first.advance();
