@@ -94,7 +94,7 @@ struct Plan {
   std::string command_line;
   // Backends in table order: arcoll first under --compare.
   std::vector<std::string> backends = {"arcoll"};
-  // --algo all: every all-reduce algorithm and auto, each against the cost model.
+  // --algo all or a list: each all-reduce algorithm against the cost model.
   std::vector<std::string> algorithms;
   bool compare = false;
   arbench::BackendOptions backend_options;
@@ -215,6 +215,19 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (flags.algo == "all") {
     plan.algorithms = arcoll::Communicator::allreduce_algorithms();
     plan.algorithms.push_back("auto");
+  } else if (flags.algo.find(',') != std::string::npos) {
+    const auto known = arcoll::Communicator::allreduce_algorithms();
+    for (const std::string& name : split_list(flags.algo)) {
+      if (name != "auto" && std::find(known.begin(), known.end(), name) == known.end())
+        throw UsageError("--algo: unknown algorithm " + quoted(name) + " (known: auto, " +
+                         [&] {
+                           std::string list;
+                           for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+                           return list;
+                         }() +
+                         ", all)");
+      plan.algorithms.push_back(name);
+    }
   } else if (!flags.algo.empty()) {
     plan.options.algorithm = flags.algo;
   }
@@ -714,8 +727,9 @@ void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
   add("-o,--op", flags.op, "OP", "sum prod min max avg, a comma-separated list, or all")
       ->capture_default_str();
   add("--algo", flags.algo, "NAME",
-      "Allreduce algorithm (default: ARCOLL_ALGO or auto); all: every algorithm and auto at "
-      "each size, with the cost model's prediction beside the measured time");
+      "Allreduce algorithm (default: ARCOLL_ALGO or auto); a comma-separated list, or all (every "
+      "algorithm and auto): each at every size, with the cost model's prediction beside the "
+      "measured time");
   add("--channels", flags.channels, "N",
       "Rings of the multi_ring algorithm (default: ARCOLL_CHANNELS or 2)");
   add("--wire", flags.wire, "TYPE",

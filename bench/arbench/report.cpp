@@ -172,7 +172,7 @@ std::string table_header(const RunInfo& info) {
                          r.host.c_str(), r.node, r.local_rank);
   out += "#\n";
   if (info.compare) return out + compare_header(info);
-  if (info.algorithms) return out + algorithms_header();
+  if (info.algorithms) return out + algorithms_header(wire);
   // nccl-tests' three header lines, character for character.
   out += printf_string(
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
@@ -197,10 +197,10 @@ std::string table_row(const Row& row) {
   return out + wire_error_text(row) + "\n";
 }
 
-std::string algorithms_header() {
-  return printf_string("# %10s  %12s  %6s  %6s  %-20s  %9s  %9s  %7s  %7s  %6s\n", "size", "count",
-                       "type", "redop", "algorithm", "predicted", "measured", "error", "busbw",
-                       "#wrong") +
+std::string algorithms_header(bool wire) {
+  return printf_string("# %10s  %12s  %6s  %6s  %-20s  %9s  %9s  %7s  %7s  %6s%s\n", "size",
+                       "count", "type", "redop", "algorithm", "predicted", "measured", "error",
+                       "busbw", "#wrong", wire ? "    maxabs    maxrel" : "") +
          printf_string("# %10s  %12s  %6s  %6s  %-20s  %9s  %9s  %7s  %7s  %6s\n", "(B)",
                        "(elements)", "", "", "", "(us)", "(us)", "", "(GB/s)", "") +
          "# measured: out of place; error: (predicted - measured) / measured; auto: the "

@@ -66,9 +66,9 @@ Summary summarize(const std::vector<Row>& rows, const std::string& backend);
 std::string table_header(const RunInfo& info);
 std::string table_row(const Row& row);
 std::string table_footer(const Summary& summary);
-// --algo all: one line per size and algorithm with the model's time, the measured one (out of
-// place) and the model's error.
-std::string algorithms_header();
+// --algo all (or a list): one line per size and algorithm with the model's time, the measured
+// one (out of place) and the model's error; with a 16-bit wire also maxabs and maxrel.
+std::string algorithms_header(bool wire);
 std::string algorithms_row(const Row& row);
 // nccl-tests' time column: %7.2f below 100 us, %7.1f below 10 ms, %7.0f above.
 std::string format_time_us(double us);

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# End-to-end check of the cost-model tools: `arbench tune` writes a tuning file, --tuning reads
+# it, --algo all prints every algorithm with its prediction and checks each, --wire f16 reports
+# errors within the wire's bound, and bad tuning files or flags exit 2 naming what is wrong.
+#
+# Usage: bash algorithms.sh path/to/arbench
+set -euo pipefail
+
+arbench=${1:?usage: algorithms.sh path/to/arbench}
+python=/usr/bin/python3
+[[ -x $python ]] || python=python3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export ARCOLL_TIMEOUT=30
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+timeout 60 "$arbench" tune --np 3 -o "$work/tuning.json" >"$work/tune.txt" ||
+  fail "arbench tune exited with $?"
+grep -q "shm" "$work/tune.txt" || fail "tune printed no shm line: $(cat "$work/tune.txt")"
+
+timeout 120 "$arbench" --np 3 --tuning "$work/tuning.json" --algo all -b 8 -e 64K -f 8 -w 1 -n 2 \
+  -d f32,i32 -o sum,max --json "$work/all.json" >"$work/all.txt" ||
+  fail "arbench --algo all exited with $?"
+
+timeout 120 "$arbench" --np 3 --wire f16 --algo ring,tree -b 4K -e 1M -f 16 -w 1 -n 2 -d f32 \
+  -o sum,avg --json "$work/wire.json" >"$work/wire.txt" || fail "arbench --wire f16 exited with $?"
+
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+errors = []
+tuning = json.load(open(f"{work}/tuning.json"))
+if tuning.get("format") != "arcoll-tuning" or "shm" not in tuning.get("transports", {}):
+    errors.append(f"tuning file: {tuning}")
+else:
+    for key in ("latency_us", "bandwidth_gbs", "reduce_gbs"):
+        if not tuning["transports"]["shm"][key] > 0:
+            errors.append(f"tuning shm.{key} = {tuning['transports']['shm'][key]}")
+
+run = json.load(open(f"{work}/all.json"))
+backends = {r["backend"] for r in run["rows"]}
+for algorithm in ("ring", "multi_ring", "recursive_doubling", "halving_doubling", "tree",
+                  "hierarchical", "torus2d", "auto"):
+    if f"arcoll/{algorithm}" not in backends:
+        errors.append(f"--algo all ran no arcoll/{algorithm} rows ({sorted(backends)})")
+for r in run["rows"]:
+    if not (r["predicted_us"] or 0) > 0:
+        errors.append(f"no prediction: {r['backend']} {r['size_bytes']}")
+    for group in ("out_of_place", "in_place"):
+        if r[group]["wrong"] != 0:
+            errors.append(f"{r['backend']} {r['type']} {r['op']} {r['size_bytes']}: wrong {r[group]['wrong']}")
+text = open(f"{work}/all.txt").read()
+if "predicted" not in text or "auto=" not in text:
+    errors.append("--algo all's table lacks the predicted column or auto's choice")
+
+wire = json.load(open(f"{work}/wire.json"))
+if wire["metadata"]["wire"] != "f16":
+    errors.append(f"metadata.wire = {wire['metadata']['wire']}")
+bound = (2 * 3 + 1) * 2.0 ** -11
+for r in wire["rows"]:
+    for group in ("out_of_place", "in_place"):
+        g = r[group]
+        if g["wrong"] != 0 or "max_abs_error" not in g:
+            errors.append(f"wire row {r['backend']} {r['size_bytes']}: {g}")
+        elif not (0 < g["max_rel_error"] <= bound):
+            errors.append(f"wire row {r['backend']} {r['size_bytes']}: relative error {g['max_rel_error']} outside (0, {bound}]")
+if errors:
+    print("\n".join(errors[:20]))
+    sys.exit(1)
+PY
+
+# Bad input: exit 2 with a message naming the file and the field or the flag.
+expect_usage_error() {
+  local what=$1 pattern=$2
+  shift 2
+  local code=0
+  "$arbench" "$@" >"$work/out.txt" 2>"$work/err.txt" || code=$?
+  ((code == 2)) || fail "$what: exit $code, expected 2 ($(cat "$work/err.txt"))"
+  grep -q -- "$pattern" "$work/err.txt" || fail "$what: message lacks '$pattern': $(cat "$work/err.txt")"
+}
+echo '{"format": "arcoll-tuning", "version": 1, "transports": {"shm": {"latency_us": 2, "bandwidth_gbs": -1, "reduce_gbs": 5}}}' >"$work/bad.json"
+expect_usage_error "negative bandwidth" "transports.shm.bandwidth_gbs" --np 2 --tuning "$work/bad.json" -b 8 -e 8
+echo '{"format": "arcoll-tuning", "version": 1' >"$work/broken.json"
+expect_usage_error "truncated JSON" "not valid JSON" --np 2 --tuning "$work/broken.json" -b 8 -e 8
+expect_usage_error "missing file" "cannot be read" --np 2 --tuning "$work/missing.json" -b 8 -e 8
+expect_usage_error "bad wire" "--wire" --np 2 --wire f8 -b 8 -e 8
+expect_usage_error "unknown algorithm in a list" "no_such" --np 2 --algo ring,no_such -b 8 -e 8
+echo "algorithms: ok"
