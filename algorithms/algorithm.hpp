@@ -33,6 +33,10 @@ struct CollectiveArgs {
 
 using CollectiveFn = std::function<void(PointToPoint&, const CollectiveArgs&)>;
 
+// An all-reduce with nothing to exchange (one rank, or no elements): copies send to recv and
+// returns true.
+bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args);
+
 struct AlgorithmInfo {
   std::string name;
   std::string summary;

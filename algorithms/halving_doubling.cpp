@@ -15,13 +15,10 @@ struct Range {
 };
 
 void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  if (allreduce_is_local(p2p, a)) return;
   const std::size_t elem = size_of(a.type);
   const auto* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
-  if (p2p.size() == 1 || a.count == 0) {
-    if (a.recv != a.send && a.count != 0) std::memcpy(out, in, a.count * elem);
-    return;
-  }
   const PowerOfTwoFold fold(p2p);
   if (!fold.fold(p2p, in, out, a.count, a.type, a.op)) return;
   // Where this rank's partial result is: the input until a reduction first lands in `out`

@@ -1,3 +1,5 @@
+#include <cstring>
+
 #include "algorithms/algorithm.hpp"
 #include "arcoll/error.hpp"
 
@@ -17,6 +19,13 @@ std::string_view to_string(Collective collective) {
       return "barrier";
   }
   return "?";
+}
+
+bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args) {
+  if (p2p.size() > 1 && args.count > 0) return false;
+  if (args.recv != args.send && args.count != 0)
+    std::memmove(args.recv, args.send, args.count * size_of(args.type));
+  return true;
 }
 
 AlgorithmRegistry& AlgorithmRegistry::instance() {

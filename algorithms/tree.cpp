@@ -148,13 +148,10 @@ class TreePass {
 };
 
 void tree_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  if (allreduce_is_local(p2p, a)) return;
   const std::size_t elem = size_of(a.type);
   const auto* in = static_cast<const char*>(a.send);
   char* out = static_cast<char*>(a.recv);
-  if (p2p.size() == 1 || a.count == 0) {
-    if (a.recv != a.send && a.count != 0) std::memcpy(out, in, a.count * elem);
-    return;
-  }
   const std::size_t half = a.count / 2;
   TreePass first(p2p, 0, in, out, half, a.type, a.op);
   TreePass second(p2p, 1, in + half * elem, out + half * elem, a.count - half, a.type, a.op);

@@ -7,16 +7,9 @@
 set -euo pipefail
 
 arbench=${1:?usage: algorithms.sh path/to/arbench}
-python=/usr/bin/python3
-[[ -x $python ]] || python=python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 export ARCOLL_TIMEOUT=30
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 timeout 60 "$arbench" tune --np 3 -o "$work/tuning.json" >"$work/tune.txt" ||
   fail "arbench tune exited with $?"

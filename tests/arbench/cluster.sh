@@ -10,22 +10,15 @@ set -euo pipefail
 arbench=${1:?usage: cluster.sh path/to/arbench}
 arbench=$(realpath "$arbench")
 cluster=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../scripts/cluster.sh")
-python=/usr/bin/python3
-[[ -x $python ]] || python=python3
 
 if ((EUID != 0)); then
   echo "SKIPPED: emulating hosts with network namespaces needs root (running as uid $EUID)"
   exit 77
 fi
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 export ARCOLL_TIMEOUT=20
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 # timeout sends SIGTERM, on which cluster.sh still removes its namespaces.
 code=0

@@ -7,16 +7,9 @@
 set -euo pipefail
 
 arbench=${1:?usage: sweep_json.sh path/to/arbench}
-python=/usr/bin/python3
-[[ -x $python ]] || python=python3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 export ARCOLL_TIMEOUT=30
-
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 # 1. A checked sweep with both output files.
 timeout 120 "$arbench" --np 3 -b 8 -e 256K -f 4 -w 1 -n 3 -d f32,i32 -o sum,max \
