@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -127,9 +128,10 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
   options.env = {{"ARCOLL_TIMEOUT", "20"}};
   auto exits = launch(options, [] {
     auto comm = Communicator::from_env();
+    std::atomic<bool> stranger_done{comm->rank() != 1};
     std::thread stranger;
     if (comm->rank() == 1) {
-      stranger = std::thread([] {
+      stranger = std::thread([&stranger_done] {
         std::mt19937 rng(42);
         auto random_bytes = [&](std::size_t n) {
           std::string s(n, '\0');
@@ -157,11 +159,18 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
           std::memcpy(store_request.data(), "ARKV", 4);
           poke(t, store_request);
         }
+        stranger_done = true;
       });
     }
+    // The job goes on until the stranger has said everything, and a while after, so that
+    // every listener has seen its connections.
     std::size_t wrong = 0;
-    for (int i = 0; i < 300; ++i) {
-      const std::size_t count = 1 + static_cast<std::size_t>(i) * 37;
+    int after = 0;
+    for (int i = 0; after < 20; ++i) {
+      std::int32_t done = stranger_done ? 1 : 0;
+      comm->allreduce(&done, 1, DataType::i32, ReduceOp::min);
+      if (done == 1) ++after;
+      const std::size_t count = 1 + static_cast<std::size_t>(i % 300) * 37;
       auto data = make_input(DataType::f32, ReduceOp::sum, comm->rank(), count,
                              static_cast<std::size_t>(i));
       comm->allreduce(data.data(), count, DataType::f32, ReduceOp::sum);
