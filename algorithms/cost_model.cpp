@@ -27,6 +27,8 @@ LinkCost exchange_link(const Layout& layout, int distance) {
 
 namespace {
 
+constexpr double kTie = 1e-9;
+
 Plan predict_with(const AlgorithmInfo& info, const Layout& layout, double bytes) {
   Plan plan{info.name, layout.chunk_bytes, info.allreduce_cost({layout, bytes, layout.chunk_bytes})};
   if (info.chunked)
@@ -51,8 +53,10 @@ Plan best(const Layout& layout, double bytes, bool flat_only) {
   for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all()) {
     if (!info->allreduce_cost) continue;
     if (info->composite && (flat_only || one_level)) continue;
+    // Formulas that agree up to rounding (ring, multi-channel ring and halving-doubling on
+    // large buffers) must not be told apart by rounding: the first in name order keeps it.
     Plan plan = predict_with(*info, layout, bytes);
-    if (plan.seconds < best.seconds) best = plan;
+    if (plan.seconds < best.seconds * (1 - kTie)) best = plan;
   }
   if (best.algorithm.empty()) throw InternalError("cost model", "no all-reduce algorithm to choose");
   return best;
