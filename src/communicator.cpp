@@ -132,8 +132,12 @@ class Communicator::Impl final : public PointToPoint {
                           broken_ + "); destroy it and create a new one",
                       rank_);
   }
-  // The algorithm (and chunk) a collective of `bytes` runs with.
-  Plan plan_for(Collective collective, std::size_t bytes);
+  // The algorithm (and chunk) a collective of `bytes` runs with; valid until the next call.
+  const Plan& plan_for(Collective collective, std::size_t bytes);
+  void set_algorithm(const std::string& name) {
+    options_.algorithm = name;
+    fixed_plans_.clear();
+  }
   Plan predict(const std::string& algorithm, std::size_t bytes) const;
 
   Options options_;
@@ -190,6 +194,7 @@ class Communicator::Impl final : public PointToPoint {
   std::size_t call_chunk_bytes_ = 0;
   Tuning tuning_;  // from Options::tuning_file
   std::unordered_map<std::size_t, Plan> auto_plans_;  // by all-reduce bytes
+  std::map<Collective, Plan> fixed_plans_;             // the rest, until set_algorithm
   std::uint64_t sequence_ = 0;                   // collectives started
   std::uint32_t tag_ = kCollectiveTagBit;
   // The call in progress, named only when an error needs it.
@@ -496,17 +501,21 @@ Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes
   return algorithm == "auto" ? cost::best(layout_, b) : cost::predict(algorithm, layout_, b);
 }
 
-Plan Communicator::Impl::plan_for(Collective collective, std::size_t bytes) {
+const Plan& Communicator::Impl::plan_for(Collective collective, std::size_t bytes) {
+  // Cached: small collectives should not pay for the model or for copying names.
   if (collective == Collective::allreduce && options_.algorithm == "auto") {
     auto cached = auto_plans_.find(bytes);
     if (cached != auto_plans_.end()) return cached->second;
     if (auto_plans_.size() > 4096) auto_plans_.clear();  // sizes seen by one job stay few
     return auto_plans_[bytes] = predict("auto", bytes);
   }
+  auto fixed = fixed_plans_.find(collective);
+  if (fixed != fixed_plans_.end()) return fixed->second;
   const bool implemented =
       AlgorithmRegistry::instance().find(options_.algorithm, collective) != nullptr;
-  return {implemented ? options_.algorithm : kDefaultAlgorithm.at(collective),
-          options_.chunk_bytes, 0};
+  return fixed_plans_[collective] = {implemented ? options_.algorithm
+                                                 : kDefaultAlgorithm.at(collective),
+                                     options_.chunk_bytes, 0};
 }
 
 void Communicator::Impl::round_through_wire(void* data, std::size_t count) const {
@@ -570,7 +579,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   call_wire_ = reduces && args.type == DataType::f32 && size_ > 1 ? options_.wire : DataType::f32;
   const bool narrowed = call_wire_ != DataType::f32;
   const std::size_t bytes = args.count * size_of(args.type);
-  const Plan plan = plan_for(collective, narrowed ? bytes / 2 : bytes);
+  const Plan& plan = plan_for(collective, narrowed ? bytes / 2 : bytes);
   call_chunk_bytes_ = plan.chunk_bytes;
   const CollectiveFn* fn = AlgorithmRegistry::instance().find(plan.algorithm, collective);
   CollectiveArgs effective = args;
@@ -690,7 +699,7 @@ std::vector<std::string> Communicator::allreduce_algorithms() {
 
 void Communicator::set_algorithm(const std::string& name) {
   check_algorithm(name, rank());
-  impl_->options_.algorithm = name;
+  impl_->set_algorithm(name);
 }
 
 AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
