@@ -125,7 +125,8 @@ TEST(CostModel, AutoTakesTheLeastPredictedTime) {
       for (const auto& name : Communicator::allreduce_algorithms()) {
         const AllreducePrediction p = comm.predict_allreduce(bytes, name);
         EXPECT_GT(p.seconds, 0) << name;
-        EXPECT_LE(chosen.seconds, p.seconds) << name << " at " << bytes << " B";
+        // Equal up to rounding counts as a tie (see cost::best).
+        EXPECT_LE(chosen.seconds, p.seconds * (1 + 1e-9)) << name << " at " << bytes << " B";
       }
     }
     EXPECT_EQ(comm.algorithm_name().rfind("auto: ", 0), 0u) << comm.algorithm_name();
