@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "arbench/backends/backend.hpp"
+#include "arbench/links.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
 #include "arcoll/communicator.hpp"
@@ -600,15 +601,16 @@ int exit_status(const std::vector<arcoll::RankExit>& exits) {
   return !failed ? 0 : only_usage_errors ? kUsageError : 1;
 }
 
-// `arbench tune`: measures each transport's link costs between the ranks at hand and writes
-// the tuning file that --tuning (ARCOLL_TUNING_FILE) reads.
-struct TuneFlags {
+// What the tools beside the sweep share: ranks forked here (--np) or started by a launcher,
+// one communicator each, and `body` run on it. Returns the exit code.
+struct ToolFlags {
   std::string np;
   std::string transport;
-  std::string output = "arcoll-tuning.json";
 };
 
-int run_tune_command(const TuneFlags& flags) {
+int run_tool(const char* name, const ToolFlags& flags,
+             const std::function<std::optional<std::string>()>& check_flags,
+             const std::function<int(arcoll::Communicator&)>& body) {
   arcoll::Options options;
   std::optional<int> np;
   arcoll::LaunchInfo here;
@@ -621,28 +623,17 @@ int run_tune_command(const TuneFlags& flags) {
     }
     if (!flags.transport.empty()) options.transport = flags.transport;
     if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, 2, 4096));
-    if (auto error = arbench::check_writable("-o/--output", flags.output)) throw UsageError(*error);
+    if (auto error = check_flags()) throw UsageError(*error);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "arbench: %s\n", e.what());
+    std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
     return kUsageError;
   }
   auto rank = [&]() -> int {
     try {
       arcoll::Communicator comm(here.source != "default" ? here : arcoll::detect_launch(), options);
-      const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
-      if (comm.rank() != 0) return 0;
-      print("# arbench tune: " + tuning.measured_on + "\n# " +
-            printf_text("%-10s %14s %16s %14s", "transport", "latency (us)", "bandwidth (GB/s)",
-                        "reduce (GB/s)") +
-            "\n");
-      for (const auto& [name, c] : tuning.transports)
-        print(printf_text("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
-                          c.bandwidth_gbs, c.reduce_gbs));
-      arcoll::save_tuning(tuning, flags.output);
-      print("# written to " + flags.output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
-      return 0;
+      return body(comm);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "arbench tune: %s\n", e.what());
+      std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
       return 1;
     }
   };
@@ -656,6 +647,61 @@ int run_tune_command(const TuneFlags& flags) {
     std::fprintf(stderr, "arbench: %s\n", e.what());
     return 1;
   }
+}
+
+// `arbench tune`: measures each transport's link costs between the ranks at hand and writes
+// the tuning file that --tuning (ARCOLL_TUNING_FILE) reads.
+int run_tune_command(const ToolFlags& flags, const std::string& output) {
+  return run_tool(
+      "tune", flags, [&] { return arbench::check_writable("-o/--output", output); },
+      [&](arcoll::Communicator& comm) {
+        const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
+        if (comm.rank() != 0) return 0;
+        print("# arbench tune: " + tuning.measured_on + "\n# " +
+              printf_text("%-10s %14s %16s %14s", "transport", "latency (us)", "bandwidth (GB/s)",
+                          "reduce (GB/s)") +
+              "\n");
+        for (const auto& [name, c] : tuning.transports)
+          print(printf_text("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
+                            c.bandwidth_gbs, c.reduce_gbs));
+        arcoll::save_tuning(tuning, output);
+        print("# written to " + output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
+        return 0;
+      });
+}
+
+// `arbench links`: the pairwise latency and bandwidth matrix, slow pairs flagged.
+struct LinksFlags {
+  std::string bytes = "1M";
+  std::string threshold = "0.5";
+  std::string json;
+};
+
+int run_links_command(const ToolFlags& flags, const LinksFlags& links) {
+  arbench::LinkSettings settings;
+  return run_tool(
+      "links", flags,
+      [&]() -> std::optional<std::string> {
+        settings.large_bytes = parse_size("--bytes", links.bytes);
+        if (settings.large_bytes == 0) return "--bytes: the message must not be empty";
+        char* end = nullptr;
+        settings.slow_fraction = std::strtod(links.threshold.c_str(), &end);
+        if (end == links.threshold.c_str() || *end != '\0' || !(settings.slow_fraction > 0) ||
+            !(settings.slow_fraction < 1))
+          return "--threshold: " + quoted(links.threshold) + " is not a fraction between 0 and 1";
+        if (!links.json.empty()) return arbench::check_writable("--json", links.json);
+        return std::nullopt;
+      },
+      [&](arcoll::Communicator& comm) {
+        const arbench::LinkMatrix matrix = arbench::measure_links(comm, settings);
+        if (comm.rank() != 0) return 0;
+        print("# arbench links: " + std::to_string(comm.size()) + " ranks on " +
+              std::to_string(comm.node_count()) + " host(s), " + comm.transport_name() + ", " +
+              arbench::format_bytes(static_cast<double>(settings.large_bytes)) +
+              " messages for bandwidth\n" + arbench::links_text(matrix));
+        if (!links.json.empty()) arbench::write_atomically(links.json, arbench::links_json(matrix));
+        return 0;
+      });
 }
 
 int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv) {
@@ -784,17 +830,36 @@ int main(int argc, char** argv) {
   add_sweep_flags(app, flags);
   // Subcommands (tune, topo, links, plan, ...) register here; without one the sweep runs.
   std::vector<Subcommand> subcommands;
-  TuneFlags tune_flags;
+  auto add_tool_flags = [](CLI::App* tool, ToolFlags& flags) {
+    tool->add_option("--np", flags.np, "Ranks to fork on this host (default 2)")->type_name("N");
+    tool->add_option("--transport", flags.transport, "Transport (default: auto)")
+        ->type_name("NAME");
+  };
+  ToolFlags tune_flags;
+  std::string tune_output = "arcoll-tuning.json";
   CLI::App* tune = app.add_subcommand(
       "tune", "Measure latency, bandwidth and reduction rate of each transport between the ranks "
               "at hand and write a tuning file for the cost model behind --algo auto");
-  tune->add_option("--np", tune_flags.np, "Ranks to fork on this host (default 2)")->type_name("N");
-  tune->add_option("--transport", tune_flags.transport, "Transport (default: auto)")
-      ->type_name("NAME");
-  tune->add_option("-o,--output", tune_flags.output, "Tuning file to write")
+  add_tool_flags(tune, tune_flags);
+  tune->add_option("-o,--output", tune_output, "Tuning file to write")
       ->type_name("FILE")
       ->capture_default_str();
-  subcommands.push_back({tune, [&] { return run_tune_command(tune_flags); }});
+  subcommands.push_back({tune, [&] { return run_tune_command(tune_flags, tune_output); }});
+  ToolFlags links_flags;
+  LinksFlags links;
+  CLI::App* links_app = app.add_subcommand(
+      "links", "Latency and bandwidth between every ordered pair of ranks (each rank in one pair "
+               "at a time); flags pairs below a fraction of the median bandwidth");
+  add_tool_flags(links_app, links_flags);
+  links_app->add_option("--bytes", links.bytes, "Message size for bandwidth (K/M suffixes)")
+      ->type_name("SIZE")
+      ->capture_default_str();
+  links_app->add_option("--threshold", links.threshold,
+                        "Flag pairs below this fraction of the median bandwidth")
+      ->type_name("FRACTION")
+      ->capture_default_str();
+  links_app->add_option("--json", links.json, "Write the matrix as JSON")->type_name("FILE");
+  subcommands.push_back({links_app, [&] { return run_links_command(links_flags, links); }});
   app.require_subcommand(0, 1);
 
   try {
