@@ -35,6 +35,7 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/local_launcher.hpp"
 #include "arcoll/options.hpp"
+#include "arcoll/topology.hpp"
 #include "arcoll/tuning.hpp"
 #include "arcoll/types.hpp"
 
@@ -860,6 +861,23 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   links_app->add_option("--json", links.json, "Write the matrix as JSON")->type_name("FILE");
   subcommands.push_back({links_app, [&] { return run_links_command(links_flags, links); }});
+  std::string topo_json;
+  CLI::App* topo = app.add_subcommand(
+      "topo", "What this host has for communication: cores, NUMA nodes, caches, network "
+              "interfaces, RDMA devices, GPUs (and which of them are missing)");
+  topo->add_option("--json", topo_json, "Write the same as JSON")->type_name("FILE");
+  subcommands.push_back({topo, [&] {
+                           if (!topo_json.empty())
+                             if (auto error = arbench::check_writable("--json", topo_json)) {
+                               std::fprintf(stderr, "arbench topo: %s\n", error->c_str());
+                               return kUsageError;
+                             }
+                           const arcoll::HostTopology host = arcoll::discover_host_topology();
+                           print(arcoll::topology_text(host));
+                           if (!topo_json.empty())
+                             arbench::write_atomically(topo_json, arcoll::topology_json(host));
+                           return 0;
+                         }});
   app.require_subcommand(0, 1);
 
   try {
