@@ -29,6 +29,7 @@
 #include "arbench/links.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
+#include "arcoll/cluster.hpp"
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
 #include "arcoll/host.hpp"
@@ -705,6 +706,64 @@ int run_links_command(const ToolFlags& flags, const LinksFlags& links) {
       });
 }
 
+// `arbench plan --topology FILE`: every algorithm's predicted time on a described cluster, size
+// by size, and what auto would run: planning for hardware we do not have.
+struct PlanFlags {
+  std::string topology;
+  std::string hosts = "1";
+  std::string min_bytes = "8";
+  std::string max_bytes = "1G";
+  std::string step_factor = "4";
+};
+
+int run_plan_command(const PlanFlags& flags) {
+  arcoll::ClusterSpec cluster;
+  std::vector<std::size_t> sizes;
+  try {
+    const int hosts = static_cast<int>(parse_integer("--hosts", flags.hosts, 1, 1 << 20));
+    const std::size_t min = parse_size("-b/--minbytes", flags.min_bytes);
+    const std::size_t max = parse_size("-e/--maxbytes", flags.max_bytes);
+    const auto factor =
+        static_cast<std::size_t>(parse_integer("-f/--stepfactor", flags.step_factor, 2, 1 << 20));
+    if (min > max) throw UsageError("-b/--minbytes is larger than -e/--maxbytes");
+    sizes = arbench::sweep_sizes(std::max<std::size_t>(min, 1), max, factor, 0);
+    try {
+      cluster = arcoll::load_cluster(flags.topology, hosts);
+    } catch (const arcoll::Error& e) {
+      throw UsageError("--topology: " + e.message());
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench plan: %s\n", e.what());
+    return kUsageError;
+  }
+  const int ranks = cluster.hosts * cluster.ranks_per_host;
+  print(printf_text("# arbench plan: %s\n", cluster.name.c_str()));
+  print(printf_text("# %d host(s) x %d rank(s) = %d ranks; within a host %s: %g us, %g GB/s; "
+                    "between hosts %s: %g us, %g GB/s per host (%d NIC(s)); reduce %g GB/s\n",
+                    cluster.hosts, cluster.ranks_per_host, ranks, cluster.intra_host.kind.c_str(),
+                    cluster.intra_host.latency_us, cluster.intra_host.bandwidth_gbs,
+                    cluster.network.kind.c_str(), cluster.network.latency_us,
+                    cluster.network.bandwidth_gbs, cluster.nics_per_host,
+                    cluster.intra_host.reduce_gbs));
+  print("# predicted time of one all-reduce (us) per algorithm; auto: the model's choice, its "
+        "time and busbw (GB/s, nccl-tests' definition)\n");
+  std::string header = printf_text("# %10s", "size (B)");
+  for (const std::string& name : arcoll::Communicator::allreduce_algorithms())
+    header += printf_text(" %12.12s", name.c_str());
+  print(header + printf_text("  %-20s %10s %8s\n", "auto", "time", "busbw"));
+  for (std::size_t bytes : sizes) {
+    const arcoll::ClusterPlan plan = arcoll::plan_allreduce(cluster, bytes);
+    std::string line = printf_text("%12zu", bytes);
+    for (const auto& p : plan.algorithms) line += printf_text(" %12.4g", p.seconds * 1e6);
+    const double busbw = ranks > 1 ? static_cast<double>(bytes) / plan.chosen.seconds / 1e9 *
+                                         2.0 * (ranks - 1) / ranks
+                                   : 0.0;
+    print(line + printf_text("  %-20s %10.4g %8.2f\n", plan.chosen.algorithm.c_str(),
+                             plan.chosen.seconds * 1e6, busbw));
+  }
+  return 0;
+}
+
 int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv) {
   Plan plan;
   arcoll::LaunchInfo here;
@@ -861,6 +920,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   links_app->add_option("--json", links.json, "Write the matrix as JSON")->type_name("FILE");
   subcommands.push_back({links_app, [&] { return run_links_command(links_flags, links); }});
+  PlanFlags plan_flags;
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Predict every all-reduce algorithm on a cluster described in a file (hardware we "
+              "do not have) and say which one auto would run");
+  plan->add_option("--topology", plan_flags.topology,
+                   "Cluster file (examples/topologies/), or a host saved by arbench topo --json")
+      ->type_name("FILE")
+      ->required();
+  plan->add_option("--hosts", plan_flags.hosts, "Hosts, for a saved single host")
+      ->type_name("N")
+      ->capture_default_str();
+  plan->add_option("-b,--minbytes", plan_flags.min_bytes, "Smallest size")->capture_default_str();
+  plan->add_option("-e,--maxbytes", plan_flags.max_bytes, "Largest size")->capture_default_str();
+  plan->add_option("-f,--stepfactor", plan_flags.step_factor, "Multiply the size by N each step")
+      ->capture_default_str();
+  subcommands.push_back({plan, [&] { return run_plan_command(plan_flags); }});
   std::string topo_json;
   CLI::App* topo = app.add_subcommand(
       "topo", "What this host has for communication: cores, NUMA nodes, caches, network "

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # arbench topo: this host's cores, NUMA nodes, memory and network interfaces, as text and
 # JSON, and a plain statement of what is missing (no GPU, no RDMA device) rather than silence.
+# arbench plan: predictions for every algorithm on the shipped example clusters, and bad
+# cluster files rejected with exit 2 naming the field.
 #
 # Usage: bash topo.sh path/to/arbench
 set -euo pipefail
@@ -30,4 +32,18 @@ if not t["gpus"]:
 PY
 "$arbench" topo --json /nonexistent/dir/topo.json >/dev/null 2>"$work/err.txt" && fail "unwritable --json accepted"
 grep -q -- "--json" "$work/err.txt" || fail "unwritable --json: $(cat "$work/err.txt")"
+examples=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../examples/topologies")
+for file in "$examples"/*.json; do
+  "$arbench" plan --topology "$file" -b 8 -e 1G -f 32 >"$work/plan.txt" || fail "plan $file exited with $?"
+  for algorithm in ring multi_ring recursive_do halving_doub tree hierarchical torus2d; do
+    grep -q "$algorithm" "$work/plan.txt" || fail "plan $file has no $algorithm column"
+  done
+  rows=$(grep -cvE '^#' "$work/plan.txt")
+  ((rows == 6)) || fail "plan $file printed $rows rows, expected 6 sizes: $(cat "$work/plan.txt")"
+done
+echo '{"schema": "arcoll.cluster/1", "hosts": 2, "ranks_per_host": 4}' >"$work/bad.json"
+code=0
+"$arbench" plan --topology "$work/bad.json" >/dev/null 2>"$work/err.txt" || code=$?
+((code == 2)) || fail "an incomplete cluster file exited with $code"
+grep -q "field 'intra_host' is missing" "$work/err.txt" || fail "message: $(cat "$work/err.txt")"
 echo "topo: ok"

@@ -1,0 +1,50 @@
+// A cluster described rather than discovered, for planning on hardware we do not have: hosts,
+// ranks per host, the link between ranks of a host (shared memory, NVLink, PCIe) and the
+// network between hosts (NICs per host and their speed). Read from JSON written by hand (see
+// examples/topologies/) or from a host saved by `arbench topo --json`; the cost model then
+// predicts every all-reduce algorithm on it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "arcoll/communicator.hpp"
+
+namespace arcoll {
+
+struct LinkSpec {
+  std::string kind;           // "shm", "nvlink", "pcie", "ethernet", "infiniband", ...
+  double latency_us = 0;      // one small message, one way
+  double bandwidth_gbs = 0;   // GB/s one rank can send over it (per host for the network)
+  double reduce_gbs = 0;      // GB/s a rank reduces at (f32 sum)
+};
+
+struct ClusterSpec {
+  std::string name;
+  int hosts = 1;
+  int ranks_per_host = 1;
+  LinkSpec intra_host;
+  // bandwidth_gbs: the host's total over all its NICs (in the file: "bandwidth_gbs", or
+  // "nics" and "nic_gbps", the line rate of one NIC in Gb/s).
+  LinkSpec network;
+  int nics_per_host = 1;
+};
+
+// Parses `text` (the file's contents; `source` names it in errors). Accepts the cluster format
+// ("schema": "arcoll.cluster/1") and a host saved by `arbench topo --json`
+// ("arcoll.topology/1": one host, a rank per logical CPU, shared memory within it, its
+// default-route interface's speed across hosts; `hosts` sets how many such hosts).
+// ConfigurationError naming the source and the field at fault.
+ClusterSpec parse_cluster(const std::string& text, const std::string& source, int hosts = 1);
+ClusterSpec load_cluster(const std::string& path, int hosts = 1);
+
+// The cost model's prediction for an all-reduce of `bytes` with every algorithm on `cluster`
+// (in Communicator::allreduce_algorithms() order), and what auto would choose.
+struct ClusterPlan {
+  std::vector<AllreducePrediction> algorithms;
+  AllreducePrediction chosen;
+};
+ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes);
+
+}  // namespace arcoll

@@ -1,0 +1,144 @@
+#include "arcoll/cluster.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "algorithms/cost_model.hpp"
+#include "arcoll/error.hpp"
+
+namespace arcoll {
+namespace {
+
+using Json = nlohmann::json;
+
+[[noreturn]] void bad(const std::string& source, const std::string& field, const std::string& why) {
+  throw ConfigurationError("topology file", source + ": field '" + field + "' " + why);
+}
+
+const Json& member(const Json& object, const std::string& source, const std::string& path,
+                   const char* key) {
+  const std::string field = path.empty() ? key : path + "." + key;
+  if (!object.is_object() || !object.contains(key)) bad(source, field, "is missing");
+  return object[key];
+}
+
+double positive(const Json& object, const std::string& source, const std::string& path,
+                const char* key) {
+  const Json& value = member(object, source, path, key);
+  const std::string field = path + "." + key;
+  if (!value.is_number()) bad(source, field, "must be a number");
+  const double number = value.get<double>();
+  if (!(number > 0) || number > 1e12) bad(source, field, "must be a positive number");
+  return number;
+}
+
+int count(const Json& object, const std::string& source, const char* key, int max) {
+  const Json& value = member(object, source, "", key);
+  if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > max)
+    bad(source, key, "must be an integer from 1 to " + std::to_string(max));
+  return value.get<int>();
+}
+
+LinkSpec link(const Json& object, const std::string& source, const char* key) {
+  const Json& j = member(object, source, "", key);
+  if (!j.is_object()) bad(source, key, "must be an object");
+  LinkSpec l;
+  if (j.contains("kind")) {
+    if (!j["kind"].is_string()) bad(source, std::string(key) + ".kind", "must be a string");
+    l.kind = j["kind"].get<std::string>();
+  }
+  l.latency_us = positive(j, source, key, "latency_us");
+  // The network may be given as NICs and their line rate instead of a total.
+  l.bandwidth_gbs = j.contains("nic_gbps") ? positive(j, source, key, "nic_gbps") / 8
+                                           : positive(j, source, key, "bandwidth_gbs");
+  l.reduce_gbs = positive(j, source, key, "reduce_gbs");
+  return l;
+}
+
+// A host saved by `arbench topo --json`: shared memory inside (built-in figures), its
+// default-route NIC between hosts.
+ClusterSpec from_saved_host(const Json& j, const std::string& source, int hosts) {
+  ClusterSpec c;
+  const Json& cpus = member(j, source, "", "logical_cpus");
+  if (!cpus.is_number_integer() || cpus.get<int>() < 1)
+    bad(source, "logical_cpus", "must be a positive integer");
+  c.ranks_per_host = cpus.get<int>();
+  c.hosts = hosts;
+  c.name = (j.contains("hostname") && j["hostname"].is_string() ? j["hostname"].get<std::string>()
+                                                                  : std::string("saved host")) +
+           " x " + std::to_string(hosts);
+  c.intra_host = {"shm", 2.1, 4.5, 6.0};
+  double gbps = 0;
+  for (const Json& nic : member(j, source, "", "interfaces"))
+    if (nic.is_object() && nic.value("default_route", false) && nic.value("speed_mbps", -1) > 0)
+      gbps = nic["speed_mbps"].get<int>() / 1000.0;
+  if (gbps <= 0)
+    bad(source, "interfaces",
+        "has no default-route interface with a known speed_mbps: write the cluster format "
+        "(examples/topologies/) to say what the network is");
+  c.network = {"ethernet", 15.0, gbps / 8, 6.0};
+  return c;
+}
+
+}  // namespace
+
+ClusterSpec parse_cluster(const std::string& text, const std::string& source, int hosts) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw ConfigurationError("topology file", source + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) bad(source, "(top level)", "must be an object");
+  const Json& schema = member(j, source, "", "schema");
+  if (schema == "arcoll.topology/1") return from_saved_host(j, source, hosts);
+  if (schema != "arcoll.cluster/1")
+    bad(source, "schema", "must be \"arcoll.cluster/1\" (or a host saved by arbench topo --json)");
+  ClusterSpec c;
+  if (j.contains("name") && j["name"].is_string()) c.name = j["name"].get<std::string>();
+  c.hosts = count(j, source, "hosts", 1 << 20);
+  c.ranks_per_host = count(j, source, "ranks_per_host", 1 << 16);
+  c.intra_host = link(j, source, "intra_host");
+  c.network = link(j, source, "network");
+  if (j["network"].contains("nics")) {
+    const Json& nics = j["network"]["nics"];
+    if (!nics.is_number_integer() || nics.get<int>() < 1 || nics.get<int>() > 1024)
+      bad(source, "network.nics", "must be an integer from 1 to 1024");
+    c.nics_per_host = nics.get<int>();
+    if (j["network"].contains("nic_gbps")) c.network.bandwidth_gbs *= c.nics_per_host;
+  }
+  return c;
+}
+
+ClusterSpec load_cluster(const std::string& path, int hosts) {
+  std::ifstream in(path);
+  if (!in) throw ConfigurationError("topology file", path + ": cannot be read");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_cluster(text.str(), path, hosts);
+}
+
+ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes) {
+  auto cost = [](const LinkSpec& l) {
+    return LinkCost{l.latency_us * 1e-6, 1.0 / (l.bandwidth_gbs * 1e9), 1.0 / (l.reduce_gbs * 1e9)};
+  };
+  Layout layout;
+  layout.ranks = cluster.hosts * cluster.ranks_per_host;
+  layout.hosts = cluster.hosts;
+  layout.ranks_per_host = cluster.ranks_per_host;
+  layout.intra = cost(cluster.intra_host);
+  layout.inter = cost(cluster.network);
+  if (cluster.hosts == 1) layout.inter = layout.intra;
+  ClusterPlan plan;
+  const auto b = static_cast<double>(bytes);
+  for (const std::string& name : Communicator::allreduce_algorithms()) {
+    const Plan p = cost::predict(name, layout, b);
+    plan.algorithms.push_back({p.algorithm, p.chunk_bytes, p.seconds});
+  }
+  const Plan best = cost::best(layout, b);
+  plan.chosen = {best.algorithm, best.chunk_bytes, best.seconds};
+  return plan;
+}
+
+}  // namespace arcoll
