@@ -1,9 +1,8 @@
 // Multi-channel ring: the buffer split into k parts, each all-reduced by its own ring on its
-// own channel (its own message stream), all k advancing together. Odd channels run the ring backwards, so that the link from rank r to r+1 and the
-// one from r+1 to r are both busy (full duplex), as NCCL's channels spread over NICs and
-// directions. k is Options::channels (ARCOLL_CHANNELS).
-#include <numeric>
-
+// own channel (its own message stream), all k advancing together. Odd channels run the ring
+// backwards, so that the link from rank r to r+1 and the one from r+1 to r are both busy (full
+// duplex), as NCCL's channels spread over NICs and directions. k is Options::channels
+// (ARCOLL_CHANNELS).
 #include "algorithms/group.hpp"
 #include "algorithms/ring.hpp"
 
@@ -14,8 +13,7 @@ void multi_ring_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const int channels = std::max(1, std::min(p2p.layout().channels, kMaxChannels));
   const std::size_t elem = size_of(a.type);
   const ring::Segments parts = ring::Segments::balanced(a.count, channels);
-  std::vector<int> forward(static_cast<std::size_t>(p2p.size()));
-  std::iota(forward.begin(), forward.end(), 0);
+  const std::vector<int> forward = ring::host_order(p2p);
   const std::vector<int> backward(forward.rbegin(), forward.rend());
   std::vector<GroupView> views;
   views.reserve(static_cast<std::size_t>(channels));

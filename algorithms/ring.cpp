@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "algorithms/group.hpp"
+
 namespace arcoll::ring {
 namespace {
 
@@ -211,6 +213,14 @@ std::unique_ptr<Pass> allreduce(PointToPoint& p2p, std::size_t count, DataType t
   return std::make_unique<AllreducePass>(p2p, count, type, op, input, output, channel);
 }
 
+std::vector<int> host_order(const PointToPoint& p2p) {
+  std::vector<int> order(static_cast<std::size_t>(p2p.size()));
+  for (int r = 0; r < p2p.size(); ++r) order[static_cast<std::size_t>(r)] = r;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return p2p.node_of(a) < p2p.node_of(b); });
+  return order;
+}
+
 void run_together(std::vector<std::unique_ptr<Pass>>& passes) {
   bool any = true;
   while (any) {
@@ -235,7 +245,8 @@ void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
 }
 
 void ring_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
-  allreduce(p2p, a.count, a.type, a.op, static_cast<const char*>(a.send),
+  GroupView ring(p2p, host_order(p2p));
+  allreduce(ring, a.count, a.type, a.op, static_cast<const char*>(a.send),
             static_cast<char*>(a.recv))
       ->run();
 }

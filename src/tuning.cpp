@@ -9,13 +9,14 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
+#include "src/json_file.hpp"
 #include "src/reduce.hpp"
 
 namespace arcoll {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Json = nlohmann::json;
+using Json = json_file::Json;
 
 constexpr const char* kFormat = "arcoll-tuning";
 constexpr int kVersion = 1;
@@ -69,10 +70,6 @@ std::string today() {
   return text;
 }
 
-[[noreturn]] void bad_field(const std::string& path, const std::string& field,
-                            const std::string& why) {
-  throw ConfigurationError("tuning file", path + ": field '" + field + "' " + why);
-}
 
 }  // namespace
 
@@ -151,34 +148,22 @@ void save_tuning(const Tuning& tuning, const std::string& path) {
 }
 
 Tuning load_tuning(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigurationError("tuning file", path + ": cannot be read");
-  Json j;
-  try {
-    j = Json::parse(in);
-  } catch (const Json::parse_error& e) {
-    throw ConfigurationError("tuning file", path + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) bad_field(path, "(top level)", "must be an object");
+  const json_file::Source source{"tuning file", path};
+  const Json j = json_file::parse_object(json_file::read(source), source);
   if (!j.contains("format") || j["format"] != kFormat)
-    bad_field(path, "format", std::string("must be \"") + kFormat + "\"");
+    json_file::bad(source, "format", std::string("must be \"") + kFormat + "\"");
   if (!j.contains("version") || j["version"] != kVersion)
-    bad_field(path, "version", "must be " + std::to_string(kVersion));
+    json_file::bad(source, "version", "must be " + std::to_string(kVersion));
   Tuning tuning;
   if (j.contains("measured_on") && j["measured_on"].is_string())
     tuning.measured_on = j["measured_on"].get<std::string>();
   if (!j.contains("transports") || !j["transports"].is_object() || j["transports"].empty())
-    bad_field(path, "transports", "must be an object with one entry per transport");
+    json_file::bad(source, "transports", "must be an object with one entry per transport");
   for (const auto& [name, entry] : j["transports"].items()) {
-    auto number = [&](const char* key) {
-      const std::string field = "transports." + name + "." + key;
-      if (!entry.is_object() || !entry.contains(key) || !entry[key].is_number())
-        bad_field(path, field, "is missing or not a number");
-      const double value = entry[key].get<double>();
-      if (!(value > 0) || value > 1e12) bad_field(path, field, "must be a positive number");
-      return value;
-    };
-    tuning.transports[name] = {number("latency_us"), number("bandwidth_gbs"), number("reduce_gbs")};
+    const std::string at = "transports." + name;
+    tuning.transports[name] = {json_file::positive(entry, source, at, "latency_us"),
+                               json_file::positive(entry, source, at, "bandwidth_gbs"),
+                               json_file::positive(entry, source, at, "reduce_gbs")};
   }
   return tuning;
 }

@@ -1,46 +1,26 @@
 #include "arcoll/cluster.hpp"
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
-
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
+#include "src/json_file.hpp"
 
 namespace arcoll {
 namespace {
 
-using Json = nlohmann::json;
+using json_file::bad;
+using json_file::Json;
+using json_file::member;
+using json_file::positive;
+using Source = json_file::Source;
 
-[[noreturn]] void bad(const std::string& source, const std::string& field, const std::string& why) {
-  throw ConfigurationError("topology file", source + ": field '" + field + "' " + why);
-}
-
-const Json& member(const Json& object, const std::string& source, const std::string& path,
-                   const char* key) {
-  const std::string field = path.empty() ? key : path + "." + key;
-  if (!object.is_object() || !object.contains(key)) bad(source, field, "is missing");
-  return object[key];
-}
-
-double positive(const Json& object, const std::string& source, const std::string& path,
-                const char* key) {
-  const Json& value = member(object, source, path, key);
-  const std::string field = path + "." + key;
-  if (!value.is_number()) bad(source, field, "must be a number");
-  const double number = value.get<double>();
-  if (!(number > 0) || number > 1e12) bad(source, field, "must be a positive number");
-  return number;
-}
-
-int count(const Json& object, const std::string& source, const char* key, int max) {
+int count(const Json& object, const Source& source, const char* key, int max) {
   const Json& value = member(object, source, "", key);
   if (!value.is_number_integer() || value.get<long long>() < 1 || value.get<long long>() > max)
     bad(source, key, "must be an integer from 1 to " + std::to_string(max));
   return value.get<int>();
 }
 
-LinkSpec link(const Json& object, const std::string& source, const char* key) {
+LinkSpec link(const Json& object, const Source& source, const char* key) {
   const Json& j = member(object, source, "", key);
   if (!j.is_object()) bad(source, key, "must be an object");
   LinkSpec l;
@@ -58,7 +38,7 @@ LinkSpec link(const Json& object, const std::string& source, const char* key) {
 
 // A host saved by `arbench topo --json`: shared memory inside (built-in figures), its
 // default-route NIC between hosts.
-ClusterSpec from_saved_host(const Json& j, const std::string& source, int hosts) {
+ClusterSpec from_saved_host(const Json& j, const Source& source, int hosts) {
   ClusterSpec c;
   const Json& cpus = member(j, source, "", "logical_cpus");
   if (!cpus.is_number_integer() || cpus.get<int>() < 1)
@@ -83,14 +63,9 @@ ClusterSpec from_saved_host(const Json& j, const std::string& source, int hosts)
 
 }  // namespace
 
-ClusterSpec parse_cluster(const std::string& text, const std::string& source, int hosts) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw ConfigurationError("topology file", source + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) bad(source, "(top level)", "must be an object");
+ClusterSpec parse_cluster(const std::string& text, const std::string& name, int hosts) {
+  const Source source{"topology file", name};
+  const Json j = json_file::parse_object(text, source);
   const Json& schema = member(j, source, "", "schema");
   if (schema == "arcoll.topology/1") return from_saved_host(j, source, hosts);
   if (schema != "arcoll.cluster/1")
@@ -112,11 +87,7 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& source, in
 }
 
 ClusterSpec load_cluster(const std::string& path, int hosts) {
-  std::ifstream in(path);
-  if (!in) throw ConfigurationError("topology file", path + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_cluster(text.str(), path, hosts);
+  return parse_cluster(json_file::read({"topology file", path}), path, hosts);
 }
 
 ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes) {

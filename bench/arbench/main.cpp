@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -610,7 +611,7 @@ struct ToolFlags {
   std::string transport;
 };
 
-int run_tool(const char* name, const ToolFlags& flags,
+int run_tool(const char* name, const ToolFlags& flags, int default_ranks,
              const std::function<std::optional<std::string>()>& check_flags,
              const std::function<int(arcoll::Communicator&)>& body) {
   arcoll::Options options;
@@ -624,7 +625,8 @@ int run_tool(const char* name, const ToolFlags& flags,
       throw UsageError(e.what());
     }
     if (!flags.transport.empty()) options.transport = flags.transport;
-    if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, 2, 4096));
+    if (!flags.np.empty())
+      np = static_cast<int>(parse_integer("--np", flags.np, default_ranks, 4096));
     if (auto error = check_flags()) throw UsageError(*error);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
@@ -641,7 +643,7 @@ int run_tool(const char* name, const ToolFlags& flags,
   };
   if (here.source != "default") return rank();
   arcoll::LocalLaunchOptions launch;
-  launch.ranks = np.value_or(2);
+  launch.ranks = np.value_or(default_ranks);
   launch.output = arcoll::RankOutput::forward;
   try {
     return exit_status(arcoll::run_local_ranks(launch, rank));
@@ -655,7 +657,7 @@ int run_tool(const char* name, const ToolFlags& flags,
 // the tuning file that --tuning (ARCOLL_TUNING_FILE) reads.
 int run_tune_command(const ToolFlags& flags, const std::string& output) {
   return run_tool(
-      "tune", flags, [&] { return arbench::check_writable("-o/--output", output); },
+      "tune", flags, 2, [&] { return arbench::check_writable("-o/--output", output); },
       [&](arcoll::Communicator& comm) {
         const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
         if (comm.rank() != 0) return 0;
@@ -682,7 +684,7 @@ struct LinksFlags {
 int run_links_command(const ToolFlags& flags, const LinksFlags& links) {
   arbench::LinkSettings settings;
   return run_tool(
-      "links", flags,
+      "links", flags, 2,
       [&]() -> std::optional<std::string> {
         settings.large_bytes = parse_size("--bytes", links.bytes);
         if (settings.large_bytes == 0) return "--bytes: the message must not be empty";
@@ -702,6 +704,42 @@ int run_links_command(const ToolFlags& flags, const LinksFlags& links) {
               arbench::format_bytes(static_cast<double>(settings.large_bytes)) +
               " messages for bandwidth\n" + arbench::links_text(matrix));
         if (!links.json.empty()) arbench::write_atomically(links.json, arbench::links_json(matrix));
+        return 0;
+      });
+}
+
+// `arbench topo`: this host, and with several ranks (--np, or a launcher) where every rank
+// runs and the class of link between them.
+int run_topo_command(const ToolFlags& flags, const std::string& json, const std::string& dot) {
+  return run_tool(
+      "topo", flags, 1,
+      [&]() -> std::optional<std::string> {
+        if (!json.empty())
+          if (auto error = arbench::check_writable("--json", json)) return error;
+        if (!dot.empty()) return arbench::check_writable("--dot", dot);
+        return std::nullopt;
+      },
+      [&](arcoll::Communicator& comm) {
+        const arcoll::HostTopology host = arcoll::discover_host_topology();
+        const arcoll::ClusterView view = arcoll::gather_cluster_view(comm, host);
+        if (comm.rank() != 0) return 0;
+        print(arcoll::topology_text(host));
+        if (comm.size() > 1) print(arcoll::cluster_view_text(view));
+        if (!json.empty()) {
+          auto document = nlohmann::json::parse(arcoll::topology_json(host));
+          nlohmann::json ranks = nlohmann::json::array();
+          for (const arcoll::RankPlacement& r : view.ranks)
+            ranks.push_back({{"rank", r.rank},
+                             {"host", r.host},
+                             {"cpu", r.cpu},
+                             {"numa_node", r.numa_node},
+                             {"nic", r.nic},
+                             {"nic_speed_mbps", r.nic_speed_mbps},
+                             {"gpus", r.gpus}});
+          document["cluster"] = {{"hosts", view.hosts}, {"ranks", ranks}};
+          arbench::write_atomically(json, document.dump(2) + "\n");
+        }
+        if (!dot.empty()) arbench::write_atomically(dot, arcoll::cluster_view_dot(view));
         return 0;
       });
 }
@@ -891,7 +929,7 @@ int main(int argc, char** argv) {
   // Subcommands (tune, topo, links, plan, ...) register here; without one the sweep runs.
   std::vector<Subcommand> subcommands;
   auto add_tool_flags = [](CLI::App* tool, ToolFlags& flags) {
-    tool->add_option("--np", flags.np, "Ranks to fork on this host (default 2)")->type_name("N");
+    tool->add_option("--np", flags.np, "Ranks to fork on this host")->type_name("N");
     tool->add_option("--transport", flags.transport, "Transport (default: auto)")
         ->type_name("NAME");
   };
@@ -936,23 +974,17 @@ int main(int argc, char** argv) {
   plan->add_option("-f,--stepfactor", plan_flags.step_factor, "Multiply the size by N each step")
       ->capture_default_str();
   subcommands.push_back({plan, [&] { return run_plan_command(plan_flags); }});
-  std::string topo_json;
+  ToolFlags topo_flags;
+  std::string topo_json, topo_dot;
   CLI::App* topo = app.add_subcommand(
       "topo", "What this host has for communication: cores, NUMA nodes, caches, network "
-              "interfaces, RDMA devices, GPUs (and which of them are missing)");
+              "interfaces, RDMA devices, GPUs (and which are missing); with several ranks, where "
+              "each runs and the links between them");
+  add_tool_flags(topo, topo_flags);
   topo->add_option("--json", topo_json, "Write the same as JSON")->type_name("FILE");
-  subcommands.push_back({topo, [&] {
-                           if (!topo_json.empty())
-                             if (auto error = arbench::check_writable("--json", topo_json)) {
-                               std::fprintf(stderr, "arbench topo: %s\n", error->c_str());
-                               return kUsageError;
-                             }
-                           const arcoll::HostTopology host = arcoll::discover_host_topology();
-                           print(arcoll::topology_text(host));
-                           if (!topo_json.empty())
-                             arbench::write_atomically(topo_json, arcoll::topology_json(host));
-                           return 0;
-                         }});
+  topo->add_option("--dot", topo_dot, "Write a Graphviz picture of hosts, ranks, NICs and links")
+      ->type_name("FILE");
+  subcommands.push_back({topo, [&] { return run_topo_command(topo_flags, topo_json, topo_dot); }});
   app.require_subcommand(0, 1);
 
   try {

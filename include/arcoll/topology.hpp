@@ -77,3 +77,36 @@ std::string topology_text(const HostTopology& topology);
 std::string topology_json(const HostTopology& topology);
 
 }  // namespace arcoll
+
+namespace arcoll {
+
+class Communicator;
+
+// Where one rank runs, as it sees it.
+struct RankPlacement {
+  int rank = 0;
+  std::string host;   // Communicator::node_name()
+  int numa_node = -1;  // of the CPU it runs on now; -1 unknown
+  int cpu = -1;
+  std::string nic;     // the interface of its default route ("" none)
+  int nic_speed_mbps = -1;
+  int gpus = 0;        // GPUs its host has
+};
+
+// Every rank's placement, gathered through the communicator, and the class of link between
+// any two ranks.
+struct ClusterView {
+  std::vector<std::string> hosts;  // in order of their lowest rank
+  std::vector<RankPlacement> ranks;
+  // "same NUMA node", "same host, across NUMA nodes", "network (eth0, 10000 Mb/s)", ...
+  std::string link_class(int a, int b) const;
+};
+
+// Collective: every rank calls it and gets the whole view.
+ClusterView gather_cluster_view(Communicator& comm, const HostTopology& here);
+std::string cluster_view_text(const ClusterView& view);
+// Graphviz: one box per host holding its ranks (NUMA node, CPU), its NIC and GPUs; hosts
+// joined through the network with the NIC speeds.
+std::string cluster_view_dot(const ClusterView& view);
+
+}  // namespace arcoll

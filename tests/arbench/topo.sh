@@ -32,6 +32,22 @@ if not t["gpus"]:
 PY
 "$arbench" topo --json /nonexistent/dir/topo.json >/dev/null 2>"$work/err.txt" && fail "unwritable --json accepted"
 grep -q -- "--json" "$work/err.txt" || fail "unwritable --json: $(cat "$work/err.txt")"
+# With several ranks: where each runs, the classes of link between them, and a Graphviz file.
+ARCOLL_EMULATED_HOSTS=2 timeout 60 "$arbench" topo --np 4 --json "$work/cluster.json" \
+  --dot "$work/cluster.dot" >"$work/cluster.txt" || fail "arbench topo --np 4 exited with $?"
+grep -q "cluster: 4 ranks on 2 host(s)" "$work/cluster.txt" || fail "no cluster line: $(cat "$work/cluster.txt")"
+grep -q "same host" "$work/cluster.txt" && grep -q "network (" "$work/cluster.txt" ||
+  fail "link classes: $(cat "$work/cluster.txt")"
+grep -q "graph cluster" "$work/cluster.dot" && grep -q "rank 3" "$work/cluster.dot" ||
+  fail "dot file: $(cat "$work/cluster.dot")"
+"$python" - "$work/cluster.json" <<'PY' || fail "cluster JSON"
+import json, sys
+t = json.load(open(sys.argv[1]))
+c = t["cluster"]
+assert len(c["hosts"]) == 2 and [r["rank"] for r in c["ranks"]] == [0, 1, 2, 3], c
+assert c["ranks"][0]["host"] == c["ranks"][1]["host"] != c["ranks"][2]["host"], c
+PY
+
 examples=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../examples/topologies")
 for file in "$examples"/*.json; do
   "$arbench" plan --topology "$file" -b 8 -e 1G -f 32 >"$work/plan.txt" || fail "plan $file exited with $?"

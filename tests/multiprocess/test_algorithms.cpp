@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "arcoll/communicator.hpp"
@@ -115,6 +116,37 @@ TEST(Wire, ErrorFeedbackRemovesTheBiasOfRepeatedCalls) {
               },
               {{"ARCOLL_WIRE", "f16"}, {"ARCOLL_WIRE_ERROR_FEEDBACK", feedback ? "1" : "0"}});
   }
+}
+
+// A launcher that numbers ranks round-robin over hosts (rank r on host r % 2): the rings keep
+// each host's ranks together and the host-aware algorithms find the hosts; every algorithm
+// still matches the reference.
+TEST(InterleavedHosts, EveryAlgorithmMatchesReference) {
+  LocalLaunchOptions options;
+  options.ranks = 5;
+  options.env = {{"ARCOLL_CHUNK_BYTES", "64K"}};
+  const auto exits = launch(options, [] {
+    const int rank = std::atoi(std::getenv("ARCOLL_RANK"));
+    ::setenv("ARCOLL_NODE_ID", rank % 2 == 0 ? "even" : "odd", 1);
+    auto comm = Communicator::from_env();
+    if (std::getenv("ARCOLL_EMULATED_HOSTS") == nullptr) {
+      EXPECT_EQ(comm->node_count(), 2);
+      EXPECT_EQ(comm->local_size(), rank % 2 == 0 ? 3 : 2);
+    }
+    for (const std::string& algorithm : Communicator::allreduce_algorithms()) {
+      comm->set_algorithm(algorithm);
+      for (DataType t : {DataType::f32, DataType::i64})
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
+          for (std::size_t count : {std::size_t{1}, std::size_t{13}, std::size_t{70001}}) {
+            auto data = make_input(t, op, comm->rank(), count, 12);
+            comm->allreduce(data.data(), count, t, op);
+            EXPECT_EQ(count_wrong(data.data(), t, op, comm->size(), count, 12), 0u)
+                << algorithm << " " << label(t, op, count, true);
+          }
+    }
+    return 0;
+  });
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
 // The model behind auto: predictions exist for every algorithm and auto takes the least.
