@@ -736,6 +736,33 @@ void TcpTransport::abort(const std::string& reason) noexcept {
     if (waiting.empty() || Clock::now() >= deadline) break;
     ::poll(waiting.data(), waiting.size(), net::poll_timeout_ms(deadline));
   }
+  // Closing a socket with unread data sends a reset, and a reset can make the peer drop the
+  // reason before reading it. So: end the sending side, then read and drop what peers still
+  // send until they close (they will, once they have read the reason) or the time is up.
+  std::vector<pollfd> draining;
+  for (Socket& s : sockets_)
+    if (!s.closed && s.fd.get() >= 0) {
+      if (s.queue.empty()) ::shutdown(s.fd.get(), SHUT_WR);
+      draining.push_back({s.fd.get(), POLLIN, 0});
+    }
+  const auto drain_deadline = Clock::now() + kAbortFlushTime;
+  char sink[64 * 1024];
+  while (!draining.empty() && Clock::now() < drain_deadline) {
+    if (::poll(draining.data(), draining.size(), net::poll_timeout_ms(drain_deadline)) <= 0) break;
+    for (std::size_t i = 0; i < draining.size();) {
+      bool ended = false;
+      if (draining[i].revents != 0) {
+        const ssize_t n = ::recv(draining[i].fd, sink, sizeof sink, MSG_DONTWAIT);
+        ended = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+      }
+      if (ended) {
+        draining[i] = draining.back();
+        draining.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
 }
 
 std::string TcpTransport::pending_state() const {
