@@ -174,7 +174,7 @@ class Communicator::Impl final : public PointToPoint {
   std::vector<char> staging_buffer(std::size_t bytes);
   void finish_staged(const Request& request);
   void apply_error_feedback(const CollectiveArgs& args);
-  void round_through_wire(void* data, std::size_t count) const;
+  void round_through_wire(void* data, std::size_t count);
 
   std::vector<std::vector<char>> scratch_;
   // Receives that land in `staging` first, finished when waited for: reduced into
@@ -189,6 +189,7 @@ class Communicator::Impl final : public PointToPoint {
   std::vector<std::vector<char>> staging_free_;  // reused across calls
   // Mixed precision: the wire format of the call in progress (f32: none).
   DataType call_wire_ = DataType::f32;
+  std::vector<std::uint16_t> wire_block_;  // round_through_wire's 16-bit values
   // Error feedback: the rounding residual of the last all-reduce of each (buffer, count).
   std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
   std::size_t call_chunk_bytes_ = 0;
@@ -518,14 +519,15 @@ const Plan& Communicator::Impl::plan_for(Collective collective, std::size_t byte
                                      options_.chunk_bytes, 0};
 }
 
-void Communicator::Impl::round_through_wire(void* data, std::size_t count) const {
+void Communicator::Impl::round_through_wire(void* data, std::size_t count) {
+  // In cache-sized blocks through a buffer kept across calls: no allocation per round.
   constexpr std::size_t kBlock = 16 * 1024;
-  std::vector<std::uint16_t> narrowed(std::min(count, kBlock));
+  wire_block_.resize(kBlock);
   auto* values = static_cast<float*>(data);
   for (std::size_t i = 0; i < count; i += kBlock) {
     const std::size_t n = std::min(kBlock, count - i);
-    kernels::narrow(narrowed.data(), options_.wire, values + i, n);
-    kernels::widen(values + i, narrowed.data(), options_.wire, n);
+    kernels::narrow(wire_block_.data(), options_.wire, values + i, n);
+    kernels::widen(values + i, wire_block_.data(), options_.wire, n);
   }
 }
 

@@ -14,7 +14,6 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -378,15 +377,6 @@ void print(const std::string& text) {
   std::fflush(stdout);
 }
 
-std::string printf_text(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_text(const char* format, ...) {
-  char text[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(text, sizeof text, format, args);
-  va_end(args);
-  return text;
-}
 
 // The sweep on one rank. Rank 0 prints the table and writes the files; its exit code is 1
 // when a result was wrong or a file could not be written.
@@ -662,11 +652,11 @@ int run_tune_command(const ToolFlags& flags, const std::string& output) {
         const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
         if (comm.rank() != 0) return 0;
         print("# arbench tune: " + tuning.measured_on + "\n# " +
-              printf_text("%-10s %14s %16s %14s", "transport", "latency (us)", "bandwidth (GB/s)",
+              arbench::printf_string("%-10s %14s %16s %14s", "transport", "latency (us)", "bandwidth (GB/s)",
                           "reduce (GB/s)") +
               "\n");
         for (const auto& [name, c] : tuning.transports)
-          print(printf_text("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
+          print(arbench::printf_string("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
                             c.bandwidth_gbs, c.reduce_gbs));
         arcoll::save_tuning(tuning, output);
         print("# written to " + output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
@@ -775,8 +765,8 @@ int run_plan_command(const PlanFlags& flags) {
     return kUsageError;
   }
   const int ranks = cluster.hosts * cluster.ranks_per_host;
-  print(printf_text("# arbench plan: %s\n", cluster.name.c_str()));
-  print(printf_text("# %d host(s) x %d rank(s) = %d ranks; within a host %s: %g us, %g GB/s; "
+  print(arbench::printf_string("# arbench plan: %s\n", cluster.name.c_str()));
+  print(arbench::printf_string("# %d host(s) x %d rank(s) = %d ranks; within a host %s: %g us, %g GB/s; "
                     "between hosts %s: %g us, %g GB/s per host (%d NIC(s)); reduce %g GB/s\n",
                     cluster.hosts, cluster.ranks_per_host, ranks, cluster.intra_host.kind.c_str(),
                     cluster.intra_host.latency_us, cluster.intra_host.bandwidth_gbs,
@@ -785,18 +775,18 @@ int run_plan_command(const PlanFlags& flags) {
                     cluster.intra_host.reduce_gbs));
   print("# predicted time of one all-reduce (us) per algorithm; auto: the model's choice, its "
         "time and busbw (GB/s, nccl-tests' definition)\n");
-  std::string header = printf_text("# %10s", "size (B)");
+  std::string header = arbench::printf_string("# %10s", "size (B)");
   for (const std::string& name : arcoll::Communicator::allreduce_algorithms())
-    header += printf_text(" %12.12s", name.c_str());
-  print(header + printf_text("  %-20s %10s %8s\n", "auto", "time", "busbw"));
+    header += arbench::printf_string(" %12.12s", name.c_str());
+  print(header + arbench::printf_string("  %-20s %10s %8s\n", "auto", "time", "busbw"));
   for (std::size_t bytes : sizes) {
     const arcoll::ClusterPlan plan = arcoll::plan_allreduce(cluster, bytes);
-    std::string line = printf_text("%12zu", bytes);
-    for (const auto& p : plan.algorithms) line += printf_text(" %12.4g", p.seconds * 1e6);
+    std::string line = arbench::printf_string("%12zu", bytes);
+    for (const auto& p : plan.algorithms) line += arbench::printf_string(" %12.4g", p.seconds * 1e6);
     const double busbw = ranks > 1 ? static_cast<double>(bytes) / plan.chosen.seconds / 1e9 *
                                          2.0 * (ranks - 1) / ranks
                                    : 0.0;
-    print(line + printf_text("  %-20s %10.4g %8.2f\n", plan.chosen.algorithm.c_str(),
+    print(line + arbench::printf_string("  %-20s %10.4g %8.2f\n", plan.chosen.algorithm.c_str(),
                              plan.chosen.seconds * 1e6, busbw));
   }
   return 0;

@@ -19,19 +19,6 @@ namespace {
 
 using json = nlohmann::ordered_json;  // keys in the documented order
 
-std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_string(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, format, copy);
-  va_end(copy);
-  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
-  va_end(args);
-  return out;
-}
 
 std::string join(const std::vector<std::string>& items, const char* separator) {
   std::string out;
@@ -428,6 +415,19 @@ std::string csv_report(const RunInfo& info, const std::vector<Row>& rows) {
       out += '\n';
     }
   }
+  return out;
+}
+
+std::string printf_string(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, format, copy);
+  va_end(copy);
+  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
+  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
+  va_end(args);
   return out;
 }
 

@@ -88,6 +88,8 @@ std::string csv_report(const RunInfo& info, const std::vector<Row>& rows);
 
 // "8 B", "32 KiB", "1.5 MiB".
 std::string format_bytes(double bytes);
+// printf into a std::string of the right length.
+std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
 // Current time, ISO-8601 UTC ("2024-05-01T12:34:56Z").
 std::string utc_now();
 // argv joined with spaces, each argument quoted for a POSIX shell when needed.
