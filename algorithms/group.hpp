@@ -28,6 +28,7 @@ class GroupView final : public PointToPoint {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
   int node_of(int rank) const override { return parent_.node_of(member(rank)); }
+  int numa_of(int rank) const override { return parent_.numa_of(member(rank)); }
   std::size_t chunk_bytes() const override {
     return chunk_bytes_ != 0 ? chunk_bytes_ : parent_.chunk_bytes();
   }

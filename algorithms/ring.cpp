@@ -216,8 +216,11 @@ std::unique_ptr<Pass> allreduce(PointToPoint& p2p, std::size_t count, DataType t
 std::vector<int> host_order(const PointToPoint& p2p) {
   std::vector<int> order(static_cast<std::size_t>(p2p.size()));
   for (int r = 0; r < p2p.size(); ++r) order[static_cast<std::size_t>(r)] = r;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return p2p.node_of(a) < p2p.node_of(b); });
+  // Ranks of one host adjacent, and within a host those of one NUMA node: the ring then
+  // crosses each host boundary and each NUMA boundary once per direction.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::pair(p2p.node_of(a), p2p.numa_of(a)) < std::pair(p2p.node_of(b), p2p.numa_of(b));
+  });
   return order;
 }
 

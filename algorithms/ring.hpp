@@ -52,9 +52,10 @@ std::unique_ptr<Pass> allgather(PointToPoint& p2p, const Segments& segments, Dat
 std::unique_ptr<Pass> allreduce(PointToPoint& p2p, std::size_t count, DataType type, ReduceOp op,
                                 const char* input, char* output, int channel = 0);
 
-// The ranks in ring order: those of one host next to each other (in rank order within a
-// host, hosts in order of their lowest rank), so that an all-reduce ring leaves each host once
-// and comes back once whatever numbering the launcher chose.
+// The ranks in ring order: those of one host next to each other, and within a host those of
+// one NUMA node (hosts in order of their lowest rank, then NUMA nodes, then ranks), so that
+// an all-reduce ring leaves each host and each NUMA node once and comes back once whatever
+// numbering the launcher chose.
 std::vector<int> host_order(const PointToPoint& p2p);
 
 // Runs passes together, advancing each in turn, until all are over.

@@ -1,5 +1,6 @@
 #include "arcoll/communicator.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/host.hpp"
 #include "arcoll/tuning.hpp"
 #include "src/env.hpp"
 #include "src/log.hpp"
@@ -106,6 +108,7 @@ class Communicator::Impl final : public PointToPoint {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int node_of(int rank) const override { return node_index_[static_cast<std::size_t>(rank)]; }
+  int numa_of(int rank) const override { return numa_of_[static_cast<std::size_t>(rank)]; }
   std::size_t chunk_bytes() const override { return call_chunk_bytes_; }
   const Layout& layout() const override { return layout_; }
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
@@ -150,6 +153,7 @@ class Communicator::Impl final : public PointToPoint {
   std::string node_name_;
   std::string transport_name_;
   std::vector<int> node_index_;  // host of each rank
+  std::vector<int> numa_of_;     // NUMA node each rank ran on when it joined; -1 unknown
   Layout layout_;
   std::vector<Transport*> route_;  // which transport reaches each rank
 
@@ -157,6 +161,7 @@ class Communicator::Impl final : public PointToPoint {
   RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes, std::uint32_t tag,
                    std::optional<Request::Reduction> reduction = {});
   void bootstrap(const LaunchInfo& launch, Clock::time_point deadline);
+  // Every rank's host name, and into numa_of_ the NUMA node each runs on.
   std::vector<std::string> gather_node_names(Clock::time_point deadline);
   [[noreturn]] void fail(const Error& e, const std::string& operation);
 
@@ -280,6 +285,7 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
       node_index_.push_back(static_cast<int>(std::find(order.begin(), order.end(), n) - order.begin()));
   } else {
     node_index_ = {0};
+    numa_of_ = {numa_node_of_cpu(::sched_getcpu())};
   }
   setup.busy_poll = options_.busy_poll;
   if (setup.busy_poll.count() < 0) {
@@ -339,8 +345,10 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
 }
 
 std::vector<std::string> Communicator::Impl::gather_node_names(Clock::time_point deadline) {
-  store_->set("node/" + std::to_string(rank_), node_name_);
+  store_->set("node/" + std::to_string(rank_),
+              node_name_ + '\n' + std::to_string(numa_node_of_cpu(::sched_getcpu())));
   std::vector<std::string> nodes(static_cast<std::size_t>(size_));
+  numa_of_.assign(static_cast<std::size_t>(size_), -1);
   std::vector<int> missing;
   bool store_gone = false;  // rank 0 gave up first: what was not published stays missing
   for (int r = 0; r < size_; ++r) {
@@ -351,9 +359,12 @@ std::vector<std::string> Communicator::Impl::gather_node_names(Clock::time_point
       } catch (const PeerError&) {
         store_gone = true;
       }
-    if (value)
-      nodes[static_cast<std::size_t>(r)] = *value;
-    else
+    if (value) {
+      const std::size_t end = value->rfind('\n');
+      nodes[static_cast<std::size_t>(r)] = value->substr(0, end);
+      if (end != std::string::npos)
+        numa_of_[static_cast<std::size_t>(r)] = std::atoi(value->c_str() + end + 1);
+    } else
       missing.push_back(r);
   }
   if (!missing.empty()) {

@@ -26,6 +26,8 @@ class PointToPoint {
   virtual int size() const = 0;
   // The host each rank runs on (0 .. hosts-1, numbered by lowest rank).
   virtual int node_of(int rank) const = 0;
+  // The NUMA node each rank ran on when it joined (-1 unknown).
+  virtual int numa_of(int rank) const = 0;
   // Pipeline chunk size for this call (the cost model's choice under auto, else
   // Options::chunk_bytes).
   virtual std::size_t chunk_bytes() const = 0;

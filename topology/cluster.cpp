@@ -2,6 +2,7 @@
 
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/tuning.hpp"
 #include "src/json_file.hpp"
 
 namespace arcoll {
@@ -20,7 +21,15 @@ int count(const Json& object, const Source& source, const char* key, int max) {
   return value.get<int>();
 }
 
-LinkSpec link(const Json& object, const Source& source, const char* key) {
+// A figure of link `key`: from the file, else the default of its kind, else the file is at
+// fault for leaving it out.
+double figure(const Json& link_json, const Source& source, const char* key, const char* field,
+              double fallback) {
+  if (!link_json.contains(field) && fallback > 0) return fallback;
+  return positive(link_json, source, key, field);
+}
+
+LinkSpec link(const Json& object, const Source& source, const char* key, double reduce_fallback) {
   const Json& j = member(object, source, "", key);
   if (!j.is_object()) bad(source, key, "must be an object");
   LinkSpec l;
@@ -28,16 +37,20 @@ LinkSpec link(const Json& object, const Source& source, const char* key) {
     if (!j["kind"].is_string()) bad(source, std::string(key) + ".kind", "must be a string");
     l.kind = j["kind"].get<std::string>();
   }
-  l.latency_us = positive(j, source, key, "latency_us");
+  const LinkSpec d = default_link(l.kind);
+  l.latency_us = figure(j, source, key, "latency_us", d.latency_us);
   // The network may be given as NICs and their line rate instead of a total.
-  l.bandwidth_gbs = j.contains("nic_gbps") ? positive(j, source, key, "nic_gbps") / 8
-                                           : positive(j, source, key, "bandwidth_gbs");
-  l.reduce_gbs = positive(j, source, key, "reduce_gbs");
+  l.bandwidth_gbs = j.contains("nic_gbps")
+                        ? positive(j, source, key, "nic_gbps") / 8
+                        : figure(j, source, key, "bandwidth_gbs", d.bandwidth_gbs);
+  l.reduce_gbs =
+      figure(j, source, key, "reduce_gbs", d.reduce_gbs > 0 ? d.reduce_gbs : reduce_fallback);
   return l;
 }
 
-// A host saved by `arbench topo --json`: shared memory inside (built-in figures), its
-// default-route NIC between hosts.
+// A host saved by `arbench topo --json`. With GPUs: a rank per GPU, NVLink between them when
+// NVML saw any, else PCIe. Without: a rank per logical CPU on shared memory. Between hosts:
+// its active RDMA ports when it has any, else its default-route NIC.
 ClusterSpec from_saved_host(const Json& j, const Source& source, int hosts) {
   ClusterSpec c;
   const Json& cpus = member(j, source, "", "logical_cpus");
@@ -46,22 +59,63 @@ ClusterSpec from_saved_host(const Json& j, const Source& source, int hosts) {
   c.ranks_per_host = cpus.get<int>();
   c.hosts = hosts;
   c.name = (j.contains("hostname") && j["hostname"].is_string() ? j["hostname"].get<std::string>()
-                                                                  : std::string("saved host")) +
+                                                                : std::string("saved host")) +
            " x " + std::to_string(hosts);
-  c.intra_host = {"shm", 2.1, 4.5, 6.0};
-  double gbps = 0;
-  for (const Json& nic : member(j, source, "", "interfaces"))
-    if (nic.is_object() && nic.value("default_route", false) && nic.value("speed_mbps", -1) > 0)
-      gbps = nic["speed_mbps"].get<int>() / 1000.0;
-  if (gbps <= 0)
-    bad(source, "interfaces",
-        "has no default-route interface with a known speed_mbps: write the cluster format "
-        "(examples/topologies/) to say what the network is");
-  c.network = {"ethernet", 15.0, gbps / 8, 6.0};
+  c.intra_host = default_link("shm");
+  const Json gpus = j.value("gpus", Json::array());
+  if (gpus.is_array() && !gpus.empty()) {
+    c.ranks_per_host = static_cast<int>(gpus.size());
+    bool nvlink = false;
+    for (const Json& l : j.value("gpu_links", Json::array()))
+      nvlink = nvlink || (l.is_object() && l.value("nvlinks", 0) > 0);
+    c.intra_host = default_link(nvlink ? "nvlink" : "pcie");
+  }
+  int ports = 0;
+  double port_gbps = 0;
+  std::string layer;
+  for (const Json& device : j.value("rdma_devices", Json::array()))
+    for (const Json& port :
+         device.is_object() ? device.value("ports", Json::array()) : Json::array())
+      if (port.is_object() && port.value("state", "") == "ACTIVE" && port.value("gbps", 0.0) > 0) {
+        ++ports;
+        port_gbps = port["gbps"].get<double>();
+        layer = port.value("link_layer", "");
+      }
+  if (ports > 0) {
+    c.network = default_link(layer == "Ethernet" ? "roce" : "infiniband");
+    c.nics_per_host = ports;
+    c.network.bandwidth_gbs = ports * port_gbps / 8;
+  } else {
+    double gbps = 0;
+    for (const Json& nic : member(j, source, "", "interfaces"))
+      if (nic.is_object() && nic.value("default_route", false) && nic.value("speed_mbps", -1) > 0)
+        gbps = nic["speed_mbps"].get<int>() / 1000.0;
+    if (gbps <= 0)
+      bad(source, "interfaces",
+          "has no default-route interface with a known speed_mbps (and no active RDMA port): "
+          "write the cluster format (examples/topologies/) to say what the network is");
+    c.network = default_link("ethernet");
+    c.network.bandwidth_gbs = gbps / 8;
+  }
+  c.network.reduce_gbs = c.intra_host.reduce_gbs;
   return c;
 }
 
 }  // namespace
+
+LinkSpec default_link(const std::string& kind) {
+  const TransportCosts shm = default_tuning().transports.at("shm");
+  // Typical figures of each class, for files that give only the kind: latency of a small
+  // message, bandwidth one rank reaches, reduction rate of the devices at its ends (CPU for
+  // shm, GPU for NVLink and PCIe). Network bandwidth depends on the NICs: no default.
+  if (kind == "shm") return {kind, shm.latency_us, shm.bandwidth_gbs, shm.reduce_gbs};
+  if (kind == "nvlink") return {kind, 2.0, 370, 1500};  // H100-class NVSwitch, NCCL busbw
+  if (kind == "pcie") return {kind, 5.0, 20, 800};      // Gen4 x16 between GPUs
+  if (kind == "infiniband") return {kind, 3.0, 0, 0};
+  if (kind == "roce") return {kind, 5.0, 0, 0};
+  if (kind == "ethernet") return {kind, 20.0, 0, 0};  // kernel TCP through a switch
+  return {kind, 0, 0, 0};
+}
 
 ClusterSpec parse_cluster(const std::string& text, const std::string& name, int hosts) {
   const Source source{"topology file", name};
@@ -74,8 +128,9 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& name, int 
   if (j.contains("name") && j["name"].is_string()) c.name = j["name"].get<std::string>();
   c.hosts = count(j, source, "hosts", 1 << 20);
   c.ranks_per_host = count(j, source, "ranks_per_host", 1 << 16);
-  c.intra_host = link(j, source, "intra_host");
-  c.network = link(j, source, "network");
+  c.intra_host = link(j, source, "intra_host", 0);
+  // The network's reduction runs on the same devices as the host's.
+  c.network = link(j, source, "network", c.intra_host.reduce_gbs);
   if (j["network"].contains("nics")) {
     const Json& nics = j["network"]["nics"];
     if (!nics.is_number_integer() || nics.get<int>() < 1 || nics.get<int>() > 1024)

@@ -6,30 +6,17 @@
 #include <map>
 
 #include "arcoll/communicator.hpp"
+#include "arcoll/host.hpp"
 #include "arcoll/topology.hpp"
 
 namespace arcoll {
 namespace {
 
-// The NUMA node of `cpu`: the nodeN entry in its sysfs folder.
-int numa_node_of(int cpu) {
-  if (cpu < 0) return -1;
-  for (int node = 0; node < 1024; ++node) {
-    const std::string path = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/node" +
-                             std::to_string(node);
-    if (FILE* f = std::fopen((path + "/cpulist").c_str(), "r")) {
-      std::fclose(f);
-      return node;
-    }
-  }
-  return -1;
-}
-
 // A placement as fixed-size bytes for the all-gather.
 struct Packed {
   char host[96];
   char nic[32];
-  std::int32_t numa_node, cpu, nic_speed_mbps, gpus;
+  std::int32_t numa_node, package, cpu, nic_speed_mbps, gpus;
 };
 
 std::string speed_text(int mbps) {
@@ -42,7 +29,8 @@ ClusterView gather_cluster_view(Communicator& comm, const HostTopology& here) {
   Packed mine{};
   std::strncpy(mine.host, comm.node_name().c_str(), sizeof mine.host - 1);
   mine.cpu = ::sched_getcpu();
-  mine.numa_node = numa_node_of(mine.cpu);
+  mine.numa_node = numa_node_of_cpu(mine.cpu);
+  mine.package = package_of_cpu(mine.cpu);
   mine.nic_speed_mbps = -1;
   for (const NetworkInterface& n : here.interfaces)
     if (n.default_route) {
@@ -55,7 +43,8 @@ ClusterView gather_cluster_view(Communicator& comm, const HostTopology& here) {
   ClusterView view;
   for (int r = 0; r < comm.size(); ++r) {
     const Packed& p = all[static_cast<std::size_t>(r)];
-    view.ranks.push_back({r, p.host, p.numa_node, p.cpu, p.nic, p.nic_speed_mbps, p.gpus});
+    view.ranks.push_back(
+        {r, p.host, p.numa_node, p.package, p.cpu, p.nic, p.nic_speed_mbps, p.gpus});
     if (std::find(view.hosts.begin(), view.hosts.end(), p.host) == view.hosts.end())
       view.hosts.emplace_back(p.host);
   }
@@ -66,9 +55,12 @@ std::string ClusterView::link_class(int a, int b) const {
   const RankPlacement& x = ranks[static_cast<std::size_t>(a)];
   const RankPlacement& y = ranks[static_cast<std::size_t>(b)];
   if (a == b) return "self";
-  if (x.host == y.host)
-    return x.numa_node >= 0 && x.numa_node == y.numa_node ? "same host, same NUMA node"
-                                                          : "same host, across NUMA nodes";
+  if (x.host == y.host) {
+    if (x.numa_node >= 0 && x.numa_node == y.numa_node) return "same host, same NUMA node";
+    if (x.package >= 0 && x.package == y.package)
+      return "same host, same package, across NUMA nodes";
+    return "same host, across packages";
+  }
   return "network (" + (x.nic.empty() ? std::string("?") : x.nic) + " " +
          speed_text(x.nic_speed_mbps) + " -> " + (y.nic.empty() ? std::string("?") : y.nic) + " " +
          speed_text(y.nic_speed_mbps) + ")";
@@ -118,7 +110,8 @@ std::string cluster_view_dot(const ClusterView& view) {
       out += "    " + id + "_gpus [shape=component, label=\"" + std::to_string(any->gpus) +
              " GPU(s)\"];\n";
     for (const RankPlacement& r : view.ranks)
-      if (r.host == host) out += "    r" + std::to_string(r.rank) + " -- " + id + "_nic [style=dotted];\n";
+      if (r.host == host)
+        out += "    r" + std::to_string(r.rank) + " -- " + id + "_nic [style=dotted];\n";
     out += "  }\n  " + id + "_nic -- network;\n";
   }
   return out + "}\n";

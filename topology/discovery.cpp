@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +15,7 @@
 
 #include "arcoll/host.hpp"
 #include "arcoll/topology.hpp"
+#include "topology/sources.hpp"
 
 namespace arcoll {
 namespace {
@@ -66,7 +68,8 @@ int count_cpus(const std::string& list) {
   while (std::getline(in, part, ',')) {
     const auto dash = part.find('-');
     try {
-      count += dash == std::string::npos ? 1 : std::stoi(part.substr(dash + 1)) - std::stoi(part) + 1;
+      count +=
+          dash == std::string::npos ? 1 : std::stoi(part.substr(dash + 1)) - std::stoi(part) + 1;
     } catch (const std::exception&) {
     }
   }
@@ -145,7 +148,8 @@ void discover_interfaces(HostTopology& t) {
     if (a->ifa_addr == nullptr) continue;
     char text[INET6_ADDRSTRLEN] = {};
     if (a->ifa_addr->sa_family == AF_INET)
-      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
+                  sizeof text);
     else if (a->ifa_addr->sa_family == AF_INET6)
       ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, text,
                   sizeof text);
@@ -167,7 +171,8 @@ void discover_interfaces(HostTopology& t) {
   }
 }
 
-void discover_rdma(HostTopology& t) {
+// Without libibverbs in the build: what sysfs says of the ports.
+void discover_rdma_sysfs(HostTopology& t) {
   const fs::path root = "/sys/class/infiniband";
   for (const auto& device : entries(root)) {
     RdmaDevice d;
@@ -184,13 +189,15 @@ void discover_rdma(HostTopology& t) {
       p.state = state.substr(state.find(':') == std::string::npos ? 0 : state.find(':') + 2);
       p.link_layer = read_line(port / "link_layer", "?");
       p.rate = read_line(port / "rate", "?");
+      p.gbps = std::atof(p.rate.c_str());  // "100 Gb/sec (4X EDR)"
       d.ports.push_back(p);
     }
     t.rdma_devices.push_back(d);
   }
   if (t.rdma_devices.empty())
-    t.notes.push_back("no RDMA device found (" + root.string() +
-                      " is absent or empty): no InfiniBand or RoCE; TCP carries traffic between hosts");
+    t.notes.push_back(
+        "no RDMA device found (" + root.string() +
+        " is absent or empty): no InfiniBand or RoCE; TCP carries traffic between hosts");
 }
 
 void discover_gpus(HostTopology& t) {
@@ -202,7 +209,11 @@ void discover_gpus(HostTopology& t) {
     if (cls.rfind("0x03", 0) != 0) continue;
     auto vendor = vendors.find(read_line(device / "vendor"));
     if (vendor == vendors.end() || vendor->second == "Intel") continue;  // integrated graphics
-    t.gpus.push_back({device.filename().string(), vendor->second, read_int(device / "numa_node", -1)});
+    Gpu gpu;
+    gpu.pci_bus_id = device.filename().string();
+    gpu.vendor = vendor->second;
+    gpu.numa_node = read_int(device / "numa_node", -1);
+    t.gpus.push_back(gpu);
   }
   if (t.gpus.empty())
     t.notes.push_back(
@@ -221,6 +232,66 @@ std::string bytes_text(std::uint64_t bytes) {
   return text;
 }
 
+// Like `nvidia-smi topo -m`: per pair of GPUs, NVn for n NVLinks, P2P for peer access over
+// PCIe, "-" for none.
+std::string gpu_matrix_text(const HostTopology& t) {
+  if (t.gpu_links.empty()) return {};
+  std::string out = "  GPU links (NVn: n NVLinks, P2P: peer access over PCIe, -: none):\n       ";
+  char cell_text[64];
+  for (std::size_t b = 0; b < t.gpus.size(); ++b) {
+    std::snprintf(cell_text, sizeof cell_text, " GPU%-3zu", b);
+    out += cell_text;
+  }
+  out += "\n";
+  for (std::size_t a = 0; a < t.gpus.size(); ++a) {
+    std::snprintf(cell_text, sizeof cell_text, "    GPU%-3zu", a);
+    out += cell_text;
+    for (std::size_t b = 0; b < t.gpus.size(); ++b) {
+      std::string cell = a == b ? "X" : "-";
+      for (const GpuLink& l : t.gpu_links)
+        if (static_cast<std::size_t>(l.a) == a && static_cast<std::size_t>(l.b) == b)
+          cell = l.nvlinks > 0 ? "NV" + std::to_string(l.nvlinks) : l.p2p ? "P2P" : "-";
+      std::snprintf(cell_text, sizeof cell_text, " %-6s", cell.c_str());
+      out += cell_text;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+bool is_network(const PciDevice& d) {
+  return d.kind == "Ethernet" || d.kind == "InfiniBand" || d.kind == "Network";
+}
+
+// The PCI tree, then how close each GPU is to each NIC (what GPUDirect RDMA depends on).
+std::string pci_text(const HostTopology& t) {
+  if (t.pci_devices.empty()) return {};
+  std::string out = "  PCI devices (hwloc):\n";
+  for (const PciDevice& d : t.pci_devices) {
+    std::string names, path = "root " + d.root;
+    for (const auto& n : d.os_devices) names += (names.empty() ? "" : ",") + n;
+    for (const auto& b : d.bridges) path += " > " + b;
+    char line[512];
+    std::snprintf(line, sizeof line, "    %s %-11s %-14s %s%s", d.bus_id.c_str(), d.kind.c_str(),
+                  names.empty() ? "-" : names.c_str(), path.c_str(),
+                  d.numa_node >= 0 ? (", NUMA " + std::to_string(d.numa_node)).c_str() : "");
+    out += line;
+    if (d.link_gbs > 0) {
+      std::snprintf(line, sizeof line, ", link %.1f GB/s", static_cast<double>(d.link_gbs));
+      out += line;
+    }
+    out += "\n";
+  }
+  for (const Gpu& g : t.gpus)
+    for (const PciDevice& gpu : t.pci_devices)
+      if (gpu.bus_id == g.pci_bus_id)
+        for (const PciDevice& nic : t.pci_devices)
+          if (is_network(nic))
+            out += "    GPU " + g.pci_bus_id + " <-> NIC " + nic.bus_id + ": " +
+                   pci_locality(gpu, nic) + "\n";
+  return out;
+}
+
 }  // namespace
 
 HostTopology discover_host_topology() {
@@ -233,8 +304,10 @@ HostTopology discover_host_topology() {
   discover_cpus(t);
   discover_numa(t);
   discover_interfaces(t);
-  discover_rdma(t);
+  if (!discovery::rdma_ports(t)) discover_rdma_sysfs(t);
   discover_gpus(t);
+  discovery::cuda_gpus(t);
+  discovery::pci_tree(t);
   return t;
 }
 
@@ -281,10 +354,17 @@ std::string topology_text(const HostTopology& t) {
       out += line;
     }
   for (const Gpu& g : t.gpus) {
-    std::snprintf(line, sizeof line, "  GPU %s (%s)%s\n", g.pci_bus_id.c_str(), g.vendor.c_str(),
-                  g.numa_node >= 0 ? (" NUMA " + std::to_string(g.numa_node)).c_str() : "");
+    std::snprintf(line, sizeof line, "  GPU %s (%s)%s%s%s\n", g.pci_bus_id.c_str(),
+                  g.vendor.c_str(),
+                  g.numa_node >= 0 ? (" NUMA " + std::to_string(g.numa_node)).c_str() : "",
+                  g.cuda_device >= 0
+                      ? (", CUDA device " + std::to_string(g.cuda_device) + ": " + g.name).c_str()
+                      : "",
+                  g.memory_bytes > 0 ? (", " + bytes_text(g.memory_bytes)).c_str() : "");
     out += line;
   }
+  out += gpu_matrix_text(t);
+  out += pci_text(t);
   for (const std::string& note : t.notes) out += "  note: " + note + "\n";
   return out;
 }
@@ -296,20 +376,52 @@ std::string topology_json(const HostTopology& t) {
   for (const NumaNode& n : t.numa_nodes)
     numa.push_back({{"id", n.id}, {"cpus", n.cpus}, {"memory_bytes", n.memory_bytes}});
   for (const Cache& c : t.caches)
-    caches.push_back({{"level", c.level}, {"type", c.type}, {"size_bytes", c.size_bytes},
+    caches.push_back({{"level", c.level},
+                      {"type", c.type},
+                      {"size_bytes", c.size_bytes},
                       {"shared_by_cpus", c.shared_by_cpus}});
   for (const NetworkInterface& n : t.interfaces)
-    nics.push_back({{"name", n.name},           {"addresses", n.addresses}, {"speed_mbps", n.speed_mbps},
-                    {"mtu", n.mtu},             {"state", n.state},         {"default_route", n.default_route},
-                    {"loopback", n.loopback},   {"numa_node", n.numa_node}, {"driver", n.driver}});
+    nics.push_back({{"name", n.name},
+                    {"addresses", n.addresses},
+                    {"speed_mbps", n.speed_mbps},
+                    {"mtu", n.mtu},
+                    {"state", n.state},
+                    {"default_route", n.default_route},
+                    {"loopback", n.loopback},
+                    {"numa_node", n.numa_node},
+                    {"driver", n.driver}});
   for (const RdmaDevice& d : t.rdma_devices) {
     json ports = json::array();
     for (const RdmaPort& p : d.ports)
-      ports.push_back({{"port", p.port}, {"state", p.state}, {"link_layer", p.link_layer}, {"rate", p.rate}});
+      ports.push_back({{"port", p.port},
+                       {"state", p.state},
+                       {"link_layer", p.link_layer},
+                       {"rate", p.rate},
+                       {"gbps", p.gbps}});
     rdma.push_back({{"name", d.name}, {"numa_node", d.numa_node}, {"ports", ports}});
   }
   for (const Gpu& g : t.gpus)
-    gpus.push_back({{"pci_bus_id", g.pci_bus_id}, {"vendor", g.vendor}, {"numa_node", g.numa_node}});
+    gpus.push_back({{"pci_bus_id", g.pci_bus_id},
+                    {"vendor", g.vendor},
+                    {"numa_node", g.numa_node},
+                    {"cuda_device", g.cuda_device},
+                    {"name", g.name},
+                    {"memory_bytes", g.memory_bytes}});
+  json gpu_links = json::array(), pci = json::array();
+  for (const GpuLink& l : t.gpu_links)
+    gpu_links.push_back({{"a", l.a},
+                         {"b", l.b},
+                         {"p2p", l.p2p},
+                         {"performance_rank", l.performance_rank},
+                         {"nvlinks", l.nvlinks}});
+  for (const PciDevice& d : t.pci_devices)
+    pci.push_back({{"bus_id", d.bus_id},
+                   {"kind", d.kind},
+                   {"os_devices", d.os_devices},
+                   {"root", d.root},
+                   {"bridges", d.bridges},
+                   {"numa_node", d.numa_node},
+                   {"link_gbs", d.link_gbs}});
   const json doc = {{"schema", "arcoll.topology/1"},
                     {"hostname", t.hostname},
                     {"cpu_model", t.cpu_model},
@@ -322,6 +434,8 @@ std::string topology_json(const HostTopology& t) {
                     {"interfaces", nics},
                     {"rdma_devices", rdma},
                     {"gpus", gpus},
+                    {"gpu_links", gpu_links},
+                    {"pci_devices", pci},
                     {"notes", t.notes}};
   return doc.dump(2) + "\n";
 }

@@ -14,10 +14,10 @@
 namespace arcoll {
 
 struct LinkSpec {
-  std::string kind;           // "shm", "nvlink", "pcie", "ethernet", "infiniband", ...
-  double latency_us = 0;      // one small message, one way
-  double bandwidth_gbs = 0;   // GB/s one rank can send over it (per host for the network)
-  double reduce_gbs = 0;      // GB/s a rank reduces at (f32 sum)
+  std::string kind;          // "shm", "nvlink", "pcie", "ethernet", "infiniband", ...
+  double latency_us = 0;     // one small message, one way
+  double bandwidth_gbs = 0;  // GB/s one rank can send over it (per host for the network)
+  double reduce_gbs = 0;     // GB/s a rank reduces at (f32 sum)
 };
 
 struct ClusterSpec {
@@ -31,10 +31,17 @@ struct ClusterSpec {
   int nics_per_host = 1;
 };
 
+// Default figures of a link class ("shm", "nvlink", "pcie", "infiniband", "roce", "ethernet"),
+// used for what a cluster file leaves out; 0 where the class has no typical value (network
+// bandwidth, which the NICs set; any unknown kind).
+LinkSpec default_link(const std::string& kind);
+
 // Parses `text` (the file's contents; `source` names it in errors). Accepts the cluster format
 // ("schema": "arcoll.cluster/1") and a host saved by `arbench topo --json`
-// ("arcoll.topology/1": one host, a rank per logical CPU, shared memory within it, its
-// default-route interface's speed across hosts; `hosts` sets how many such hosts).
+// ("arcoll.topology/1": one host, a rank per GPU on NVLink or PCIe, or without GPUs a rank per
+// logical CPU on shared memory; its active RDMA ports, else its default-route interface,
+// across hosts; `hosts` sets how many such hosts). A link's latency_us, bandwidth_gbs (not the
+// network's) and reduce_gbs may be left out when its kind has a default (default_link).
 // ConfigurationError naming the source and the field at fault.
 ClusterSpec parse_cluster(const std::string& text, const std::string& source, int hosts = 1);
 ClusterSpec load_cluster(const std::string& path, int hosts = 1);

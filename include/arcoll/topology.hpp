@@ -1,8 +1,9 @@
 // What matters for communication on this host: packages, cores, NUMA nodes with their memory,
-// caches, network interfaces (speed, MTU, state, default route, NUMA locality), RDMA devices
-// and GPUs. Read from sysfs and procfs, which every Linux host has (and which, unlike hwloc,
-// also list the interfaces of a network namespace). A source that is missing is reported in
-// `notes`, never fatal.
+// caches, network interfaces (speed, MTU, state, default route, NUMA locality), the PCI tree
+// of NICs, RDMA devices and GPUs, RDMA ports and GPU-to-GPU links. Sources: sysfs and procfs
+// (every Linux host; unlike hwloc they also list the interfaces of a network namespace), hwloc
+// (the PCI tree), libibverbs (RDMA ports), the CUDA runtime and NVML (GPUs, P2P, NVLink).
+// A source that is missing from the build or the host is reported in `notes`, never fatal.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,7 @@ struct RdmaPort {
   std::string state;       // "ACTIVE", "DOWN"
   std::string link_layer;  // "InfiniBand", "Ethernet"
   std::string rate;        // "100 Gb/sec (4X EDR)"
+  double gbps = 0;         // data rate of the link: lanes x lane speed; 0 unknown
 };
 
 struct RdmaDevice {
@@ -53,7 +55,33 @@ struct Gpu {
   std::string pci_bus_id;  // "0000:3b:00.0"
   std::string vendor;      // "NVIDIA", "AMD"
   int numa_node = -1;
+  int cuda_device = -1;  // its CUDA device number; -1 not seen by the CUDA runtime
+  std::string name;      // "NVIDIA H100 80GB HBM3" (from CUDA)
+  std::uint64_t memory_bytes = 0;
 };
+
+// How two GPUs reach each other (CUDA P2P and NVML).
+struct GpuLink {
+  int a = 0, b = 0;           // indices into HostTopology::gpus
+  bool p2p = false;           // cudaDeviceCanAccessPeer
+  int performance_rank = -1;  // CUDA's relative P2P performance (lower is faster)
+  int nvlinks = 0;            // active NVLinks from a to b
+};
+
+// A PCI device from hwloc's PCI tree and where it sits.
+struct PciDevice {
+  std::string bus_id;                   // "0000:3b:00.0"
+  std::string kind;                     // "Ethernet", "InfiniBand", "3D", "VGA", "Storage", ...
+  std::vector<std::string> os_devices;  // what the OS calls it: "eth0", "mlx5_0", "cuda0", ...
+  std::string root;                     // its root complex (host bridge): "0000:00"
+  std::vector<std::string> bridges;     // PCI bridges (switch ports) above it, root first
+  int numa_node = -1;
+  double link_gbs = 0;  // PCIe link bandwidth in GB/s; 0 not reported
+};
+
+// How close two PCI devices are, as NCCL ranks GPU-NIC paths: "same PCI switch", "same root
+// complex" (through the host bridge), "same NUMA node", "across NUMA nodes".
+std::string pci_locality(const PciDevice& a, const PciDevice& b);
 
 struct HostTopology {
   std::string hostname;
@@ -67,7 +95,9 @@ struct HostTopology {
   std::vector<NetworkInterface> interfaces;
   std::vector<RdmaDevice> rdma_devices;
   std::vector<Gpu> gpus;
-  std::vector<std::string> notes;  // sources missing or empty, said plainly
+  std::vector<GpuLink> gpu_links;      // every ordered pair of GPUs the CUDA runtime sees
+  std::vector<PciDevice> pci_devices;  // from hwloc
+  std::vector<std::string> notes;      // sources missing or empty, said plainly
 };
 
 HostTopology discover_host_topology();
@@ -85,12 +115,13 @@ class Communicator;
 // Where one rank runs, as it sees it.
 struct RankPlacement {
   int rank = 0;
-  std::string host;   // Communicator::node_name()
+  std::string host;    // Communicator::node_name()
   int numa_node = -1;  // of the CPU it runs on now; -1 unknown
+  int package = -1;    // socket of that CPU
   int cpu = -1;
-  std::string nic;     // the interface of its default route ("" none)
+  std::string nic;  // the interface of its default route ("" none)
   int nic_speed_mbps = -1;
-  int gpus = 0;        // GPUs its host has
+  int gpus = 0;  // GPUs its host has
 };
 
 // Every rank's placement, gathered through the communicator, and the class of link between
@@ -98,7 +129,8 @@ struct RankPlacement {
 struct ClusterView {
   std::vector<std::string> hosts;  // in order of their lowest rank
   std::vector<RankPlacement> ranks;
-  // "same NUMA node", "same host, across NUMA nodes", "network (eth0, 10000 Mb/s)", ...
+  // "same host, same NUMA node", "same host, same package, across NUMA nodes", "same host,
+  // across packages", "network (eth0 10000 Mb/s -> eth0 10000 Mb/s)".
   std::string link_class(int a, int b) const;
 };
 

@@ -29,7 +29,13 @@ if not os.listdir("/sys/class/infiniband") if os.path.isdir("/sys/class/infiniba
     assert t["rdma_devices"] == [] and "no RDMA device found" in notes, notes
 if not t["gpus"]:
     assert "no GPU found" in notes, notes
+    assert "CUDA runtime" in notes, notes  # absent from the build, or it sees no GPU
+if "hwloc is not in this build" not in notes:  # hwloc's PCI tree, with eth0 on its device
+    assert t["pci_devices"], notes
+    assert all(d["root"] for d in t["pci_devices"]), t["pci_devices"]
 PY
+grep -q "PCI devices (hwloc)" "$work/topo.txt" || grep -q "hwloc is not in this build" "$work/topo.txt" ||
+  fail "neither a PCI tree nor a note on hwloc: $(cat "$work/topo.txt")"
 "$arbench" topo --json /nonexistent/dir/topo.json >/dev/null 2>"$work/err.txt" && fail "unwritable --json accepted"
 grep -q -- "--json" "$work/err.txt" || fail "unwritable --json: $(cat "$work/err.txt")"
 # With several ranks: where each runs, the classes of link between them, and a Graphviz file.

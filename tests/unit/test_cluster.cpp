@@ -7,6 +7,7 @@
 
 #include "arcoll/cluster.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/topology.hpp"
 
 namespace arcoll {
 namespace {
@@ -42,8 +43,9 @@ TEST(ClusterFile, MalformedFilesNameTheField) {
     return R"({"schema": "arcoll.cluster/1", )" + fields + "}";
   };
   EXPECT_NO_THROW(parse_cluster(with(R"("hosts": 2, "ranks_per_host": 4, )" + good_links), "t"));
-  EXPECT_NE(error_of(with(R"("ranks_per_host": 4, )" + good_links)).find("field 'hosts' is missing"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(with(R"("ranks_per_host": 4, )" + good_links)).find("field 'hosts' is missing"),
+      std::string::npos);
   EXPECT_NE(error_of(with(R"("hosts": 0, "ranks_per_host": 4, )" + good_links)).find("'hosts'"),
             std::string::npos);
   EXPECT_NE(error_of(with(R"("hosts": 2, "ranks_per_host": "four", )" + good_links))
@@ -61,8 +63,9 @@ TEST(ClusterFile, MalformedFilesNameTheField) {
             std::string::npos);
   std::string zero_nics = good_links;
   zero_nics.replace(zero_nics.find("\"nics\": 2"), 9, "\"nics\": 0");
-  EXPECT_NE(error_of(with(R"("hosts": 2, "ranks_per_host": 4, )" + zero_nics)).find("'network.nics'"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(with(R"("hosts": 2, "ranks_per_host": 4, )" + zero_nics)).find("'network.nics'"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"schema": "something/else"})").find("'schema'"), std::string::npos);
   EXPECT_NE(error_of(R"({"schema": "arcoll.cluster/1", "hosts": )").find("not valid JSON"),
             std::string::npos);
@@ -73,6 +76,57 @@ TEST(ClusterFile, MalformedFilesNameTheField) {
                 .find("'interfaces'"),
             std::string::npos);
   EXPECT_THROW(load_cluster(kExamples + "no-such-file.json"), ConfigurationError);
+}
+
+TEST(ClusterFile, LeftOutFiguresComeFromTheKind) {
+  const ClusterSpec pcie = load_cluster(kExamples + "pcie-4gpu-25gbe.json");
+  EXPECT_DOUBLE_EQ(pcie.intra_host.latency_us, default_link("pcie").latency_us);
+  EXPECT_DOUBLE_EQ(pcie.intra_host.bandwidth_gbs, default_link("pcie").bandwidth_gbs);
+  EXPECT_DOUBLE_EQ(pcie.network.latency_us, default_link("ethernet").latency_us);
+  // The network reduces on the same GPUs as the host.
+  EXPECT_DOUBLE_EQ(pcie.network.reduce_gbs, default_link("pcie").reduce_gbs);
+  // A kind without defaults, or a network without its bandwidth, still names what is missing.
+  EXPECT_NE(error_of(R"({"schema": "arcoll.cluster/1", "hosts": 2, "ranks_per_host": 2,
+                         "intra_host": {"kind": "carrier-pigeon"}, "network": {"kind": "ethernet", "nic_gbps": 1}})")
+                .find("'intra_host.latency_us' is missing"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"schema": "arcoll.cluster/1", "hosts": 2, "ranks_per_host": 2,
+                         "intra_host": {"kind": "shm"}, "network": {"kind": "infiniband"}})")
+                .find("'network.bandwidth_gbs' is missing"),
+            std::string::npos);
+}
+
+TEST(ClusterFile, SavedGpuHostUsesItsNvlinksAndRdmaPorts) {
+  const ClusterSpec c = parse_cluster(
+      R"({"schema": "arcoll.topology/1", "hostname": "gpu", "logical_cpus": 64,
+          "gpus": [{"pci_bus_id": "0000:17:00.0"}, {"pci_bus_id": "0000:2a:00.0"}],
+          "gpu_links": [{"a": 0, "b": 1, "p2p": true, "nvlinks": 12}, {"a": 1, "b": 0, "p2p": true, "nvlinks": 12}],
+          "rdma_devices": [{"name": "mlx5_0", "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand", "gbps": 400}]},
+                           {"name": "mlx5_1", "ports": [{"port": 1, "state": "DOWN", "link_layer": "InfiniBand", "gbps": 400}]},
+                           {"name": "mlx5_2", "ports": [{"port": 1, "state": "ACTIVE", "link_layer": "InfiniBand", "gbps": 400}]}],
+          "interfaces": []})",
+      "saved.json", 2);
+  EXPECT_EQ(c.ranks_per_host, 2);
+  EXPECT_EQ(c.intra_host.kind, "nvlink");
+  EXPECT_EQ(c.network.kind, "infiniband");
+  EXPECT_EQ(c.nics_per_host, 2);  // the active ports only
+  EXPECT_DOUBLE_EQ(c.network.bandwidth_gbs, 2 * 400 / 8.0);
+}
+
+TEST(PciLocality, SwitchThenRootComplexThenNuma) {
+  auto device = [](std::string root, std::vector<std::string> bridges, int numa) {
+    PciDevice d;
+    d.root = std::move(root);
+    d.bridges = std::move(bridges);
+    d.numa_node = numa;
+    return d;
+  };
+  const PciDevice gpu = device("0000:00", {"0000:16:00.0", "0000:17:01.0"}, 0);
+  EXPECT_EQ(pci_locality(gpu, device("0000:00", {"0000:16:00.0", "0000:17:02.0"}, 0)),
+            "same PCI switch");
+  EXPECT_EQ(pci_locality(gpu, device("0000:00", {"0000:30:00.0"}, 0)), "same root complex");
+  EXPECT_EQ(pci_locality(gpu, device("0000:40", {}, 0)), "same NUMA node");
+  EXPECT_EQ(pci_locality(gpu, device("0000:80", {}, 1)), "across NUMA nodes");
 }
 
 TEST(ClusterFile, SavedHostBecomesHostsOfSharedMemoryOnItsNic) {
