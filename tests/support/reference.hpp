@@ -34,9 +34,12 @@ class Communicator;
 namespace testing {
 // "f32/sum count 7 in-place": a case, in assertion messages.
 std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
-// All-reduce of every type, op and count of the suite (0, 1, primes, counts around the world
-// size, across the eager limit, several pipeline chunks), in place and not, checked element
-// by element against the reference (gtest assertions); `salt` varies the inputs.
-void check_allreduce_all_types(Communicator& comm, std::size_t salt);
+// All-reduce of every count of the suite (0, 1, primes, counts around the world size, across
+// the eager limit, several pipeline chunks) checked element by element against the reference
+// (gtest assertions); `salt` varies the inputs. every_pair: every type with every op, in place
+// and not. sampled: every type with sum, every op with f32, bf16 and i64, in place and not
+// alternately (both for f32 sum).
+enum class Coverage { every_pair, sampled };
+void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage);
 }  // namespace testing
 }  // namespace arcoll
