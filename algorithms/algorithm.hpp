@@ -59,7 +59,9 @@ class AlgorithmRegistry {
   const CollectiveFn* find(const std::string& name, Collective collective) const;
   // Names of the algorithms implementing `collective`, sorted.
   std::vector<std::string> names(Collective collective) const;
+  // In name order; index_of(name) is the position of `name` in all(), -1 when unknown.
   std::vector<const AlgorithmInfo*> all() const;
+  int index_of(const std::string& name) const;
 
  private:
   std::map<std::string, AlgorithmInfo> algorithms_;

@@ -1,4 +1,5 @@
 #include <cstring>
+#include <iterator>
 
 #include "algorithms/algorithm.hpp"
 #include "arcoll/error.hpp"
@@ -51,6 +52,11 @@ std::vector<std::string> AlgorithmRegistry::names(Collective collective) const {
   for (const auto& [name, info] : algorithms_)
     if (info.implementations.count(collective) != 0) out.push_back(name);
   return out;
+}
+
+int AlgorithmRegistry::index_of(const std::string& name) const {
+  const auto it = algorithms_.find(name);
+  return it == algorithms_.end() ? -1 : static_cast<int>(std::distance(algorithms_.begin(), it));
 }
 
 std::vector<const AlgorithmInfo*> AlgorithmRegistry::all() const {

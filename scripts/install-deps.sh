@@ -15,6 +15,7 @@ optional=(
   libucx-dev
   libibverbs-dev librdmacm-dev
   libgloo-dev
+  clang libclang-rt-dev
 )
 
 missing=()

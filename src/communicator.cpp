@@ -15,6 +15,7 @@
 #include "arcoll/error.hpp"
 #include "arcoll/host.hpp"
 #include "arcoll/tuning.hpp"
+#include "src/call_signature.hpp"
 #include "src/env.hpp"
 #include "src/log.hpp"
 #include "src/reduce.hpp"
@@ -198,14 +199,15 @@ class Communicator::Impl final : public PointToPoint {
   // Error feedback: the rounding residual of the last all-reduce of each (buffer, count).
   std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
   std::size_t call_chunk_bytes_ = 0;
-  Tuning tuning_;  // from Options::tuning_file
+  Tuning tuning_;                                     // from Options::tuning_file
   std::unordered_map<std::size_t, Plan> auto_plans_;  // by all-reduce bytes
-  std::map<Collective, Plan> fixed_plans_;             // the rest, until set_algorithm
-  std::uint64_t sequence_ = 0;                   // collectives started
+  std::map<Collective, Plan> fixed_plans_;            // the rest, until set_algorithm
+  std::uint64_t sequence_ = 0;                        // collectives started
   std::uint32_t tag_ = kCollectiveTagBit;
   // The call in progress, named only when an error needs it.
   std::string_view call_kind_ = "";
   bool call_numbered_ = false;
+  std::uint64_t call_signature_ = 0;  // of the collective running; 0 for point-to-point
   std::string call_name() const {
     return call_numbered_ ? std::string(call_kind_) + " #" + std::to_string(sequence_)
                           : std::string(call_kind_);
@@ -282,7 +284,8 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     local_size_ = static_cast<int>(std::count(nodes.begin(), nodes.end(), node_name_));
     local_rank_ = static_cast<int>(std::count(nodes.begin(), nodes.begin() + rank_, node_name_));
     for (const auto& n : nodes)
-      node_index_.push_back(static_cast<int>(std::find(order.begin(), order.end(), n) - order.begin()));
+      node_index_.push_back(
+          static_cast<int>(std::find(order.begin(), order.end(), n) - order.begin()));
   } else {
     node_index_ = {0};
     numa_of_ = {numa_node_of_cpu(::sched_getcpu())};
@@ -333,8 +336,8 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
   layout_.hosts = node_count_;
   layout_.ranks_per_host = local_size_;
   for (int r = 0; r < size_; ++r)
-    if (std::count(node_index_.begin(), node_index_.end(), node_index_[static_cast<std::size_t>(r)]) !=
-        local_size_)
+    if (std::count(node_index_.begin(), node_index_.end(),
+                   node_index_[static_cast<std::size_t>(r)]) != local_size_)
       layout_.ranks_per_host = 0;
   layout_.intra = costs_of(options_.transport != "auto" ? options_.transport : "shm");
   layout_.inter = costs_of(options_.transport != "auto" ? options_.transport : "tcp");
@@ -388,6 +391,7 @@ RequestPtr Communicator::Impl::start(Request::Kind kind, int peer, void* buffer,
   request->kind = kind;
   request->peer = peer;
   request->tag = tag;
+  request->signature = call_signature_;
   request->buffer = buffer;
   request->bytes = bytes;
   request->reduction = reduction;
@@ -419,8 +423,7 @@ RequestPtr Communicator::Impl::post(Request::Kind kind, int peer, void* buffer, 
     staged.destination = nullptr;
     kernels::narrow(staged.staging.data(), call_wire_, static_cast<const float*>(buffer), count);
   }
-  RequestPtr request =
-      start(kind, peer, staged.staging.data(), staged.staging.size(), tag, {});
+  RequestPtr request = start(kind, peer, staged.staging.data(), staged.staging.size(), tag, {});
   staged_.emplace(request.get(), std::move(staged));
   return request;
 }
@@ -525,9 +528,9 @@ const Plan& Communicator::Impl::plan_for(Collective collective, std::size_t byte
   if (fixed != fixed_plans_.end()) return fixed->second;
   const bool implemented =
       AlgorithmRegistry::instance().find(options_.algorithm, collective) != nullptr;
-  return fixed_plans_[collective] = {implemented ? options_.algorithm
-                                                 : kDefaultAlgorithm.at(collective),
-                                     options_.chunk_bytes, 0};
+  return fixed_plans_[collective] = {
+             implemented ? options_.algorithm : kDefaultAlgorithm.at(collective),
+             options_.chunk_bytes, 0};
 }
 
 void Communicator::Impl::round_through_wire(void* data, std::size_t count) {
@@ -588,13 +591,17 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   call_numbered_ = true;
   deadline_ = Clock::now() + options_.timeout;
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
-  const bool reduces = collective == Collective::allreduce || collective == Collective::reduce_scatter;
+  const bool reduces =
+      collective == Collective::allreduce || collective == Collective::reduce_scatter;
   call_wire_ = reduces && args.type == DataType::f32 && size_ > 1 ? options_.wire : DataType::f32;
   const bool narrowed = call_wire_ != DataType::f32;
   const std::size_t bytes = args.count * size_of(args.type);
   const Plan& plan = plan_for(collective, narrowed ? bytes / 2 : bytes);
   call_chunk_bytes_ = plan.chunk_bytes;
   const CollectiveFn* fn = AlgorithmRegistry::instance().find(plan.algorithm, collective);
+  call_signature_ =
+      pack({collective, args.type, args.op, AlgorithmRegistry::instance().index_of(plan.algorithm),
+            args.root, args.count});
   CollectiveArgs effective = args;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
   try {
@@ -631,6 +638,7 @@ void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::s
                           peer);
   call_kind_ = operation;
   call_numbered_ = false;
+  call_signature_ = 0;
   deadline_ = Clock::now() + options_.timeout;
   try {
     wait(start(kind, peer, buffer, bytes, static_cast<std::uint32_t>(tag)));
@@ -699,8 +707,9 @@ std::string Communicator::algorithm_name() const {
 
 std::string Communicator::transport_to(int peer) const {
   if (peer < 0 || peer >= size())
-    throw InvalidArgument("transport_to", "peer " + std::to_string(peer) + " is not a rank of this " +
-                                              std::to_string(size()) + "-rank communicator",
+    throw InvalidArgument("transport_to",
+                          "peer " + std::to_string(peer) + " is not a rank of this " +
+                              std::to_string(size()) + "-rank communicator",
                           rank());
   Transport* t = impl_->route_[static_cast<std::size_t>(peer)];
   return t == nullptr ? "self" : std::string(t->name());

@@ -1,5 +1,7 @@
 #include "src/request.hpp"
 
+#include "src/call_signature.hpp"
+
 #include <cstdio>
 
 namespace arcoll {
@@ -16,10 +18,17 @@ std::string Request::describe() const {
          hex_tag(tag) + ")";
 }
 
-std::string Request::size_mismatch(std::uint64_t arrived) const {
-  return "rank " + std::to_string(peer) + " sent " + std::to_string(arrived) +
-         " B where this rank expected " + std::to_string(bytes) + " B (tag " + hex_tag(tag) +
-         "): do all ranks pass the same count and type?";
+std::string Request::mismatch(std::uint64_t arrived_bytes, std::uint64_t arrived_signature) const {
+  if (arrived_signature != signature)
+    return "call mismatch: rank " + std::to_string(peer) + " is in " +
+           describe_signature(arrived_signature) + " where this rank is in " +
+           describe_signature(signature) + " (tag " + hex_tag(tag) +
+           "): do all ranks make the same calls, with the same count, type, op and root?";
+  if (arrived_bytes != bytes)
+    return "rank " + std::to_string(peer) + " sent " + std::to_string(arrived_bytes) +
+           " B where this rank expected " + std::to_string(bytes) + " B (tag " + hex_tag(tag) +
+           "): do all ranks pass the same count and type?";
+  return {};
 }
 
 }  // namespace arcoll

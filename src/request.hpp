@@ -19,6 +19,9 @@ struct Request {
   Kind kind = Kind::send;
   int peer = 0;
   std::uint32_t tag = 0;
+  // The collective call this message belongs to (call_signature.hpp), 0 for point-to-point;
+  // carried in the message header, compared by the receive that takes it.
+  std::uint64_t signature = 0;
   void* buffer = nullptr;  // const for sends
   std::size_t bytes = 0;
   // A receive that reduces: the message lands combined element-wise with `with` (which may be
@@ -36,8 +39,9 @@ struct Request {
   std::exception_ptr error;  // set together with done when the transfer failed
 
   std::string describe() const;  // "recv of 1048576 B from rank 3 (tag 0x80000012)"
-  // Why a receive cannot take a message of `arrived` bytes (every transport says it alike).
-  std::string size_mismatch(std::uint64_t arrived) const;
+  // Why this receive cannot take a message of `bytes` sent by a call with `signature`; empty
+  // when it can (every transport says it alike).
+  std::string mismatch(std::uint64_t bytes, std::uint64_t signature) const;
 };
 
 // "0x80000012": how tags appear in messages.

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <list>
@@ -35,6 +36,97 @@ std::string validate(const RequestHeader& header) {
   return {};
 }
 
+namespace {
+
+std::string reply_bytes(Status status, const std::string& value) {
+  ReplyHeader header{kMagic,
+                     static_cast<std::uint8_t>(status),
+                     {0, 0, 0},
+                     static_cast<std::uint32_t>(value.size())};
+  std::string out(reinterpret_cast<const char*>(&header), sizeof header);
+  return out + value;
+}
+
+// A get waits at most this long, whatever it asks: a deadline stays far from overflow.
+constexpr std::int64_t kMaxWaitMs = 24ll * 3600 * 1000;
+
+}  // namespace
+
+std::string Table::handle(int client, std::string& in, const Reply& reply) {
+  while (in.size() >= sizeof(RequestHeader)) {
+    RequestHeader header;
+    std::memcpy(&header, in.data(), sizeof header);
+    if (std::string why = validate(header); !why.empty()) return why;
+    const std::size_t total = sizeof header + header.key_len + header.value_len;
+    if (in.size() < total) return {};
+    std::string key = in.substr(sizeof header, header.key_len);
+    std::string value = in.substr(sizeof header + header.key_len, header.value_len);
+    in.erase(0, total);
+    switch (static_cast<Type>(header.type)) {
+      case Type::set:
+        data_[key] = std::move(value);
+        reply(client, reply_bytes(Status::ok, {}));
+        wake(key, reply);
+        break;
+      case Type::get:
+        if (auto it = data_.find(key); it != data_.end()) {
+          reply(client, reply_bytes(Status::ok, it->second));
+        } else {
+          const auto wait =
+              std::chrono::milliseconds(std::clamp<std::int64_t>(header.arg, 0, kMaxWaitMs));
+          waiters_.push_back(Waiter{client, key, net::Clock::now() + wait});
+        }
+        break;
+      case Type::add: {
+        // Unsigned arithmetic: counters wrap instead of overflowing.
+        std::uint64_t current = 0;
+        if (auto it = data_.find(key); it != data_.end() && it->second.size() == sizeof current)
+          std::memcpy(&current, it->second.data(), sizeof current);
+        current += static_cast<std::uint64_t>(header.arg);
+        std::string stored(reinterpret_cast<const char*>(&current), sizeof current);
+        data_[key] = stored;
+        reply(client, reply_bytes(Status::ok, stored));
+        wake(key, reply);
+        break;
+      }
+    }
+  }
+  return {};
+}
+
+void Table::wake(const std::string& key, const Reply& reply) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->key != key) {
+      ++it;
+      continue;
+    }
+    reply(it->client, reply_bytes(Status::ok, data_[key]));
+    it = waiters_.erase(it);
+  }
+}
+
+void Table::expire(net::Clock::time_point now, const Reply& reply) {
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    reply(it->client, reply_bytes(Status::missing, {}));
+    it = waiters_.erase(it);
+  }
+}
+
+void Table::drop(int client) {
+  waiters_.remove_if([client](const Waiter& w) { return w.client == client; });
+}
+
+std::optional<net::Clock::time_point> Table::next_deadline() const {
+  std::optional<net::Clock::time_point> earliest;
+  for (const Waiter& w : waiters_)
+    if (!earliest || w.deadline < *earliest) earliest = w.deadline;
+  return earliest;
+}
+
 }  // namespace store_protocol
 
 using namespace store_protocol;
@@ -50,21 +142,6 @@ struct Client {
   std::string out;  // reply bytes not yet sent
 };
 
-struct Waiter {
-  int client_id;
-  std::string key;
-  net::Clock::time_point deadline;
-};
-
-std::string reply_bytes(Status status, const std::string& value) {
-  ReplyHeader header{kMagic,
-                     static_cast<std::uint8_t>(status),
-                     {0, 0, 0},
-                     static_cast<std::uint32_t>(value.size())};
-  std::string out(reinterpret_cast<const char*>(&header), sizeof header);
-  return out + value;
-}
-
 }  // namespace
 
 struct StoreServer::State {
@@ -72,8 +149,11 @@ struct StoreServer::State {
   net::Fd wake_read, wake_write;
   std::map<int, Client> clients;  // by id
   int next_id = 0;
-  std::map<std::string, std::string> data;
-  std::list<Waiter> waiters;
+  Table table;
+  // Replies go to the client's output, unless it is gone.
+  Table::Reply reply = [this](int id, std::string bytes) {
+    if (auto c = clients.find(id); c != clients.end()) c->second.out += bytes;
+  };
 
   void accept_clients() {
     while (true) {
@@ -94,74 +174,15 @@ struct StoreServer::State {
 
   // Parses complete requests in client `id`; false when the client must be dropped.
   bool handle_input(int id, Client& c) {
-    while (c.in.size() >= sizeof(RequestHeader)) {
-      RequestHeader header;
-      std::memcpy(&header, c.in.data(), sizeof header);
-      if (std::string why = validate(header); !why.empty()) {
-        log::warn("rendezvous store: rejected connection from " + c.peer + ": " + why);
-        return false;
-      }
-      std::size_t total = sizeof header + header.key_len + header.value_len;
-      if (c.in.size() < total) return true;
-      std::string key = c.in.substr(sizeof header, header.key_len);
-      std::string value = c.in.substr(sizeof header + header.key_len, header.value_len);
-      c.in.erase(0, total);
-      switch (static_cast<Type>(header.type)) {
-        case Type::set:
-          data[key] = value;
-          c.out += reply_bytes(Status::ok, {});
-          wake_waiters(key);
-          break;
-        case Type::get:
-          if (auto it = data.find(key); it != data.end()) {
-            c.out += reply_bytes(Status::ok, it->second);
-          } else {
-            auto wait = std::chrono::milliseconds(std::max<std::int64_t>(header.arg, 0));
-            waiters.push_back(Waiter{id, key, net::Clock::now() + wait});
-          }
-          break;
-        case Type::add: {
-          std::int64_t current = 0;
-          if (auto it = data.find(key); it != data.end() && it->second.size() == sizeof current)
-            std::memcpy(&current, it->second.data(), sizeof current);
-          current += header.arg;
-          std::string stored(reinterpret_cast<const char*>(&current), sizeof current);
-          data[key] = stored;
-          c.out += reply_bytes(Status::ok, stored);
-          wake_waiters(key);
-          break;
-        }
-      }
+    if (std::string why = table.handle(id, c.in, reply); !why.empty()) {
+      log::warn("rendezvous store: rejected connection from " + c.peer + ": " + why);
+      return false;
     }
     return true;
   }
 
-  void wake_waiters(const std::string& key) {
-    for (auto it = waiters.begin(); it != waiters.end();) {
-      if (it->key != key) {
-        ++it;
-        continue;
-      }
-      if (auto c = clients.find(it->client_id); c != clients.end())
-        c->second.out += reply_bytes(Status::ok, data[key]);
-      it = waiters.erase(it);
-    }
-  }
-
-  void expire_waiters(net::Clock::time_point now) {
-    for (auto it = waiters.begin(); it != waiters.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
-      }
-      if (auto c = clients.find(it->client_id); c != clients.end())
-        c->second.out += reply_bytes(Status::missing, {});
-      it = waiters.erase(it);
-    }
-  }
-
   void drop(int id) {
-    waiters.remove_if([id](const Waiter& w) { return w.client_id == id; });
+    table.drop(id);
     clients.erase(id);
   }
 };
@@ -199,12 +220,8 @@ void StoreServer::serve() {
       fds.push_back({c.fd.get(), events, 0});
       ids.push_back(id);
     }
-    int timeout = -1;
-    if (!s.waiters.empty()) {
-      auto earliest = s.waiters.front().deadline;
-      for (auto& w : s.waiters) earliest = std::min(earliest, w.deadline);
-      timeout = net::poll_timeout_ms(earliest);
-    }
+    const auto earliest = s.table.next_deadline();
+    const int timeout = earliest ? net::poll_timeout_ms(*earliest) : -1;
     int ready = ::poll(fds.data(), fds.size(), timeout);
     if (ready < 0 && errno != EINTR) {
       log::error(std::string("rendezvous store: poll(): ") + std::strerror(errno));
@@ -237,7 +254,7 @@ void StoreServer::serve() {
       }
       if (!keep) s.drop(id);
     }
-    s.expire_waiters(net::Clock::now());
+    s.table.expire(net::Clock::now(), s.reply);
   }
 }
 

@@ -10,6 +10,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +51,31 @@ struct ReplyHeader {
 
 // Empty when the header is acceptable, else why not.
 std::string validate(const RequestHeader& header);
+
+// The store's data and the requests acting on it, apart from sockets: the server feeds it the
+// bytes its clients send, a fuzzer feeds it anything.
+class Table {
+ public:
+  // Receives `bytes` for `client`; called for every reply, to this client or to one that waited.
+  using Reply = std::function<void(int client, std::string bytes)>;
+  // Applies the complete requests at the front of `in` from `client` (consumed), replying
+  // through `reply`. Returns why the client must be dropped, empty if it may stay.
+  std::string handle(int client, std::string& in, const Reply& reply);
+  // Answers "missing" to the gets whose wait ended by `now`.
+  void expire(net::Clock::time_point now, const Reply& reply);
+  void drop(int client);
+  std::optional<net::Clock::time_point> next_deadline() const;
+
+ private:
+  struct Waiter {
+    int client;
+    std::string key;
+    net::Clock::time_point deadline;
+  };
+  void wake(const std::string& key, const Reply& reply);
+  std::map<std::string, std::string> data_;
+  std::list<Waiter> waiters_;
+};
 }  // namespace store_protocol
 
 class StoreServer {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "arcoll/error.hpp"
@@ -153,27 +154,79 @@ TEST(Errors, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
   });
 }
 
-TEST(Errors, MismatchedCountsAcrossRanksAreReported) {
+// Runs `call` on 3 ranks, rank 2 with `odd` = true, then a barrier; every rank must fail
+// (none may pass silently, hang or crash) and a rank that saw the mismatch must name both
+// calls. Ranks whose part of the call ended before the mismatch showed (a broadcast's root)
+// learn of it in their next call.
+// A mismatch where no rank sends what another receives (each waits for the others) can only
+// end by the timeout (`deadlock`): then the rank that timed out names its call, and the others,
+// told of it, name theirs beside it.
+void expect_mismatch_reported(const std::function<void(Communicator&, bool odd)>& call,
+                              const std::vector<std::string>& expected, bool deadlock = false) {
   LocalLaunchOptions options;
-  options.ranks = 2;
-  options.env = {{"ARCOLL_TIMEOUT", "5"}};
-  auto exits = launch(options, [] {
-    auto comm = Communicator::from_env();
-    // Rank 1 sends more than rank 0 expects.
-    std::vector<float> buffer(comm->rank() == 0 ? 10 : 1000, 1.0f);
+  options.ranks = 3;
+  options.env = {{"ARCOLL_TIMEOUT", deadlock ? "2" : "10"}};
+  auto exits = launch(options, [&] {
     try {
-      comm->allreduce(buffer.data(), buffer.size(), DataType::f32, ReduceOp::sum);
+      // Inside: a rank still joining when another aborts fails here.
+      auto comm = Communicator::from_env();
+      call(*comm, comm->rank() == 2);
+      comm->barrier();
     } catch (const Error& e) {
       std::printf("error: %s\n", e.what());
       return 0;
     }
-    return 2;  // a mismatch must not pass silently
+    return 2;
   });
-  // The rank whose buffer is too small must report it; neither may hang or crash.
-  for (const auto& e : exits) EXPECT_EQ(e.signal, 0) << describe(exits);
-  EXPECT_TRUE(exits[0].ok()) << describe(exits);
-  EXPECT_NE(exits[0].output.find("do all ranks pass the same count"), std::string::npos)
-      << describe(exits);
+  bool named = false;
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    bool all = deadlock || e.output.find("call mismatch") != std::string::npos;
+    for (const std::string& text : expected) all = all && e.output.find(text) != std::string::npos;
+    named = named || all;
+  }
+  EXPECT_TRUE(named) << "no rank named both calls: " << describe(exits);
+  if (deadlock)
+    for (const auto& e : exits)
+      EXPECT_NE(e.output.find("ARCOLL_TIMEOUT"), std::string::npos) << describe(exits);
+}
+
+TEST(Errors, MismatchedCallsAreReportedNamingBothSides) {
+  std::vector<float> buffer(1000, 1.0f);
+  // Counts: the buffers differ in size.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), odd ? 999 : 1000, DataType::f32, ReduceOp::sum);
+      },
+      {"allreduce of 999 f32 (sum", "allreduce of 1000 f32 (sum"});
+  // Same bytes, other type: without the signature this would reduce garbage silently.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), 1000, odd ? DataType::i32 : DataType::f32, ReduceOp::sum);
+      },
+      {"allreduce of 1000 i32", "allreduce of 1000 f32"});
+  // Same bytes and type, other op: a silently wrong result otherwise.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), 1000, DataType::f32, odd ? ReduceOp::max : ReduceOp::sum);
+      },
+      {"(max", "(sum"});
+  // Another collective: rank 2 waits in a broadcast for rank 1, ranks 0 and 1 wait in an
+  // all-reduce for rank 2; nothing moves until the timeout.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        if (odd)
+          comm.broadcast(buffer.data(), 1000, DataType::f32, 0);
+        else
+          comm.allreduce(buffer.data(), 1000, DataType::f32, ReduceOp::sum);
+      },
+      {"broadcast #1 on rank 2", "allreduce #1 on rank"}, true);
+  // Another root.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.broadcast(buffer.data(), 1000, DataType::f32, odd ? 1 : 0);
+      },
+      {"(root 1", "(root 0"});
 }
 
 }  // namespace

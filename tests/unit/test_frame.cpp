@@ -9,36 +9,36 @@ namespace arcoll::tcp {
 namespace {
 
 TEST(Frame, WellFormedHeadersPass) {
-  EXPECT_EQ(validate(make_data_header(7, 0, 0, 0, 0)), "");
-  EXPECT_EQ(validate(make_data_header(7, 3, 1000, 600, 400)), "");
+  EXPECT_EQ(validate(make_data_header(7, 0, 0, 0, 0, 0)), "");
+  EXPECT_EQ(validate(make_data_header(7, 0, 3, 1000, 600, 400)), "");
   EXPECT_EQ(validate(make_control_header(FrameKind::goodbye, 0)), "");
   EXPECT_EQ(validate(make_control_header(FrameKind::abort, 100)), "");
 }
 
 TEST(Frame, EachBrokenFieldIsNamed) {
-  auto h = make_data_header(1, 0, 100, 0, 100);
+  auto h = make_data_header(1, 0, 0, 100, 0, 100);
   h.magic ^= 1;
   EXPECT_NE(validate(h).find("magic"), std::string::npos);
-  h = make_data_header(1, 0, 100, 0, 100);
+  h = make_data_header(1, 0, 0, 100, 0, 100);
   h.version = 9;
   EXPECT_NE(validate(h).find("version"), std::string::npos);
-  h = make_data_header(1, 0, 100, 0, 100);
+  h = make_data_header(1, 0, 0, 100, 0, 100);
   h.kind = 77;
   EXPECT_NE(validate(h).find("kind"), std::string::npos);
-  h = make_data_header(1, 0, 100, 50, 51);  // runs past the message
+  h = make_data_header(1, 0, 0, 100, 50, 51);  // runs past the message
   EXPECT_NE(validate(h).find("outside"), std::string::npos);
-  h = make_data_header(1, 0, kMaxMessageBytes + 1, 0, 1);
+  h = make_data_header(1, 0, 0, kMaxMessageBytes + 1, 0, 1);
   EXPECT_NE(validate(h).find("message size"), std::string::npos);
-  h = make_data_header(1, 0, 1ull << 30, 0, kMaxFramePayload + 1);
+  h = make_data_header(1, 0, 0, 1ull << 30, 0, kMaxFramePayload + 1);
   EXPECT_NE(validate(h).find("payload"), std::string::npos);
-  h = make_data_header(1, 0, 10, 0, 0);
+  h = make_data_header(1, 0, 0, 10, 0, 0);
   EXPECT_NE(validate(h).find("empty frame"), std::string::npos);
   h = make_control_header(FrameKind::goodbye, 0);
   h.length = 5;
   EXPECT_NE(validate(h), "");
   h = make_control_header(FrameKind::abort, kMaxAbortText + 1);
   EXPECT_NE(validate(h), "");
-  h = make_data_header(1, 0, 100, 0, 100);
+  h = make_data_header(1, 0, 0, 100, 0, 100);
   h.reserved = 1;
   EXPECT_NE(validate(h), "");
 }

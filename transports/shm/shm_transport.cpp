@@ -64,8 +64,9 @@ struct Entry {
   std::uint64_t address;        // descriptor: sender's buffer; its send id in `offset`
   std::uint32_t payload;        // fragment or abort text bytes following the entry
   std::uint32_t pad;
+  std::uint64_t signature;  // fragment, descriptor: the collective call it belongs to
 };
-static_assert(sizeof(Entry) == 40 && sizeof(Entry) % 8 == 0);
+static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
 
 struct alignas(64) Ring {
   std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
@@ -159,6 +160,7 @@ std::size_t padded(std::size_t n) {
 // A message being received: into a matched receive, or buffered until one is posted.
 struct Incoming {
   std::uint32_t tag = 0;
+  std::uint64_t signature = 0;
   std::uint64_t bytes = 0;
   std::uint64_t received = 0;
   RequestPtr request;
@@ -182,7 +184,7 @@ struct Outgoing {
 };
 
 Entry control_entry(EntryKind kind, std::uint64_t id = 0, std::uint32_t payload = 0) {
-  return Entry{kind, 0, 0, id, 0, payload, 0};
+  return Entry{kind, 0, 0, id, 0, payload, 0, 0};
 }
 
 struct Peer {
@@ -356,7 +358,8 @@ void ShmTransport::post(const RequestPtr& request) {
     const std::uint64_t id = p.next_send_id++;
     p.awaiting_ack[id] = request;
     enqueue(request->peer, Outgoing(Entry{EntryKind::descriptor, request->tag, request->bytes, id,
-                                          reinterpret_cast<std::uint64_t>(request->buffer), 0, 0}));
+                                          reinterpret_cast<std::uint64_t>(request->buffer), 0, 0,
+                                          request->signature}));
     return;
   }
   const auto* data = static_cast<const char*>(request->buffer);
@@ -364,9 +367,9 @@ void ShmTransport::post(const RequestPtr& request) {
   do {
     const auto n = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(kFragmentBytes, request->bytes - offset));
-    p.outgoing.emplace_back(
-        Entry{EntryKind::fragment, request->tag, request->bytes, offset, 0, n, 0}, data + offset,
-        request, offset + n == request->bytes);
+    p.outgoing.emplace_back(Entry{EntryKind::fragment, request->tag, request->bytes, offset, 0, n,
+                                  0, request->signature},
+                            data + offset, request, offset + n == request->bytes);
     offset += n;
   } while (offset < request->bytes);
   push_outgoing(request->peer);
@@ -471,6 +474,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
   if (first) {
     auto m = std::make_shared<Incoming>();
     m->tag = e.tag;
+    m->signature = e.signature;
     m->bytes = e.message_bytes;
     m->remote = e.kind == EntryKind::descriptor;
     m->address = e.address;
@@ -480,8 +484,8 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
     if (match != p.posted.end()) {
       m->request = *match;
       p.posted.erase(match);
-      if (m->request->bytes != m->bytes) {
-        fail_peer(peer, ErrorCode::invalid_argument, m->request->size_mismatch(m->bytes));
+      if (const std::string why = m->request->mismatch(m->bytes, m->signature); !why.empty()) {
+        fail_peer(peer, ErrorCode::invalid_argument, why);
         return;
       }
     } else if (m->remote) {
@@ -573,8 +577,8 @@ void ShmTransport::post_recv(const RequestPtr& request) {
   }
   std::shared_ptr<Incoming> m = *match;
   p.unexpected.erase(match);
-  if (m->bytes != request->bytes) {
-    fail_peer(peer, ErrorCode::invalid_argument, request->size_mismatch(m->bytes));
+  if (const std::string why = request->mismatch(m->bytes, m->signature); !why.empty()) {
+    fail_peer(peer, ErrorCode::invalid_argument, why);
     return;
   }
   m->request = request;

@@ -2,16 +2,18 @@
 
 namespace arcoll::tcp {
 
-FrameHeader make_data_header(std::uint32_t tag, std::uint64_t sequence, std::uint64_t message_bytes,
-                             std::uint64_t offset, std::uint32_t length) {
+FrameHeader make_data_header(std::uint32_t tag, std::uint64_t signature, std::uint64_t sequence,
+                             std::uint64_t message_bytes, std::uint64_t offset,
+                             std::uint32_t length) {
   return FrameHeader{kFrameMagic, kVersion,      static_cast<std::uint8_t>(FrameKind::data),
                      0,           tag,           length,
-                     sequence,    message_bytes, offset};
+                     sequence,    message_bytes, offset,
+                     signature};
 }
 
 FrameHeader make_control_header(FrameKind kind, std::uint32_t length) {
-  return FrameHeader{kFrameMagic, kVersion, static_cast<std::uint8_t>(kind), 0, 0, length, 0,
-                     length,      0};
+  return FrameHeader{
+      kFrameMagic, kVersion, static_cast<std::uint8_t>(kind), 0, 0, length, 0, length, 0, 0};
 }
 
 Hello make_hello(int rank, int world_size, int socket_index, std::uint64_t job_id) {
@@ -36,9 +38,11 @@ std::string validate(const FrameHeader& h) {
       if (h.length == 0 && h.message_bytes != 0) return "empty frame in a non-empty message";
       return {};
     case FrameKind::abort:
+      if (h.signature != 0) return "call signature on a control frame";
       if (h.length > kMaxAbortText) return "abort reason too long";
       return {};
     case FrameKind::goodbye:
+      if (h.signature != 0) return "call signature on a control frame";
       if (h.length != 0) return "goodbye frame with a payload";
       return {};
   }

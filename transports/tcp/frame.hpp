@@ -2,7 +2,7 @@
 // before use: a stranger or a corrupted stream produces a clear error, never a wild write.
 //
 // A connection starts with a Hello from the connecting rank. Then each direction carries
-// frames: a 40-byte header and `length` payload bytes. A message (one send) is cut into
+// frames: a 48-byte header and `length` payload bytes. A message (one send) is cut into
 // frames striped over the peer's sockets; its first frame always travels on socket 0, so
 // socket 0 reveals messages in send order and receives match them in that order.
 #pragma once
@@ -14,7 +14,7 @@ namespace arcoll::tcp {
 
 inline constexpr std::uint32_t kHelloMagic = 0x48545241;  // "ARTH"
 inline constexpr std::uint32_t kFrameMagic = 0x46545241;  // "ARTF"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::uint32_t kMaxFramePayload = 16u << 20;
 inline constexpr std::uint64_t kMaxMessageBytes = 1ull << 48;
 inline constexpr std::uint32_t kMaxAbortText = 4096;
@@ -41,9 +41,10 @@ struct FrameHeader {
   std::uint64_t sequence;       // message number on this peer pair, from 0
   std::uint64_t message_bytes;  // size of the whole message
   std::uint64_t offset;         // where this frame's payload goes in the message
+  std::uint64_t signature;      // the collective call it belongs to (src/call_signature.hpp)
 };
 #pragma pack(pop)
-static_assert(sizeof(FrameHeader) == 40);
+static_assert(sizeof(FrameHeader) == 48);
 static_assert(sizeof(Hello) == 24);
 
 // What a receiver expects of a Hello on its listening socket.
@@ -53,8 +54,9 @@ struct HelloExpectation {
   int sockets_per_peer;
 };
 
-FrameHeader make_data_header(std::uint32_t tag, std::uint64_t sequence, std::uint64_t message_bytes,
-                             std::uint64_t offset, std::uint32_t length);
+FrameHeader make_data_header(std::uint32_t tag, std::uint64_t signature, std::uint64_t sequence,
+                             std::uint64_t message_bytes, std::uint64_t offset,
+                             std::uint32_t length);
 FrameHeader make_control_header(FrameKind kind, std::uint32_t length);
 Hello make_hello(int rank, int world_size, int socket_index, std::uint64_t job_id);
 

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -15,6 +14,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "arcoll/error.hpp"
 #include "src/log.hpp"
@@ -42,6 +42,7 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 // A message whose first frame has arrived, being received into a request or an eager buffer.
 struct Incoming {
   std::uint32_t tag = 0;
+  std::uint64_t signature = 0;
   std::uint64_t bytes = 0;
   std::uint64_t received = 0;
   RequestPtr request;       // destination when a receive matched
@@ -350,7 +351,8 @@ void TcpTransport::post_send(const RequestPtr& request) {
         static_cast<std::uint32_t>(std::min<std::uint64_t>(kStripeBytes, request->bytes - offset));
     Socket& s = *p.sockets[frame % p.sockets.size()];
     OutFrame& out = s.queue.emplace_back();
-    out.header = make_data_header(request->tag, sequence, request->bytes, offset, length);
+    out.header = make_data_header(request->tag, request->signature, sequence, request->bytes,
+                                  offset, length);
     out.payload = data + offset;
     out.request = request;
     offset += length;
@@ -365,8 +367,8 @@ void TcpTransport::post_recv(const RequestPtr& request) {
                             [&](const auto& m) { return m->tag == request->tag; });
   if (match != p.unexpected.end()) {
     std::shared_ptr<Incoming> m = *match;
-    if (m->bytes != request->bytes) {
-      fail_peer(request->peer, ErrorCode::invalid_argument, request->size_mismatch(m->bytes));
+    if (const std::string why = request->mismatch(m->bytes, m->signature); !why.empty()) {
+      fail_peer(request->peer, ErrorCode::invalid_argument, why);
       request->error = failure_;
       request->done = true;
       return;
@@ -551,10 +553,11 @@ void TcpTransport::reveal(Socket& s) {
                             [&](const RequestPtr& r) { return r->tag == h.tag; });
   auto m = std::make_shared<Incoming>();
   m->tag = h.tag;
+  m->signature = h.signature;
   m->bytes = h.message_bytes;
   if (match != p.posted.end()) {
-    if (h.message_bytes != (*match)->bytes) {
-      fail_peer(s.peer, ErrorCode::invalid_argument, (*match)->size_mismatch(h.message_bytes));
+    if (const std::string why = (*match)->mismatch(h.message_bytes, h.signature); !why.empty()) {
+      fail_peer(s.peer, ErrorCode::invalid_argument, why);
       return;
     }
     m->request = *match;
