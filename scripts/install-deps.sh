@@ -6,7 +6,7 @@ set -euo pipefail
 required=(
   g++ cmake ninja-build pkg-config git python3 procps
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev libssl-dev
   openmpi-bin libopenmpi-dev
 )
 # Detected at configure time; arcoll builds without them.

@@ -258,10 +258,15 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
       net::Fd listener = launch.store_listen_fd >= 0
                              ? net::Fd(launch.store_listen_fd)
                              : net::listen_on(net::numeric_address(master.host), master.port);
-      store_server_ = std::make_unique<StoreServer>(std::move(listener));
+      store_server_ = std::make_unique<StoreServer>(std::move(listener), launch.job_token);
       master = store_server_->endpoint();
     }
-    store_ = std::make_unique<StoreClient>(master, deadline, rank_);
+    store_ = std::make_unique<StoreClient>(master, deadline, rank_, launch.job_token);
+    if (rank_ == 0 && launch.job_token.empty())
+      log::warn(
+          "no job token (ARCOLL_JOB_TOKEN): connections to this job are checked for being "
+          "arcoll's, not for being this job's; launchers other than arcoll's and mpirun "
+          "should set one");
     if (rank_ == 0) {
       std::random_device device;
       std::uint64_t job = (static_cast<std::uint64_t>(device()) << 32) ^ device();
@@ -270,6 +275,7 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     auto job = store_->get("job", deadline);
     if (!job) throw TimeoutError("rendezvous", "rank 0 did not publish the job id", rank_, 0);
     setup.job_id = std::stoull(*job);
+    setup.job_token = launch.job_token;
     setup.store = store_.get();
     setup.listen_address = options_.socket_ifname.empty()
                                ? net::address_reaching(master.host)

@@ -83,8 +83,7 @@ LaunchInfo detect_launch() {
     info.master_addr = *addr;
   else if (auto addr = env::get("MASTER_ADDR"))
     info.master_addr = *addr;
-  if (auto port = env::get_int("ARCOLL_MASTER_PORT"))
-    info.master_port = static_cast<int>(*port);
+  if (auto port = env::get_int("ARCOLL_MASTER_PORT")) info.master_port = static_cast<int>(*port);
   // torch's own store (torchrun's agent, or the job's process group) holds MASTER_PORT on
   // rank 0's host; ours takes the next port.
   else if (auto port = env::get_int("MASTER_PORT"))
@@ -93,6 +92,7 @@ LaunchInfo detect_launch() {
   if (info.master_port < 0 || info.master_port > 65535)
     throw ConfigurationError(
         "launch", "master port " + std::to_string(info.master_port) + " is not a TCP port");
+  if (auto token = env::get("ARCOLL_JOB_TOKEN")) info.job_token = *token;
   if (info.rank == 0)
     if (auto fd = env::get_int("ARCOLL_STORE_LISTEN_FD"))
       info.store_listen_fd = static_cast<int>(*fd);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
+#include "src/auth.hpp"
 #include "src/socket.hpp"
 
 namespace arcoll {
@@ -46,8 +47,9 @@ struct Child {
   bool running = true;
 };
 
-[[noreturn]] void run_child(int rank, const LocalLaunchOptions& options, int port, int listen_fd,
-                            int output_fd, const std::function<int()>& body) {
+[[noreturn]] void run_child(int rank, const LocalLaunchOptions& options, int port,
+                            const std::string& token, int listen_fd, int output_fd,
+                            const std::function<int()>& body) {
   for (const char* name : kForeignLaunchVariables) ::unsetenv(name);
   ::setenv("ARCOLL_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("ARCOLL_WORLD_SIZE", std::to_string(options.ranks).c_str(), 1);
@@ -55,6 +57,7 @@ struct Child {
   ::setenv("ARCOLL_LOCAL_SIZE", std::to_string(options.ranks).c_str(), 1);
   ::setenv("ARCOLL_MASTER_ADDR", "127.0.0.1", 1);
   ::setenv("ARCOLL_MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("ARCOLL_JOB_TOKEN", token.c_str(), 1);
   for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
   if (rank == 0) {
     ::fcntl(listen_fd, F_SETFD, 0);
@@ -144,6 +147,9 @@ std::vector<RankExit> run_local_ranks(const LocalLaunchOptions& options,
   if (started > options.ranks) throw InvalidArgument("local launch", "started_ranks exceeds ranks");
   net::Fd listener = net::listen_on("127.0.0.1", 0);
   const int port = net::local_endpoint(listener.get()).port;
+  // The job's secret: the user's, else a new one (options.env may still override it).
+  const char* given = std::getenv("ARCOLL_JOB_TOKEN");
+  const std::string token = given != nullptr && *given != '\0' ? given : auth::new_token();
   std::fflush(nullptr);
 
   const auto launch_time = Clock::now();
@@ -164,7 +170,7 @@ std::vector<RankExit> run_local_ranks(const LocalLaunchOptions& options,
       for (int other = 0; other < r; ++other)
         if (children[static_cast<std::size_t>(other)].output_fd >= 0)
           ::close(children[static_cast<std::size_t>(other)].output_fd);
-      run_child(r, options, port, listener.get(), piped ? pipe_fds[1] : -1, body);
+      run_child(r, options, port, token, listener.get(), piped ? pipe_fds[1] : -1, body);
     }
     if (piped) {
       ::close(pipe_fds[1]);

@@ -1,5 +1,7 @@
 #include "src/mpi_bootstrap.hpp"
 
+#include "src/auth.hpp"
+
 #include <mpi.h>
 
 #include <cstdlib>
@@ -49,6 +51,14 @@ void share_master_address(LaunchInfo& info) {
     info.store_listen_fd = listener.release();
   }
   MPI_Bcast(address, sizeof address, MPI_CHAR, 0, MPI_COMM_WORLD);
+  // The job's token, made by rank 0 unless the user gave one: MPI's channel is the job's own.
+  char token[128] = {};
+  if (info.rank == 0) {
+    const std::string chosen = info.job_token.empty() ? auth::new_token() : info.job_token;
+    std::snprintf(token, sizeof token, "%s", chosen.c_str());
+  }
+  MPI_Bcast(token, sizeof token, MPI_CHAR, 0, MPI_COMM_WORLD);
+  info.job_token = token;
   net::Endpoint endpoint;
   if (!net::parse_endpoint(address, endpoint))
     throw ConfigurationError("launch", "rank 0 sent a malformed address through MPI", info.rank);

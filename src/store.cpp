@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "arcoll/error.hpp"
+#include "src/auth.hpp"
 #include "src/log.hpp"
 
 namespace arcoll {
@@ -138,6 +139,8 @@ constexpr std::size_t kMaxClients = 4096;
 struct Client {
   net::Fd fd;
   std::string peer;
+  auth::Challenge challenge{};
+  bool authenticated = false;
   std::string in;   // bytes received, not yet parsed
   std::string out;  // reply bytes not yet sent
 };
@@ -145,6 +148,7 @@ struct Client {
 }  // namespace
 
 struct StoreServer::State {
+  std::string token;
   net::Fd listener;
   net::Fd wake_read, wake_write;
   std::map<int, Client> clients;  // by id
@@ -168,12 +172,28 @@ struct StoreServer::State {
       Client c;
       c.fd.reset(fd);
       c.peer = net::peer_address(fd);
+      c.challenge = auth::make_challenge();
+      // A fresh socket's buffer takes these few bytes at once.
+      if (::send(fd, &c.challenge, sizeof c.challenge, MSG_NOSIGNAL) != sizeof c.challenge)
+        continue;
       clients.emplace(next_id++, std::move(c));
     }
   }
 
   // Parses complete requests in client `id`; false when the client must be dropped.
   bool handle_input(int id, Client& c) {
+    if (!c.authenticated) {
+      auth::Mac mac;
+      if (c.in.size() < mac.size()) return true;
+      std::memcpy(mac.data(), c.in.data(), mac.size());
+      if (!auth::same(mac, auth::answer(token, "store", c.challenge))) {
+        log::warn("rendezvous store: rejected connection from " + c.peer +
+                  ": wrong or missing job token (ARCOLL_JOB_TOKEN)");
+        return false;
+      }
+      c.in.erase(0, mac.size());
+      c.authenticated = true;
+    }
     if (std::string why = table.handle(id, c.in, reply); !why.empty()) {
       log::warn("rendezvous store: rejected connection from " + c.peer + ": " + why);
       return false;
@@ -187,7 +207,8 @@ struct StoreServer::State {
   }
 };
 
-StoreServer::StoreServer(net::Fd listener) : state_(std::make_unique<State>()) {
+StoreServer::StoreServer(net::Fd listener, std::string token) : state_(std::make_unique<State>()) {
+  state_->token = std::move(token);
   endpoint_ = net::local_endpoint(listener.get());
   net::set_nonblocking(listener.get());
   state_->listener = std::move(listener);
@@ -258,7 +279,8 @@ void StoreServer::serve() {
   }
 }
 
-StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank)
+StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
+                         const std::string& token)
     : endpoint_(endpoint), rank_(rank) {
   std::string why;
   fd_ = net::connect_until(endpoint, deadline, why);
@@ -269,6 +291,16 @@ StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point d
                            "); is rank 0 running, and is the master address/port right?",
                        rank, 0);
   net::set_nodelay(fd_.get());
+  auth::Challenge challenge{};
+  if (!net::read_all(fd_.get(), &challenge, sizeof challenge, deadline, "rendezvous"))
+    throw TimeoutError("rendezvous", "rank 0's store at " + endpoint.str() + " sent no challenge",
+                       rank, 0);
+  if (challenge.magic != auth::kChallengeMagic)
+    throw ProtocolError("rendezvous", endpoint.str() + " is not an arcoll rendezvous store", rank,
+                        0);
+  const auth::Mac mac = auth::answer(token, "store", challenge);
+  if (!net::write_all(fd_.get(), mac.data(), mac.size(), deadline, "rendezvous"))
+    throw TimeoutError("rendezvous", "rank 0's store did not take the handshake", rank, 0);
 }
 
 std::optional<std::string> StoreClient::round_trip(Type type, const std::string& key,

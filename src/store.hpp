@@ -5,7 +5,9 @@
 //   request: magic u32 'ARKV', version u16, type u8 (set/get/add), pad u8, key_len u32,
 //            value_len u32, arg i64 (get: wait in ms; add: delta), key, value
 //   reply:   magic u32, status u8 (ok/missing), pad u8[3], value_len u32, value
-// Anything else is logged and the connection dropped; the store keeps serving the job.
+// Before its first request a client answers the server's challenge (src/auth.hpp) with the
+// job token; a wrong answer, or anything else malformed, is logged and the connection
+// dropped; the store keeps serving the job.
 #pragma once
 
 #include <chrono>
@@ -80,8 +82,8 @@ class Table {
 
 class StoreServer {
  public:
-  // Serves on `listener` (a listening socket, taken over).
-  explicit StoreServer(net::Fd listener);
+  // Serves on `listener` (a listening socket, taken over) the clients that know `token`.
+  StoreServer(net::Fd listener, std::string token);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -97,8 +99,10 @@ class StoreServer {
 
 class StoreClient {
  public:
-  // Connects, retrying until `deadline`; TimeoutError naming rank 0 on expiry.
-  StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank);
+  // Connects, retrying until `deadline`, and answers the server's challenge with `token`;
+  // TimeoutError naming rank 0 on expiry.
+  StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
+              const std::string& token);
   void set(const std::string& key, const std::string& value);
   // Waits until `key` exists or `deadline` passes (nullopt).
   std::optional<std::string> get(const std::string& key, net::Clock::time_point deadline);

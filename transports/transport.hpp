@@ -30,6 +30,7 @@ struct TransportSetup {
   const Options* options = nullptr;
   std::string listen_address;              // local IPv4 address to listen on
   std::uint64_t job_id = 0;                // shared by every rank of this job
+  std::string job_token;                   // the job's secret (src/auth.hpp); may be empty
   net::Clock::time_point deadline;         // for connection setup
   std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
   bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)

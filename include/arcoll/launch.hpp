@@ -14,7 +14,10 @@ struct LaunchInfo {
   std::string master_addr;  // rendezvous store host (rank 0); may be empty for world size 1
   int master_port = 0;
   int store_listen_fd = -1;  // a listening socket handed to rank 0 by the local launcher
-  std::string source;        // "arcoll", "openmpi", "pmix", "pmi", "slurm", "torchrun", "default"
+  // The job's secret: only processes that know it may connect (ARCOLL_JOB_TOKEN; made by the
+  // local launcher and, under mpirun, by rank 0 and shared through MPI). Empty: none.
+  std::string job_token;
+  std::string source;  // "arcoll", "openmpi", "pmix", "pmi", "slurm", "torchrun", "default"
 };
 
 // Detects rank and size from, in order: ARCOLL_*, Open MPI, PMIx, PMI, Slurm, torchrun.

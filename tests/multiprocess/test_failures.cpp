@@ -14,10 +14,12 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
+#include "src/auth.hpp"
 #include "src/socket.hpp"
 #include "src/store.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
+#include "transports/tcp/frame.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -122,6 +124,26 @@ bool poke(const net::Endpoint& endpoint, const std::string& bytes) {
   return true;
 }
 
+// Answers the listener's challenge at `endpoint` correctly but under `token`, as the store's
+// first request or a TCP rank's Hello (claiming to be the last rank of a 3-rank job).
+void handshake_as_stranger(const net::Endpoint& endpoint, const std::string& token, bool store) {
+  std::string why;
+  net::Fd fd = net::connect_until(endpoint, Clock::now() + std::chrono::seconds(1), why);
+  auth::Challenge challenge{};
+  if (!fd || !net::read_all(fd.get(), &challenge, sizeof challenge,
+                            Clock::now() + std::chrono::seconds(1), "stranger"))
+    return;
+  const tcp::Hello hello = tcp::make_hello(2, 3, 0, 0);
+  const std::string_view said =
+      store ? std::string_view()
+            : std::string_view(reinterpret_cast<const char*>(&hello), sizeof hello);
+  const auth::Mac mac = auth::answer(token, store ? "store" : "tcp", challenge, said);
+  std::string bytes(said);
+  bytes.append(reinterpret_cast<const char*>(mac.data()), mac.size());
+  ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
   LocalLaunchOptions options;
   options.ranks = 3;
@@ -140,7 +162,9 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
         };
         net::Endpoint store{std::getenv("ARCOLL_MASTER_ADDR"),
                             std::atoi(std::getenv("ARCOLL_MASTER_PORT"))};
-        StoreClient reader(store, Clock::now() + std::chrono::seconds(5), 1);
+        // The stranger thread lives in a rank: it reads the addresses as a rank would.
+        StoreClient reader(store, Clock::now() + std::chrono::seconds(5), 1,
+                           std::getenv("ARCOLL_JOB_TOKEN"));
         std::vector<net::Endpoint> targets{store};
         for (int r = 0; r < 3 && transport_forced("tcp"); ++r) {
           net::Endpoint e;
@@ -158,6 +182,9 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
           std::string store_request = random_bytes(64);
           std::memcpy(store_request.data(), "ARKV", 4);
           poke(t, store_request);
+          // A well-formed handshake under a wrong token, and under none.
+          for (const std::string& token : {std::string("guess"), std::string()})
+            handshake_as_stranger(t, token, t.port == store.port);
         }
         stranger_done = true;
       });
@@ -187,9 +214,11 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
     EXPECT_TRUE(e.ok()) << describe(exits);
     all_output += e.output;
   }
-  // Rejections were logged by the store (rank 0) and by every rank's TCP transport.
+  // Rejections were logged by the store (rank 0) and by every rank's TCP transport, those of
+  // the handshakes under a wrong token as such.
   EXPECT_NE(all_output.find("rendezvous store: rejected connection"), std::string::npos)
       << all_output;
+  EXPECT_NE(all_output.find("wrong or missing job token"), std::string::npos) << all_output;
   for (int r = 0; r < 3 && transport_forced("tcp"); ++r)
     EXPECT_NE(exits[static_cast<std::size_t>(r)].output.find("tcp transport: rejected connection"),
               std::string::npos)

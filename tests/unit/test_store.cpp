@@ -13,9 +13,11 @@ namespace {
 using namespace std::chrono_literals;
 using net::Clock;
 
+const std::string kToken = "job-secret";
+
 struct StoreFixture : ::testing::Test {
-  StoreServer server{net::listen_on("127.0.0.1", 0)};
-  StoreClient client{server.endpoint(), Clock::now() + 5s, 0};
+  StoreServer server{net::listen_on("127.0.0.1", 0), kToken};
+  StoreClient client{server.endpoint(), Clock::now() + 5s, 0, kToken};
 };
 
 TEST_F(StoreFixture, SetThenGet) {
@@ -29,7 +31,7 @@ TEST_F(StoreFixture, SetThenGet) {
 
 TEST_F(StoreFixture, GetWaitsForALaterSetFromAnotherClient) {
   std::thread writer([&] {
-    StoreClient other(server.endpoint(), Clock::now() + 5s, 1);
+    StoreClient other(server.endpoint(), Clock::now() + 5s, 1, kToken);
     std::this_thread::sleep_for(100ms);
     other.set("late", "value");
   });
@@ -60,6 +62,15 @@ TEST_F(StoreFixture, OversizedKeysAreRefusedBeforeSending) {
   EXPECT_EQ(client.get("still", Clock::now() + 1s), "works");
 }
 
+TEST_F(StoreFixture, ClientsWithoutTheJobTokenAreRefused) {
+  client.set("k", "v");
+  for (const std::string& token : {std::string("guess"), std::string()}) {
+    StoreClient stranger(server.endpoint(), Clock::now() + 5s, 7, token);
+    EXPECT_THROW(stranger.get("k", Clock::now() + 1s), Error) << "token '" << token << "'";
+  }
+  EXPECT_EQ(client.get("k", Clock::now() + 1s), "v");
+}
+
 TEST_F(StoreFixture, GarbageFromAStrangerDoesNotDisturbOthers) {
   for (const std::string& garbage :
        {std::string(100, '\xff'), std::string("ARKV") + std::string(60, '\x7f'),
@@ -78,7 +89,7 @@ TEST(StoreClient, UnreachableStoreTimesOutNamingRankZero) {
   net::Endpoint endpoint = net::local_endpoint(net::listen_on("127.0.0.1", 0).get());
   auto start = Clock::now();
   try {
-    StoreClient client(endpoint, Clock::now() + 500ms, 3);
+    StoreClient client(endpoint, Clock::now() + 500ms, 3, kToken);
     FAIL() << "connected to a closed port";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();

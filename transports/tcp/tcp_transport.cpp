@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
+#include "src/auth.hpp"
 #include "src/log.hpp"
 #include "src/store.hpp"
 #include "transports/tcp/frame.hpp"
@@ -96,10 +97,17 @@ struct Peer {
   }
 };
 
+// An accepted connection until its Hello, and the answer to our challenge, have arrived.
 struct PendingConnection {
   net::Fd fd;
   std::string address;
-  Hello hello{};
+  auth::Challenge challenge{};
+#pragma pack(push, 1)
+  struct {
+    Hello hello;
+    auth::Mac mac;
+  } handshake{};
+#pragma pack(pop)
   std::size_t got = 0;
   Clock::time_point since;
 };
@@ -150,6 +158,7 @@ class TcpTransport final : public Transport {
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
   HelloExpectation expect_;
+  std::string job_token_;  // what connecting ranks must prove they know
   net::Fd listener_;
   net::Fd epoll_;
   std::vector<Peer> peers_;
@@ -167,6 +176,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
       busy_poll_(setup.busy_poll),
       poll_yields_(setup.poll_yields),
       expect_{setup.job_id, setup.size, setup.options->sockets_per_peer},
+      job_token_(setup.job_token),
       peers_(static_cast<std::size_t>(setup.size)) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_)
@@ -220,8 +230,18 @@ void TcpTransport::connect_lower_ranks(const TransportSetup& setup) {
       std::string why;
       net::Fd fd = net::connect_until(endpoint, setup.deadline, why);
       if (!fd) throw TimeoutError("tcp setup", "cannot connect: " + why, rank_, p);
-      Hello hello = make_hello(rank_, size_, k, setup.job_id);
-      if (!net::write_all(fd.get(), &hello, sizeof hello, setup.deadline, "tcp setup"))
+      // The listener's challenge, then our Hello with the answer under the job token.
+      auth::Challenge challenge{};
+      if (!net::read_all(fd.get(), &challenge, sizeof challenge, setup.deadline, "tcp setup"))
+        throw TimeoutError("tcp setup", "handshake timed out", rank_, p);
+      if (challenge.magic != auth::kChallengeMagic)
+        throw ProtocolError("tcp setup", endpoint.str() + " is not an arcoll rank", rank_, p);
+      const Hello hello = make_hello(rank_, size_, k, setup.job_id);
+      const auth::Mac mac =
+          auth::answer(setup.job_token, "tcp", challenge,
+                       std::string_view(reinterpret_cast<const char*>(&hello), sizeof hello));
+      if (!net::write_all(fd.get(), &hello, sizeof hello, setup.deadline, "tcp setup") ||
+          !net::write_all(fd.get(), mac.data(), mac.size(), setup.deadline, "tcp setup"))
         throw TimeoutError("tcp setup", "handshake timed out", rank_, p);
       add_socket(std::move(fd), p, k);
     }
@@ -261,6 +281,12 @@ void TcpTransport::accept_connections() {
     c.fd.reset(fd);
     c.address = net::peer_address(fd);
     c.since = Clock::now();
+    c.challenge = auth::make_challenge();
+    // A fresh socket's buffer takes these few bytes at once.
+    if (::send(fd, &c.challenge, sizeof c.challenge, MSG_NOSIGNAL) != sizeof c.challenge) {
+      pending_.erase(fd);
+      continue;
+    }
     // Pending connections are keyed by fd; epoll's data carries it with the top bit set
     // to tell it apart from established sockets' pointers.
     epoll_event ev{EPOLLIN, {.u64 = (1ull << 63) | static_cast<std::uint64_t>(fd)}};
@@ -272,20 +298,27 @@ void TcpTransport::read_hello(int fd) {
   auto it = pending_.find(fd);
   if (it == pending_.end()) return;
   PendingConnection& c = it->second;
-  ssize_t n = ::recv(fd, reinterpret_cast<char*>(&c.hello) + c.got, sizeof c.hello - c.got, 0);
+  ssize_t n =
+      ::recv(fd, reinterpret_cast<char*>(&c.handshake) + c.got, sizeof c.handshake - c.got, 0);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
   std::string why;
+  const Hello& hello = c.handshake.hello;
   if (n <= 0)
     why = "closed before completing the handshake";
-  else if ((c.got += static_cast<std::size_t>(n)) < sizeof c.hello)
+  else if ((c.got += static_cast<std::size_t>(n)) < sizeof c.handshake)
     return;
+  else if (!auth::same(
+               c.handshake.mac,
+               auth::answer(job_token_, "tcp", c.challenge,
+                            std::string_view(reinterpret_cast<const char*>(&hello), sizeof hello))))
+    why = "wrong or missing job token (ARCOLL_JOB_TOKEN)";
   else
-    why = validate(c.hello, expect_);
+    why = validate(hello, expect_);
   if (why.empty()) {
-    int peer = c.hello.rank;
+    int peer = hello.rank;
     auto& existing = peers_[static_cast<std::size_t>(peer)].sockets;
     bool duplicate = std::any_of(existing.begin(), existing.end(),
-                                 [&](Socket* s) { return s->index == c.hello.socket_index; });
+                                 [&](Socket* s) { return s->index == hello.socket_index; });
     if (peer <= rank_ || !serves(peer))
       why = "rank " + std::to_string(peer) + " should not connect to us";
     else if (duplicate)
@@ -297,8 +330,8 @@ void TcpTransport::read_hello(int fd) {
     pending_.erase(it);
     return;
   }
-  int peer = c.hello.rank;
-  int index = c.hello.socket_index;
+  int peer = hello.rank;
+  int index = hello.socket_index;
   net::Fd owned = std::move(c.fd);
   pending_.erase(it);
   add_socket(std::move(owned), peer, index);
