@@ -29,8 +29,8 @@
 #
 # Each rank runs as `ip netns exec NS env ARCOLL_RANK=... COMMAND ARGS` with ARCOLL_RANK,
 # ARCOLL_WORLD_SIZE, ARCOLL_LOCAL_RANK, ARCOLL_LOCAL_SIZE, ARCOLL_MASTER_ADDR (host 0's address),
-# ARCOLL_MASTER_PORT and ARCOLL_NODE_ID=<machine>#host<h>. arcoll uses shm within a node id and
-# tcp across; the "<machine>#" part is arcoll's mark of an emulated host: it tells arcoll that
+# ARCOLL_MASTER_PORT, ARCOLL_JOB_TOKEN (one per run) and ARCOLL_NODE_ID=<machine>#host<h>.
+# arcoll uses shm within a node id and tcp across; the "<machine>#" part is arcoll's mark of an emulated host: it tells arcoll that
 # the hosts share this machine's cores, so that with more ranks than cores its waits yield the
 # CPU while they poll (with plain "host<h>" names, 2 hosts x 2 ranks on 2 cores took ~4 ms per
 # small all-reduce instead of ~40 us). Also set: CLUSTER_HOSTS, CLUSTER_RANKS_PER_HOST,
@@ -317,6 +317,8 @@ fi
 declare -A status_of=() # rank -> exit status, once it has exited
 pids=()
 machine=$(uname -n)
+# The job's secret, as a launcher makes one: only its ranks may connect to each other.
+job_token=${ARCOLL_JOB_TOKEN:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
 for ((h = 0; h < hosts; h++)); do
   for ((l = 0; l < ranks_per_host; l++)); do
     r=$((h * ranks_per_host + l))
@@ -325,6 +327,7 @@ for ((h = 0; h < hosts; h++)); do
       ARCOLL_RANK="$r" ARCOLL_WORLD_SIZE="$world"
       ARCOLL_LOCAL_RANK="$l" ARCOLL_LOCAL_SIZE="$ranks_per_host"
       ARCOLL_MASTER_ADDR="$subnet.1" ARCOLL_MASTER_PORT="$port" ARCOLL_NODE_ID="$machine#host$h"
+      ARCOLL_JOB_TOKEN="$job_token"
       CLUSTER_HOSTS="$hosts" CLUSTER_RANKS_PER_HOST="$ranks_per_host" CLUSTER_HOST="$h"
       CLUSTER_NETNS="${host_ns[$h]}" CLUSTER_BRIDGE_NETNS="$bridge_ns"
       "$@")
