@@ -30,8 +30,8 @@
 # Each rank runs as `ip netns exec NS env ARCOLL_RANK=... COMMAND ARGS` with ARCOLL_RANK,
 # ARCOLL_WORLD_SIZE, ARCOLL_LOCAL_RANK, ARCOLL_LOCAL_SIZE, ARCOLL_MASTER_ADDR (host 0's address),
 # ARCOLL_MASTER_PORT, ARCOLL_JOB_TOKEN (one per run) and ARCOLL_NODE_ID=<machine>#host<h>.
-# arcoll uses shm within a node id and tcp across; the "<machine>#" part is arcoll's mark of an emulated host: it tells arcoll that
-# the hosts share this machine's cores, so that with more ranks than cores its waits yield the
+# arcoll uses shm within a node id and tcp across; the "<machine>#" part is arcoll's mark of an
+# emulated host: it tells arcoll that the hosts share this machine's cores, so that with more ranks than cores its waits yield the
 # CPU while they poll (with plain "host<h>" names, 2 hosts x 2 ranks on 2 cores took ~4 ms per
 # small all-reduce instead of ~40 us). Also set: CLUSTER_HOSTS, CLUSTER_RANKS_PER_HOST,
 # CLUSTER_HOST (this rank's host index), CLUSTER_NETNS (its namespace) and CLUSTER_BRIDGE_NETNS
