@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -90,6 +91,84 @@ TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Victims, KilledRank, ::testing::Values(0, 2));
+
+// Seeded trials: a random rank of a random world is SIGKILLed at a random moment while every
+// rank runs all-reduces of random sizes with one algorithm, on two emulated hosts (so that
+// hierarchical crosses both levels). Every survivor must fail within the timeout naming the
+// victim (directly, or through the abort of a rank that saw it first), leave no shared-memory
+// segment behind, and exit cleanly. Prints the detection times (median and max).
+class KillTrials : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
+  if (!transport_forced("tcp") && !transport_forced("shm"))
+    GTEST_SKIP() << "run on tcp. and shm. only: each transport once is what the trials are for";
+  const std::string algorithm = GetParam();
+  constexpr int kTrials = 20;
+  constexpr double kTimeout = 10;
+  std::vector<double> detections;
+  const auto segments_before = arcoll_segments();
+  for (int seed = 1; seed <= kTrials; ++seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    const int world = 3 + static_cast<int>(rng() % 3);
+    const int victim = static_cast<int>(rng() % static_cast<unsigned>(world));
+    const auto kill_after = std::chrono::microseconds(rng() % 40000);
+    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + std::to_string(world) + " ranks, rank " +
+                 std::to_string(victim) + " killed after " + std::to_string(kill_after.count()) +
+                 " us");
+    LocalLaunchOptions options;
+    options.ranks = world;
+    options.env = {
+        {"ARCOLL_TIMEOUT", "10"}, {"ARCOLL_ALGO", algorithm}, {"ARCOLL_EMULATED_HOSTS", "2"}};
+    options.failure_grace = std::chrono::seconds(30);
+    auto exits = launch(options, [&] {
+      // A rank may still be joining when the victim dies: that must fail alike.
+      auto start = Clock::now();
+      std::thread killer;
+      try {
+        auto comm = Communicator::from_env();
+        if (comm->rank() == victim)
+          killer = std::thread([&] {
+            std::this_thread::sleep_for(kill_after);
+            ::raise(SIGKILL);
+          });
+        std::vector<float> buffer(1 << 18);
+        std::mt19937 shared(static_cast<unsigned>(seed));  // the same sizes on every rank
+        for (int i = 0; i < 1000000; ++i) {
+          const std::size_t count = 1 + shared() % buffer.size();
+          start = Clock::now();
+          comm->allreduce(buffer.data(), count, DataType::f32, ReduceOp::sum);
+        }
+      } catch (const Error& e) {
+        std::printf("detected after %.4f s: %s\n", seconds_since(start), e.what());
+        if (killer.joinable()) killer.detach();
+        return 0;
+      }
+      return 3;
+    });
+    ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
+    EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
+    const std::string name = "rank " + std::to_string(victim);
+    for (const auto& e : exits) {
+      if (e.rank == victim) continue;
+      EXPECT_TRUE(e.ok()) << describe(exits);
+      EXPECT_NE(e.output.find(name), std::string::npos)
+          << "rank " << e.rank << " did not name " << name << ":\n"
+          << e.output;
+      const auto at = e.output.find("detected after ");
+      if (at != std::string::npos) detections.push_back(std::atof(e.output.c_str() + at + 15));
+    }
+  }
+  for (const auto& segment : arcoll_segments())
+    EXPECT_EQ(segments_before.count(segment), 1u) << "left in /dev/shm: " << segment;
+  ASSERT_FALSE(detections.empty());
+  std::sort(detections.begin(), detections.end());
+  const double median = detections[detections.size() / 2], worst = detections.back();
+  std::printf("%s: %zu survivors of %d kills detected the failure in median %.4f s, max %.4f s\n",
+              algorithm.c_str(), detections.size(), kTrials, median, worst);
+  EXPECT_LT(worst, kTimeout + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, KillTrials, ::testing::Values("ring", "tree", "hierarchical"));
 
 TEST(MissingRank, ThoseThatStartedFailWithinTheTimeoutNamingIt) {
   LocalLaunchOptions options;

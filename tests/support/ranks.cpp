@@ -10,9 +10,16 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
   LocalLaunchOptions o = options;
   o.output = RankOutput::capture;
   if (o.env.count("ARCOLL_TIMEOUT") == 0) o.env["ARCOLL_TIMEOUT"] = "30";
+  // A rank fails for its own assertions, not for those the test had failed before it forked.
+  const ::testing::TestResult* result =
+      ::testing::UnitTest::GetInstance()->current_test_info()->result();
+  const int parts_before = result->total_part_count();
   return run_local_ranks(o, [&] {
     int code = body();
-    return code == 0 && ::testing::Test::HasFailure() ? 1 : code;
+    bool failed = false;
+    for (int i = parts_before; i < result->total_part_count(); ++i)
+      failed = failed || result->GetTestPartResult(i).failed();
+    return code == 0 && failed ? 1 : code;
   });
 }
 

@@ -126,6 +126,7 @@ class TcpTransport final : public Transport {
 
  private:
   void connect_lower_ranks(const TransportSetup& setup);
+  void wait_for_higher_ranks(Clock::time_point deadline);
   void add_socket(net::Fd fd, int peer, int index);
   void update_events(Socket& s);
   void accept_connections();
@@ -190,8 +191,17 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   setup.store->set("tcp/" + std::to_string(rank_), self.str());
   log::debug("tcp transport listening on " + self.str());
 
-  connect_lower_ranks(setup);
-  // Higher ranks connect to us.
+  try {
+    connect_lower_ranks(setup);
+    wait_for_higher_ranks(setup.deadline);
+  } catch (const Error& e) {
+    // Peers already connected learn why this rank gives up, instead of seeing it vanish.
+    abort(e.what());
+    throw;
+  }
+}
+
+void TcpTransport::wait_for_higher_ranks(Clock::time_point deadline) {
   auto missing = [&] {
     std::vector<int> ranks;
     for (int p : peer_ranks_)
@@ -201,13 +211,13 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
     return ranks;
   };
   while (!missing().empty()) {
-    if (Clock::now() >= setup.deadline) {
+    if (Clock::now() >= deadline) {
       std::string list;
       for (int p : missing()) list += (list.empty() ? "" : ", ") + std::to_string(p);
       throw TimeoutError("tcp setup", "rank(s) " + list + " did not connect before the timeout",
                          rank_, missing().front());
     }
-    progress(setup.deadline);
+    progress(deadline);
     if (failure_) std::rethrow_exception(failure_);
   }
 }
