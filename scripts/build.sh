@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Configures and builds arcoll in build/ (Release). Extra arguments go to CMake.
+# Configures and builds arcoll (Release) in build/, or in ARCOLL_BUILD_DIR. Extra arguments
+# go to CMake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >build-configure.log \
-  || { cat build-configure.log; exit 1; }
-grep "arcoll component" build-configure.log | sed 's/^-- //'
-cmake --build build --parallel 2
+dir=${ARCOLL_BUILD_DIR:-build}
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >"$dir-configure.log" \
+  || { cat "$dir-configure.log"; exit 1; }
+grep "arcoll component" "$dir-configure.log" | sed 's/^-- //'
+cmake --build "$dir" --parallel 2

@@ -15,13 +15,12 @@ namespace arcoll::auth {
 
 inline constexpr std::uint32_t kChallengeMagic = 0x43545241;  // "ARTC"
 
-#pragma pack(push, 1)
 struct Challenge {
   std::uint32_t magic;
   std::uint32_t version;
   std::array<std::uint8_t, 16> nonce;
 };
-#pragma pack(pop)
+static_assert(sizeof(Challenge) == 24);  // no padding: its bytes are the wire format
 
 using Mac = std::array<std::uint8_t, 32>;
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -33,7 +34,6 @@ inline constexpr std::uint32_t kMaxValue = 16u << 20;
 enum class Type : std::uint8_t { set = 1, get = 2, add = 3 };
 enum class Status : std::uint8_t { ok = 0, missing = 1 };
 
-#pragma pack(push, 1)
 struct RequestHeader {
   std::uint32_t magic;
   std::uint16_t version;
@@ -43,13 +43,13 @@ struct RequestHeader {
   std::uint32_t value_len;
   std::int64_t arg;
 };
+static_assert(sizeof(RequestHeader) == 24 && offsetof(RequestHeader, arg) == 16);  // no padding
 struct ReplyHeader {
   std::uint32_t magic;
   std::uint8_t status;
   std::uint8_t pad[3];
   std::uint32_t value_len;
 };
-#pragma pack(pop)
 
 // Empty when the header is acceptable, else why not.
 std::string validate(const RequestHeader& header);

@@ -38,7 +38,11 @@ typedef enum arcoll_datatype {
   ARCOLL_I8 = 4,
   ARCOLL_U8 = 5,
   ARCOLL_I32 = 6,
-  ARCOLL_I64 = 7
+  ARCOLL_I64 = 7,
+  /* Not a type: makes every int (negative ones too) a valid value of the enum, so that a
+   * caller's out-of-range value reaches arcoll's check (ARCOLL_ERROR_INVALID_ARGUMENT)
+   * instead of undefined behaviour. */
+  ARCOLL_DATATYPE_RANGE = -2147483647 - 1
 } arcoll_datatype_t;
 
 /* Reduction operators. Values equal those of arcoll::ReduceOp.
@@ -49,7 +53,8 @@ typedef enum arcoll_op {
   ARCOLL_PROD = 1,
   ARCOLL_MIN = 2,
   ARCOLL_MAX = 3,
-  ARCOLL_AVG = 4
+  ARCOLL_AVG = 4,
+  ARCOLL_OP_RANGE = -2147483647 - 1 /* not an operator: see ARCOLL_DATATYPE_RANGE */
 } arcoll_op_t;
 
 /* Result codes. Values equal those of arcoll::ErrorCode. */

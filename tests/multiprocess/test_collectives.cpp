@@ -79,9 +79,9 @@ TEST_P(CollectiveWorld, ReduceScatterAllgatherBroadcastBarrier) {
         std::vector<unsigned char> all(P * count * e);
         comm.allgather(mine.data(), all.data(), count, t);
         for (int r = 0; r < p; ++r)
-          EXPECT_EQ(std::memcmp(all.data() + static_cast<std::size_t>(r) * count * e,
-                                make_input(t, ReduceOp::max, r, count, 5).data(), count * e),
-                    0)
+          EXPECT_TRUE(std::equal(all.begin() + static_cast<std::ptrdiff_t>(r * count * e),
+                                 all.begin() + static_cast<std::ptrdiff_t>((r + 1) * count * e),
+                                 make_input(t, ReduceOp::max, r, count, 5).begin()))
               << "allgather block " << r << " count " << count;
         // broadcast from every root.
         for (int root = 0; root < p; ++root) {

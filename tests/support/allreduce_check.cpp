@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "arcoll/communicator.hpp"
@@ -37,7 +38,7 @@ void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage) {
           auto input = make_input(t, op, comm.rank(), count, salt);
           std::vector<unsigned char> out(input.size() + 1, 0xAB);  // +1: overrun sentinel
           if (in_place) {
-            std::memcpy(out.data(), input.data(), input.size());
+            std::copy(input.begin(), input.end(), out.begin());
             comm.allreduce(out.data(), count, t, op);
           } else {
             comm.allreduce(input.data(), out.data(), count, t, op);

@@ -136,6 +136,7 @@ void ring_read(const Ring* r, std::uint64_t position, std::size_t n, Take&& take
 }
 
 void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t n) {
+  if (n == 0) return;  // an empty message's buffer may be null
   ring_read(r, position, n, [&](const char* src, std::size_t offset, std::size_t length) {
     std::memcpy(static_cast<char*>(dst) + offset, src, length);
   });
@@ -143,6 +144,7 @@ void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t
 
 // Puts `n` bytes of a message at `offset` of its receive: copied, or reduced into it.
 void land(const Request& r, std::uint64_t offset, const char* src, std::size_t n) {
+  if (n == 0) return;  // empty messages may have no buffer at all
   char* dst = static_cast<char*>(r.buffer) + offset;
   if (!r.reduction) {
     std::memcpy(dst, src, n);

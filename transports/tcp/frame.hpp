@@ -7,6 +7,7 @@
 // socket 0 reveals messages in send order and receives match them in that order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -21,7 +22,6 @@ inline constexpr std::uint32_t kMaxAbortText = 4096;
 
 enum class FrameKind : std::uint8_t { data = 1, abort = 2, goodbye = 3 };
 
-#pragma pack(push, 1)
 struct Hello {
   std::uint32_t magic;
   std::uint16_t version;
@@ -43,9 +43,10 @@ struct FrameHeader {
   std::uint64_t offset;         // where this frame's payload goes in the message
   std::uint64_t signature;      // the collective call it belongs to (src/call_signature.hpp)
 };
-#pragma pack(pop)
-static_assert(sizeof(FrameHeader) == 48);
-static_assert(sizeof(Hello) == 24);
+// Wire structs are laid out without padding (so their bytes are the wire format) and keep
+// their natural alignment (so their fields can be read in place).
+static_assert(sizeof(FrameHeader) == 48 && offsetof(FrameHeader, sequence) == 16);
+static_assert(sizeof(Hello) == 24 && offsetof(Hello, job_id) == 16);
 
 // What a receiver expects of a Hello on its listening socket.
 struct HelloExpectation {

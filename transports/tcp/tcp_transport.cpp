@@ -102,12 +102,11 @@ struct PendingConnection {
   net::Fd fd;
   std::string address;
   auth::Challenge challenge{};
-#pragma pack(push, 1)
-  struct {
+  struct Handshake {
     Hello hello;
     auth::Mac mac;
   } handshake{};
-#pragma pack(pop)
+  static_assert(sizeof(Handshake) == sizeof(Hello) + sizeof(auth::Mac));
   std::size_t got = 0;
   Clock::time_point since;
 };
@@ -418,7 +417,7 @@ void TcpTransport::post_recv(const RequestPtr& request) {
     }
     p.unexpected.erase(match);
     if (m->received == m->bytes) {
-      std::memcpy(request->buffer, m->eager.data(), m->bytes);
+      if (m->bytes > 0) std::memcpy(request->buffer, m->eager.data(), m->bytes);
       request->transferred = m->bytes;
       request->done = true;
     } else {
