@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# README command 2: install dependencies, build, run the whole test suite, then the fuzzers.
+# README command 2: install dependencies, build, run the whole test suite, then the store
+# under ThreadSanitizer and the fuzzers.
 # The suite runs on a build with AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer
 # (build-test/): every test, multi-process ones included, is also a check for memory errors,
 # leaks and undefined behaviour, any of which fails it. scripts/bench.sh's build/ stays a
@@ -11,4 +12,5 @@ ARCOLL_BUILD_DIR=build-test scripts/build.sh -DARCOLL_SANITIZE=address,undefined
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1"
 ctest --test-dir build-test --output-on-failure --timeout 600 --parallel 2 "$@"
+scripts/tsan.sh
 scripts/fuzz.sh

@@ -62,6 +62,28 @@ TEST_F(StoreFixture, OversizedKeysAreRefusedBeforeSending) {
   EXPECT_EQ(client.get("still", Clock::now() + 1s), "works");
 }
 
+// Ranks joining together: each publishes its key and waits for everyone's, from its own
+// thread (and under ThreadSanitizer, scripts/tsan.sh, against the server's thread).
+TEST_F(StoreFixture, ManyClientsAtOnceSeeEveryKey) {
+  constexpr int kClients = 8;
+  std::vector<std::thread> ranks;
+  std::vector<int> seen(kClients, 0);
+  for (int r = 0; r < kClients; ++r)
+    ranks.emplace_back([&, r] {
+      StoreClient mine(server.endpoint(), Clock::now() + 5s, r, kToken);
+      mine.set("rank/" + std::to_string(r), std::to_string(r * r));
+      mine.add("joined", 1);
+      for (int other = 0; other < kClients; ++other)
+        if (mine.get("rank/" + std::to_string(other), Clock::now() + 5s) ==
+            std::to_string(other * other))
+          ++seen[static_cast<std::size_t>(r)];
+    });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kClients; ++r)
+    EXPECT_EQ(seen[static_cast<std::size_t>(r)], kClients) << "rank " << r;
+  EXPECT_EQ(client.add("joined", 0), kClients);
+}
+
 TEST_F(StoreFixture, ClientsWithoutTheJobTokenAreRefused) {
   client.set("k", "v");
   for (const std::string& token : {std::string("guess"), std::string()}) {
