@@ -121,7 +121,16 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& name, int 
   const Source source{"topology file", name};
   const Json j = json_file::parse_object(text, source);
   const Json& schema = member(j, source, "", "schema");
-  if (schema == "arcoll.topology/1") return from_saved_host(j, source, hosts);
+  if (schema == "arcoll.topology/1") {
+    // Its optional parts are read leniently (json::value); one of the wrong type still names
+    // the file rather than escaping as a library exception.
+    try {
+      return from_saved_host(j, source, hosts);
+    } catch (const nlohmann::json::type_error& e) {
+      bad(source, "gpus, gpu_links or rdma_devices",
+          std::string("has a value of the wrong type (") + e.what() + ")");
+    }
+  }
   if (schema != "arcoll.cluster/1")
     bad(source, "schema", "must be \"arcoll.cluster/1\" (or a host saved by arbench topo --json)");
   ClusterSpec c;

@@ -135,11 +135,13 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
         {"ARCOLL_TIMEOUT", "10"}, {"ARCOLL_ALGO", algorithm}, {"ARCOLL_EMULATED_HOSTS", "2"}};
     options.failure_grace = std::chrono::seconds(30);
     auto exits = launch(options, [&] {
-      // A rank may still be joining when the victim dies: that must fail alike.
+      // The clock starts once every rank has joined: a death while ranks are still connecting
+      // is MissingRank's and KilledRank's case.
       auto start = Clock::now();
       std::thread killer;
       try {
         auto comm = Communicator::from_env();
+        comm->barrier();
         if (comm->rank() == victim)
           killer = std::thread([&] {
             std::this_thread::sleep_for(kill_after);

@@ -75,6 +75,11 @@ TEST(ClusterFile, MalformedFilesNameTheField) {
                          {"name": "eth0", "default_route": true, "speed_mbps": -1}]})")
                 .find("'interfaces'"),
             std::string::npos);
+  // A saved host whose optional parts have the wrong type.
+  EXPECT_NE(error_of(R"({"schema": "arcoll.topology/1", "logical_cpus": 4, "interfaces": [],
+                         "rdma_devices": [{"ports": [{"state": "ACTIVE", "gbps": "fast"}]}]})")
+                .find("wrong type"),
+            std::string::npos);
   EXPECT_THROW(load_cluster(kExamples + "no-such-file.json"), ConfigurationError);
 }
 
