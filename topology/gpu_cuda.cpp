@@ -123,6 +123,11 @@ void cuda_gpus(HostTopology& t) {
   if (!nvml.ready() && count > 1)
     t.notes.push_back(
         "NVML (libnvidia-ml.so.1) is not usable: NVLinks unknown, P2P from CUDA only");
+  // Each GPU's NVLinks, asked of NVML once (up to 18 links each), not once per pair.
+  std::vector<std::vector<std::string>> peers(static_cast<std::size_t>(count));
+  for (int a = 0; a < count && nvml.ready(); ++a)
+    peers[static_cast<std::size_t>(a)] =
+        nvml.link_peers(t.gpus[index[static_cast<std::size_t>(a)]].pci_bus_id);
   for (int a = 0; a < count; ++a)
     for (int b = 0; b < count; ++b) {
       if (a == b) continue;
@@ -134,11 +139,9 @@ void cuda_gpus(HostTopology& t) {
       int rank = -1;
       if (cudaDeviceGetP2PAttribute(&rank, cudaDevP2PAttrPerformanceRank, a, b) == cudaSuccess)
         link.performance_rank = rank;
-      if (nvml.ready()) {
-        const std::string to = lower(t.gpus[static_cast<std::size_t>(link.b)].pci_bus_id);
-        const auto peers = nvml.link_peers(t.gpus[static_cast<std::size_t>(link.a)].pci_bus_id);
-        link.nvlinks = static_cast<int>(std::count(peers.begin(), peers.end(), to));
-      }
+      const auto& from = peers[static_cast<std::size_t>(a)];
+      link.nvlinks = static_cast<int>(std::count(
+          from.begin(), from.end(), lower(t.gpus[static_cast<std::size_t>(link.b)].pci_bus_id)));
       t.gpu_links.push_back(link);
     }
 }
