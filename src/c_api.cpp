@@ -7,7 +7,9 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -103,13 +105,40 @@ arcoll_result_t guarded(const char* function, Body&& body) noexcept {
   throw arcoll::InvalidArgument(function, std::move(message));
 }
 
-arcoll::Communicator& get(const char* function, arcoll_comm_t* comm) {
-  if (comm == nullptr || !comm->impl) invalid(function, "the communicator is NULL");
-  return *comm->impl;
+// The handles arcoll_comm_init* returned and arcoll_comm_destroy has not freed: a call with
+// any other pointer (destroyed, or never ours) is an error instead of a use after free. A
+// freed handle whose address a later init reuses is live again: the check catches stale
+// handles, not every one.
+class LiveHandles {
+ public:
+  void add(const arcoll_comm* comm) {
+    std::lock_guard lock(mutex_);
+    handles_.insert(comm);
+  }
+  bool remove(const arcoll_comm* comm) {
+    std::lock_guard lock(mutex_);
+    return handles_.erase(comm) == 1;
+  }
+  bool contains(const arcoll_comm* comm) const {
+    std::lock_guard lock(mutex_);
+    return handles_.count(comm) == 1;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<const arcoll_comm*> handles_;
+};
+
+LiveHandles& live_handles() {
+  static LiveHandles handles;
+  return handles;
 }
 
-const arcoll::Communicator& get(const char* function, const arcoll_comm_t* comm) {
-  if (comm == nullptr || !comm->impl) invalid(function, "the communicator is NULL");
+arcoll::Communicator& get(const char* function, const arcoll_comm_t* comm) {
+  if (comm == nullptr) invalid(function, "the communicator is NULL");
+  if (!live_handles().contains(comm))
+    invalid(function,
+            "not a live communicator: destroyed already, or not made by arcoll_comm_init*");
   return *comm->impl;
 }
 
@@ -145,6 +174,7 @@ arcoll_result_t create(const char* function, arcoll_comm_t** out,
   return guarded(function, [&] {
     auto comm = std::make_unique<arcoll_comm>();
     comm->impl = make();
+    live_handles().add(comm.get());
     *out = comm.release();
   });
 }
@@ -225,9 +255,30 @@ arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int world_size,
 
 arcoll_result_t arcoll_comm_destroy(arcoll_comm_t* comm) {
   if (comm == nullptr) return ARCOLL_SUCCESS;
+  if (!live_handles().remove(comm))
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT,
+                "arcoll_comm_destroy: not a live communicator: destroyed already, or not made "
+                "by arcoll_comm_init*");
   // The destructor is noexcept: leaving the job never fails from the caller's point of view.
   delete comm;
   return ARCOLL_SUCCESS;
+}
+
+arcoll_result_t arcoll_comm_set_timeout(arcoll_comm_t* comm, double seconds) {
+  static constexpr const char* kFunction = "arcoll_comm_set_timeout";
+  return guarded(kFunction, [&] {
+    arcoll::Communicator& c = get(kFunction, comm);
+    if (!(seconds > 0) || seconds > 1e9)
+      invalid(kFunction, "the timeout must be a positive number of seconds");
+    c.set_timeout(std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0 + 0.5)));
+  });
+}
+
+arcoll_result_t arcoll_comm_abort(arcoll_comm_t* comm, const char* reason) {
+  static constexpr const char* kFunction = "arcoll_comm_abort";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm).abort(reason != nullptr ? reason : "no reason given");
+  });
 }
 
 arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank) {

@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include "algorithms/algorithm.hpp"
@@ -16,6 +19,7 @@
 #include "arcoll/host.hpp"
 #include "arcoll/tuning.hpp"
 #include "src/call_signature.hpp"
+#include "src/crc32c.hpp"
 #include "src/env.hpp"
 #include "src/log.hpp"
 #include "src/reduce.hpp"
@@ -97,6 +101,28 @@ std::string node_name_of(int rank, int size) {
 // While several transports serve a communicator, a wait sleeps on the one it waits for in
 // slices this long, polling the others between slices.
 constexpr auto kMixedWaitSlice = std::chrono::microseconds(200);
+// Marks the rendezvous entry of a rank that failed before it could join, followed by why.
+const std::string kFailedToJoin =
+    "\x01"
+    "failed: ";
+
+// How often a blocked wait looks for an abort() from another thread.
+constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
+
+// The settings that shape messages, which every rank must share; rank 0's are published and
+// the others compare theirs.
+std::vector<std::pair<std::string, std::string>> shared_settings(const Options& o) {
+  return {{"ARCOLL_CHECKSUM", o.checksum ? "1" : "0"},
+          {"ARCOLL_WIRE", std::string(to_string(o.wire))},
+          {"ARCOLL_CHUNK_BYTES", std::to_string(o.chunk_bytes)},
+          {"ARCOLL_CHANNELS", std::to_string(o.channels)}};
+}
+
+std::string hex32(std::uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
 
 }  // namespace
 
@@ -128,8 +154,15 @@ class Communicator::Impl final : public PointToPoint {
   // `blocks` blocks of `count` elements each.
   void check_buffer(const char* operation, const void* buffer, std::size_t count, DataType type,
                     std::size_t blocks = 1);
+  // Buffers of a call that overlap are allowed only in the call's in-place form, where
+  // send == recv + in_place_offset elements.
+  void check_overlap(const char* operation, const void* send, std::size_t send_count,
+                     const void* recv, std::size_t recv_count, DataType type,
+                     std::ptrdiff_t in_place_offset);
   template <class Name>
   void check_usable(const Name& operation) const {
+    if (broken_.empty() && abort_requested_.load(std::memory_order_acquire))
+      throw PeerError(operation(), abort_text() + "; destroy this communicator", rank_);
     if (!broken_.empty())
       throw PeerError(operation(),
                       "this communicator can no longer be used after an earlier failure (" +
@@ -143,6 +176,7 @@ class Communicator::Impl final : public PointToPoint {
     fixed_plans_.clear();
   }
   Plan predict(const std::string& algorithm, std::size_t bytes) const;
+  void abort(const std::string& reason);
 
   Options options_;
   int rank_ = 0;
@@ -175,8 +209,19 @@ class Communicator::Impl final : public PointToPoint {
       if (auto f = t->failure()) return f;
     return nullptr;
   }
-  RequestPtr post(Request::Kind kind, int peer, void* buffer, std::size_t bytes, int channel,
+  RequestPtr post(Request::Kind kind, int peer, void* buffer, std::size_t bytes, std::uint32_t tag,
                   std::optional<Request::Reduction> reduction);
+  std::uint32_t collective_tag(int channel) const {
+    return tag_ | static_cast<std::uint32_t>(channel) << kChannelShift;
+  }
+  // ARCOLL_CHECKSUM: throws naming the link when a received message does not match the
+  // checksum its sender computed.
+  void verify_checksum(const Request& request, std::uint32_t sent);
+  void check_shared_settings(Clock::time_point deadline);
+  // After a collective's wait timed out: the ranks that did not also time out in this call
+  // (hung, dead, or in another call), as "; ranks not waiting in this call: 1, 4", found
+  // through the store in a short survey; empty when all were or the store cannot tell.
+  std::string ranks_absent_from_call();
   std::vector<char> staging_buffer(std::size_t bytes);
   void finish_staged(const Request& request);
   void apply_error_feedback(const CollectiveArgs& args);
@@ -184,12 +229,16 @@ class Communicator::Impl final : public PointToPoint {
 
   std::vector<std::vector<char>> scratch_;
   // Receives that land in `staging` first, finished when waited for: reduced into
-  // `destination` (transports that cannot reduce on receive), or widened from the 16-bit wire
-  // format (and reduced) in mixed precision. Sends of mixed precision go from `staging`.
+  // `destination` (transports that cannot reduce on receive, or ARCOLL_CHECKSUM, which checks
+  // a message before combining it), or widened from the 16-bit wire format (and reduced) in
+  // mixed precision. Sends of mixed precision go from `staging`. Under ARCOLL_CHECKSUM every
+  // message is followed by its CRC32C, `trailer`, held in `checksum`.
   struct Staged {
     void* destination = nullptr;
     std::optional<Request::Reduction> reduction;
     std::vector<char> staging;
+    std::uint32_t checksum = 0;
+    RequestPtr trailer;
   };
   std::unordered_map<const Request*, Staged> staged_;
   std::vector<std::vector<char>> staging_free_;  // reused across calls
@@ -214,6 +263,21 @@ class Communicator::Impl final : public PointToPoint {
   }
   Clock::time_point deadline_{};
   std::string broken_;  // why the communicator can no longer be used
+
+  // abort() may come from another thread while a call blocks: the call thread holds
+  // call_mutex_ for the whole call and checks abort_requested_ between waits.
+  std::mutex call_mutex_;
+  std::atomic<bool> abort_requested_{false};
+  mutable std::mutex abort_mutex_;  // guards abort_reason_
+  std::string abort_reason_;
+  std::string abort_text() const {
+    std::lock_guard lock(abort_mutex_);
+    return "abort() called: " + abort_reason_;
+  }
+  // ARCOLL_FAULT_CORRUPT=<rank>:<n>, for testing the checksum: rank <rank> flips a bit of
+  // the n-th non-empty message it checks, as a faulty link would.
+  std::uint64_t corrupt_at_ = 0;
+  std::uint64_t checked_messages_ = 0;
 };
 
 Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
@@ -233,6 +297,14 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
   tuning_ = options_.tuning_file.empty() ? Tuning{} : load_tuning(options_.tuning_file);
   check_algorithm(options_.algorithm, rank_);
   node_name_ = node_name_of(rank_, size_);
+  if (auto fault = env::get("ARCOLL_FAULT_CORRUPT")) {
+    int fault_rank = -1;
+    unsigned long long nth = 0;
+    if (std::sscanf(fault->c_str(), "%d:%llu", &fault_rank, &nth) != 2 || nth == 0)
+      throw ConfigurationError(
+          "environment", "ARCOLL_FAULT_CORRUPT='" + *fault + "' must be <rank>:<n>, n >= 1", rank_);
+    if (fault_rank == rank_) corrupt_at_ = nth;
+  }
   bootstrap(launch, Clock::now() + options_.timeout);
 }
 
@@ -275,6 +347,13 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     auto job = store_->get("job", deadline);
     if (!job) throw TimeoutError("rendezvous", "rank 0 did not publish the job id", rank_, 0);
     setup.job_id = std::stoull(*job);
+    try {
+      check_shared_settings(deadline);
+    } catch (const Error& e) {
+      // In place of this rank's host name: the others stop waiting for it, naming the cause.
+      store_->set("node/" + std::to_string(rank_), kFailedToJoin + e.what());
+      throw;
+    }
     setup.job_token = launch.job_token;
     setup.store = store_.get();
     setup.listen_address = options_.socket_ifname.empty()
@@ -353,29 +432,94 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
              std::to_string(node_count_) + " host(s), transport " + transport_name_);
 }
 
+std::string Communicator::Impl::ranks_absent_from_call() {
+  if (!call_numbered_ || store_ == nullptr) return "";
+  // The ranks waiting in the same call time out within moments of each other: each says so
+  // and looks for the others' word for this long.
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  const std::string prefix = "timed-out/" + std::to_string(sequence_) + "/";
+  std::string absent;
+  try {
+    store_->set(prefix + std::to_string(rank_), "", until);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && !store_->get(prefix + std::to_string(r), until))
+        absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+  } catch (const Error&) {
+    return "";  // the store went with rank 0
+  }
+  return absent.empty() ? "" : "; ranks not waiting in this call: " + absent;
+}
+
+void Communicator::Impl::check_shared_settings(Clock::time_point deadline) {
+  std::string mine;
+  for (const auto& [name, value] : shared_settings(options_)) mine += name + "=" + value + "\n";
+  if (rank_ == 0) store_->set("settings", mine);
+  auto theirs = store_->get("settings", deadline);
+  if (!theirs) throw TimeoutError("rendezvous", "rank 0 did not publish its settings", rank_, 0);
+  if (*theirs == mine) return;
+  for (const auto& [name, value] : shared_settings(options_)) {
+    const std::string key = name + "=";
+    const std::size_t at = theirs->find(key);
+    const std::string other =
+        at == std::string::npos
+            ? "unset"
+            : theirs->substr(at + key.size(), theirs->find('\n', at) - at - key.size());
+    if (other != value)
+      throw ConfigurationError("rendezvous",
+                               name + " is " + value + " on this rank but " + other +
+                                   " on rank 0: every rank must use the same",
+                               rank_, 0);
+  }
+}
+
 std::vector<std::string> Communicator::Impl::gather_node_names(Clock::time_point deadline) {
   store_->set("node/" + std::to_string(rank_),
               node_name_ + '\n' + std::to_string(numa_node_of_cpu(::sched_getcpu())));
   std::vector<std::string> nodes(static_cast<std::size_t>(size_));
   numa_of_.assign(static_cast<std::size_t>(size_), -1);
   std::vector<int> missing;
-  bool store_gone = false;  // rank 0 gave up first: what was not published stays missing
+  std::optional<PeerError> failed;  // the first rank that said it could not join
+  int present = 0;                  // other ranks that published their host
+  bool store_gone = false;          // rank 0 gave up first: what was not published stays missing
   for (int r = 0; r < size_; ++r) {
-    // After the first rank is found missing, only look at what the others already published.
+    // After the first rank is found missing or failed, only look at what the others already
+    // published.
+    const bool waiting = missing.empty() && !failed;
     std::optional<std::string> value;
     if (!store_gone) try {
-        value = store_->get("node/" + std::to_string(r), missing.empty() ? deadline : Clock::now());
+        value = store_->get("node/" + std::to_string(r), waiting ? deadline : Clock::now());
       } catch (const PeerError&) {
         store_gone = true;
       }
+    if (value && value->starts_with(kFailedToJoin)) {
+      if (!failed)
+        failed.emplace(
+            "rendezvous",
+            "rank " + std::to_string(r) + " could not join: " + value->substr(kFailedToJoin.size()),
+            rank_, r);
+      continue;
+    }
     if (value) {
       const std::size_t end = value->rfind('\n');
       nodes[static_cast<std::size_t>(r)] = value->substr(0, end);
       if (end != std::string::npos)
         numa_of_[static_cast<std::size_t>(r)] = std::atoi(value->c_str() + end + 1);
+      present += r != rank_;
     } else
       missing.push_back(r);
   }
+  // Rank 0 holds the store: when the rendezvous failed, it keeps the store until the others
+  // have read why (or a short while), so that they report the cause and not its absence.
+  if (rank_ != 0 && !store_gone) try {
+      store_->add("rendezvous/read", 1);
+    } catch (const PeerError&) {
+    }
+  if (rank_ == 0 && (failed || !missing.empty())) {
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (Clock::now() < until && store_->add("rendezvous/read", 0) < present)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (failed) throw *failed;
   if (!missing.empty()) {
     std::string list;
     for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
@@ -416,36 +560,64 @@ std::vector<char> Communicator::Impl::staging_buffer(std::size_t bytes) {
 }
 
 RequestPtr Communicator::Impl::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                                    int channel, std::optional<Request::Reduction> reduction) {
-  const std::uint32_t tag = tag_ | static_cast<std::uint32_t>(channel) << kChannelShift;
+                                    std::uint32_t tag,
+                                    std::optional<Request::Reduction> reduction) {
   const bool narrowed = call_wire_ != DataType::f32;
-  if (!narrowed && (!reduction || route_[static_cast<std::size_t>(peer)]->reduces_on_receive()))
+  if (!narrowed && !options_.checksum &&
+      (!reduction || route_[static_cast<std::size_t>(peer)]->reduces_on_receive()))
     return start(kind, peer, buffer, bytes, tag, reduction);
   // Through a staging buffer: f32 elements narrowed to the 16-bit wire format, or a message to
-  // be reduced once it has landed.
+  // be reduced once it has landed (and, under ARCOLL_CHECKSUM, been checked).
+  const bool staging = narrowed || reduction.has_value();
   const std::size_t count = bytes / sizeof(float);
-  Staged staged{buffer, reduction, staging_buffer(narrowed ? count * 2 : bytes)};
+  Staged staged;
+  staged.destination = buffer;
+  staged.reduction = reduction;
+  if (staging) staged.staging = staging_buffer(narrowed ? count * 2 : bytes);
   if (kind == Request::Kind::send) {
     staged.destination = nullptr;
-    kernels::narrow(staged.staging.data(), call_wire_, static_cast<const float*>(buffer), count);
+    if (narrowed)
+      kernels::narrow(staged.staging.data(), call_wire_, static_cast<const float*>(buffer), count);
   }
-  RequestPtr request = start(kind, peer, staged.staging.data(), staged.staging.size(), tag, {});
-  staged_.emplace(request.get(), std::move(staged));
+  void* wire = staging ? staged.staging.data() : buffer;
+  const std::size_t wire_bytes = staging ? staged.staging.size() : bytes;
+  RequestPtr request = start(kind, peer, wire, wire_bytes, tag, {});
+  Staged& entry = staged_.emplace(request.get(), std::move(staged)).first->second;
+  if (options_.checksum) {
+    if (kind == Request::Kind::send) entry.checksum = crc32c(wire, wire_bytes);
+    entry.trailer = start(kind, peer, &entry.checksum, sizeof entry.checksum, tag, {});
+  }
   return request;
 }
 
+void Communicator::Impl::verify_checksum(const Request& request, std::uint32_t sent) {
+  auto* bytes = static_cast<unsigned char*>(request.buffer);
+  if (request.bytes > 0 && ++checked_messages_ == corrupt_at_) bytes[request.bytes / 2] ^= 0x10;
+  const std::uint32_t received = crc32c(bytes, request.bytes);
+  if (received == sent) return;
+  Transport* link = route_[static_cast<std::size_t>(request.peer)];
+  throw ProtocolError(call_name(),
+                      "checksum mismatch (ARCOLL_CHECKSUM): a message of " +
+                          std::to_string(request.bytes) + " B on the link from rank " +
+                          std::to_string(request.peer) + " to rank " + std::to_string(rank_) +
+                          " over " + std::string(link->name()) + " arrived corrupted (CRC32C " +
+                          hex32(received) + ", sent as " + hex32(sent) + ")",
+                      rank_, request.peer);
+}
+
 RequestPtr Communicator::Impl::isend(int peer, const void* buffer, std::size_t bytes, int channel) {
-  return post(Request::Kind::send, peer, const_cast<void*>(buffer), bytes, channel, {});
+  return post(Request::Kind::send, peer, const_cast<void*>(buffer), bytes, collective_tag(channel),
+              {});
 }
 
 RequestPtr Communicator::Impl::irecv(int peer, void* buffer, std::size_t bytes, int channel) {
-  return post(Request::Kind::recv, peer, buffer, bytes, channel, {});
+  return post(Request::Kind::recv, peer, buffer, bytes, collective_tag(channel), {});
 }
 
 RequestPtr Communicator::Impl::irecv_reduce(int peer, void* buffer, const void* with,
                                             std::size_t count, DataType type, ReduceOp op,
                                             int channel) {
-  return post(Request::Kind::recv, peer, buffer, count * size_of(type), channel,
+  return post(Request::Kind::recv, peer, buffer, count * size_of(type), collective_tag(channel),
               Request::Reduction{with, type, op});
 }
 
@@ -453,7 +625,11 @@ void Communicator::Impl::finish_staged(const Request& request) {
   auto it = staged_.find(&request);
   if (it == staged_.end()) return;
   Staged& staged = it->second;
-  if (staged.destination != nullptr) {
+  if (staged.trailer) {
+    wait(staged.trailer);
+    if (request.kind == Request::Kind::recv) verify_checksum(request, staged.checksum);
+  }
+  if (staged.destination != nullptr && !staged.staging.empty()) {
     const auto* message = staged.staging.data();
     auto* destination = static_cast<float*>(staged.destination);
     if (call_wire_ == DataType::f32) {
@@ -467,24 +643,27 @@ void Communicator::Impl::finish_staged(const Request& request) {
       kernels::widen(destination, message, call_wire_, request.bytes / 2);
     }
   }
-  staging_free_.push_back(std::move(staged.staging));
+  if (staged.staging.capacity() > 0) staging_free_.push_back(std::move(staged.staging));
   staged_.erase(it);
 }
 
 void Communicator::Impl::wait(const RequestPtr& request) {
   while (!request->done) {
     if (auto failure = transport_failure()) std::rethrow_exception(failure);
+    if (abort_requested_.load(std::memory_order_acquire))
+      throw PeerError(call_name(), abort_text(), rank_);
     if (Clock::now() >= deadline_) {
       throw TimeoutError(call_name(),
                          "no progress within " + seconds_text(options_.timeout) +
                              " (ARCOLL_TIMEOUT) waiting for the " + request->describe() +
                              ": rank " + std::to_string(request->peer) +
-                             " is not responding (hung, stopped, or not in this call)",
+                             " is not responding (hung, stopped, or not in this call)" +
+                             ranks_absent_from_call(),
                          rank_, request->peer);
     }
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
     if (transports_.size() == 1) {
-      own->progress(deadline_);
+      own->progress(std::min(deadline_, Clock::now() + kAbortCheckSlice));
       continue;
     }
     for (const auto& t : transports_)
@@ -515,6 +694,23 @@ void Communicator::Impl::check_buffer(const char* operation, const void* buffer,
   if (buffer == nullptr && count * blocks != 0)
     throw InvalidArgument(operation, "null buffer with count " + std::to_string(count * blocks),
                           rank_);
+}
+
+void Communicator::Impl::check_overlap(const char* operation, const void* send,
+                                       std::size_t send_count, const void* recv,
+                                       std::size_t recv_count, DataType type,
+                                       std::ptrdiff_t in_place_offset) {
+  if (send_count == 0 || recv_count == 0) return;
+  const auto s = reinterpret_cast<std::uintptr_t>(send);
+  const auto r = reinterpret_cast<std::uintptr_t>(recv);
+  const std::size_t element = size_of(type);
+  if (s >= r + recv_count * element || r >= s + send_count * element) return;
+  if (s - r == static_cast<std::uintptr_t>(in_place_offset * static_cast<std::ptrdiff_t>(element)))
+    return;
+  throw InvalidArgument(operation,
+                        "the send and receive buffers overlap without being the in-place form "
+                        "(see communicator.hpp): the result would depend on the algorithm",
+                        rank_);
 }
 
 Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes) const {
@@ -572,7 +768,22 @@ void Communicator::Impl::fail(const Error& e, const std::string& operation) {
   throw_error(e.code(), operation, e.message(), rank_, e.peer());
 }
 
+void Communicator::Impl::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (abort_requested_.load()) return;
+    abort_reason_ = reason;
+    abort_requested_.store(true, std::memory_order_release);
+  }
+  // A call in progress sees the request within kAbortCheckSlice, fails and tells the peers.
+  std::lock_guard call(call_mutex_);
+  if (!broken_.empty()) return;
+  broken_ = abort_text();
+  for (const auto& t : transports_) t->abort(broken_);
+}
+
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
+  std::lock_guard call(call_mutex_);
   // Validation happens before the call gets its number.
   auto next_name = [&] {
     return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1);
@@ -631,6 +842,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
 
 void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::size_t bytes,
                                         int peer, int tag) {
+  std::lock_guard call(call_mutex_);
   const char* operation = kind == Request::Kind::send ? "send" : "recv";
   check_usable([&] { return std::string(operation); });
   if (peer < 0 || peer >= size_ || peer == rank_)
@@ -645,9 +857,11 @@ void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::s
   call_kind_ = operation;
   call_numbered_ = false;
   call_signature_ = 0;
+  call_wire_ = DataType::f32;
   deadline_ = Clock::now() + options_.timeout;
+  staged_.clear();
   try {
-    wait(start(kind, peer, buffer, bytes, static_cast<std::uint32_t>(tag)));
+    wait(post(kind, peer, buffer, bytes, static_cast<std::uint32_t>(tag), {}));
   } catch (const Error& e) {
     fail(e, operation);
   }
@@ -738,23 +952,40 @@ AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
   return {plan.algorithm, plan.chunk_bytes, plan.seconds};
 }
 
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0)
+    throw InvalidArgument("set_timeout", "the timeout must be positive", rank());
+  impl_->options_.timeout = timeout;
+}
+
+void Communicator::abort(const std::string& reason) {
+  impl_->abort(reason);
+}
+
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                              ReduceOp op) {
   impl_->check_buffer("allreduce", send, count, type);
   impl_->check_buffer("allreduce", recv, count, type);
+  impl_->check_overlap("allreduce", send, count, recv, count, type, 0);
   impl_->run(Collective::allreduce, {send, recv, count, type, op, 0});
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                   DataType type, ReduceOp op) {
-  impl_->check_buffer("reduce_scatter", send, recv_count, type, static_cast<std::size_t>(size()));
+  const auto blocks = static_cast<std::size_t>(size());
+  impl_->check_buffer("reduce_scatter", send, recv_count, type, blocks);
   impl_->check_buffer("reduce_scatter", recv, recv_count, type);
+  impl_->check_overlap("reduce_scatter", send, recv_count * blocks, recv, recv_count, type,
+                       -static_cast<std::ptrdiff_t>(recv_count) * rank());
   impl_->run(Collective::reduce_scatter, {send, recv, recv_count, type, op, 0});
 }
 
 void Communicator::allgather(const void* send, void* recv, std::size_t send_count, DataType type) {
+  const auto blocks = static_cast<std::size_t>(size());
   impl_->check_buffer("allgather", send, send_count, type);
-  impl_->check_buffer("allgather", recv, send_count, type, static_cast<std::size_t>(size()));
+  impl_->check_buffer("allgather", recv, send_count, type, blocks);
+  impl_->check_overlap("allgather", send, send_count, recv, send_count * blocks, type,
+                       static_cast<std::ptrdiff_t>(send_count) * rank());
   impl_->run(Collective::allgather, {send, recv, send_count, type, ReduceOp::sum, 0});
 }
 

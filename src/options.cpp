@@ -62,6 +62,19 @@ std::optional<std::size_t> parse_byte_size(std::string_view text) {
   return static_cast<std::size_t>(value << shift);
 }
 
+namespace {
+
+// A 0/1 switch from the environment; nullopt when unset.
+std::optional<bool> env_switch(const char* name) {
+  auto v = env::get(name);
+  if (!v) return std::nullopt;
+  if (*v != "0" && *v != "1")
+    throw ConfigurationError("environment", std::string(name) + "='" + *v + "' must be 0 or 1");
+  return *v == "1";
+}
+
+}  // namespace
+
 Options Options::from_env() {
   Options options;
   if (auto text = env::get("ARCOLL_TIMEOUT")) {
@@ -82,11 +95,7 @@ Options Options::from_env() {
   }
   if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
     options.busy_poll = std::chrono::microseconds(*v);
-  if (auto v = env::get("ARCOLL_SHM_SINGLE_COPY")) {
-    if (*v != "0" && *v != "1")
-      throw ConfigurationError("environment", "ARCOLL_SHM_SINGLE_COPY='" + *v + "' must be 0 or 1");
-    options.shm_single_copy = *v == "1";
-  }
+  if (auto v = env_switch("ARCOLL_SHM_SINGLE_COPY")) options.shm_single_copy = *v;
   if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
     auto bytes = parse_byte_size(*v);
     if (!bytes || *bytes == 0)
@@ -105,12 +114,8 @@ Options Options::from_env() {
       throw ConfigurationError("environment", "ARCOLL_WIRE='" + *v + "' must be f32, f16 or bf16");
     options.wire = *type;
   }
-  if (auto v = env::get("ARCOLL_WIRE_ERROR_FEEDBACK")) {
-    if (*v != "0" && *v != "1")
-      throw ConfigurationError("environment",
-                               "ARCOLL_WIRE_ERROR_FEEDBACK='" + *v + "' must be 0 or 1");
-    options.wire_error_feedback = *v == "1";
-  }
+  if (auto v = env_switch("ARCOLL_WIRE_ERROR_FEEDBACK")) options.wire_error_feedback = *v;
+  if (auto v = env_switch("ARCOLL_CHECKSUM")) options.checksum = *v;
   if (auto v = env::get("ARCOLL_TUNING_FILE")) options.tuning_file = *v;
   return options;
 }

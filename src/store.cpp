@@ -349,8 +349,9 @@ std::optional<std::string> StoreClient::round_trip(Type type, const std::string&
   }
 }
 
-void StoreClient::set(const std::string& key, const std::string& value) {
-  round_trip(Type::set, key, value, 0, net::Clock::now() + std::chrono::seconds(30));
+void StoreClient::set(const std::string& key, const std::string& value,
+                      net::Clock::time_point deadline) {
+  round_trip(Type::set, key, value, 0, deadline);
 }
 
 std::optional<std::string> StoreClient::get(const std::string& key,

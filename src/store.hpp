@@ -103,7 +103,8 @@ class StoreClient {
   // TimeoutError naming rank 0 on expiry.
   StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
               const std::string& token);
-  void set(const std::string& key, const std::string& value);
+  void set(const std::string& key, const std::string& value,
+           net::Clock::time_point deadline = net::Clock::now() + std::chrono::seconds(30));
   // Waits until `key` exists or `deadline` passes (nullopt).
   std::optional<std::string> get(const std::string& key, net::Clock::time_point deadline);
   std::int64_t add(const std::string& key, std::int64_t delta);

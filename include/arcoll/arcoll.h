@@ -102,8 +102,19 @@ ARCOLL_C_API arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int
                                               const char* master_addr, int master_port);
 
 /* Leaves the job and frees the communicator. Every rank should call it. NULL is accepted and
- * does nothing (like free()). */
+ * does nothing (like free()); a handle destroyed already is ARCOLL_ERROR_INVALID_ARGUMENT, as
+ * is any later call with it. */
 ARCOLL_C_API arcoll_result_t arcoll_comm_destroy(arcoll_comm_t* comm);
+
+/* The deadline, in seconds, of each call that follows on this rank (ARCOLL_TIMEOUT sets the
+ * first): a per-call override. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_set_timeout(arcoll_comm_t* comm, double seconds);
+
+/* Gives up on the job: the other ranks' calls fail promptly naming this rank and `reason`
+ * (may be NULL) instead of waiting for it, and this communicator's later calls fail. May be
+ * called from another thread while a call on this communicator blocks; that call then fails
+ * within milliseconds. Destroy the communicator afterwards. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_abort(arcoll_comm_t* comm, const char* reason);
 
 /* Rank of this process in the communicator, 0 .. size-1. */
 ARCOLL_C_API arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank);

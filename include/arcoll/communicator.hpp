@@ -5,6 +5,7 @@
 // arcoll::Error naming the operation and the ranks involved instead of hanging.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -59,6 +60,17 @@ class Communicator {
   AllreducePrediction predict_allreduce(std::size_t bytes,
                                         const std::string& algorithm = "auto") const;
 
+  // The deadline of each call that follows, until changed again (Options::timeout,
+  // ARCOLL_TIMEOUT, sets the first): a per-call override, e.g. longer for a first collective
+  // that waits for slow starters, shorter for a health check. Each rank may set its own.
+  void set_timeout(std::chrono::milliseconds timeout);
+  // Gives up on this job: every other rank's call in progress (or next call) fails promptly,
+  // naming this rank and `reason`, instead of waiting for this rank until its timeout, and
+  // every later call on this communicator fails. May be called from another thread while a
+  // call of this rank blocks (a watchdog): that call then fails within milliseconds.
+  void abort(const std::string& reason = "no reason given");
+
+  // Buffers that overlap other than in a call's in-place form are an error.
   // recv[i] = op over ranks of send[i]. send == recv is the in-place form.
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
   void allreduce(void* buffer, std::size_t count, DataType type, ReduceOp op) {

@@ -53,6 +53,11 @@ struct Options {
   // or copied through the shared rings (0).
   bool shm_single_copy = true;
 
+  // End-to-end integrity (ARCOLL_CHECKSUM=1): every message a collective or send() moves
+  // carries the CRC32C of its bytes, checked where it lands before it is used; a mismatch fails
+  // the call naming the link (sender, receiver, transport). Costs a CRC pass on each side.
+  bool checksum = false;
+
   static Options from_env();
 };
 

@@ -13,9 +13,9 @@ namespace arcoll {
 class Communicator;
 
 struct TransportCosts {
-  double latency_us = 0;      // one small message, one way (α)
-  double bandwidth_gbs = 0;   // GB/s of one large message (1/β)
-  double reduce_gbs = 0;      // GB/s of reduction, f32 sum out of cache (1/γ)
+  double latency_us = 0;     // one small message, one way (α)
+  double bandwidth_gbs = 0;  // GB/s of one large message (1/β)
+  double reduce_gbs = 0;     // GB/s of reduction, f32 sum out of cache (1/γ)
 };
 
 struct Tuning {

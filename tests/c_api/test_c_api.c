@@ -219,6 +219,29 @@ static void check_world_of_one(arcoll_comm_t* comm, const char* how) {
   check_result(arcoll_broadcast(comm, send, 5, ARCOLL_F64, 1), ARCOLL_ERROR_INVALID_ARGUMENT,
                "broadcast root 1, world of one");
   check_result(arcoll_barrier(comm), ARCOLL_SUCCESS, "barrier, world of one");
+
+  /* Misuse: partly overlapping buffers, a timeout that is not positive. */
+  check_result(arcoll_allreduce(comm, send, send + 1, 4, ARCOLL_F64, ARCOLL_SUM),
+               ARCOLL_ERROR_INVALID_ARGUMENT, "allreduce with overlapping buffers");
+  check(strstr(arcoll_last_error(), "overlap") != NULL, "last error names the overlap: \"%s\"",
+        arcoll_last_error());
+  check_result(arcoll_comm_set_timeout(comm, 0.0), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_comm_set_timeout(0)");
+  check_result(arcoll_comm_set_timeout(comm, 2.5), ARCOLL_SUCCESS, "arcoll_comm_set_timeout(2.5)");
+  check_result(arcoll_barrier(comm), ARCOLL_SUCCESS, "barrier after set_timeout");
+}
+
+/* After destroy the handle is dead: calls with it fail instead of touching freed memory. */
+static void check_destroyed(arcoll_comm_t* comm) {
+  int value = 0;
+  check_result(arcoll_comm_rank(comm, &value), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_comm_rank on a destroyed communicator");
+  check(strstr(arcoll_last_error(), "destroyed") != NULL,
+        "last error says destroyed: \"%s\"", arcoll_last_error());
+  check_result(arcoll_barrier(comm), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_barrier on a destroyed communicator");
+  check_result(arcoll_comm_destroy(comm), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_comm_destroy twice");
 }
 
 static void run_world_of_one(void) {
@@ -229,12 +252,17 @@ static void run_world_of_one(void) {
     check(comm != NULL, "init_from_env gave a communicator");
     check_world_of_one(comm, "init_from_env");
     check_result(arcoll_comm_destroy(comm), ARCOLL_SUCCESS, "arcoll_comm_destroy");
+    check_destroyed(comm);
   }
   comm = NULL;
   if (check_result(arcoll_comm_init(&comm, 0, 1, NULL, 0), ARCOLL_SUCCESS,
                    "arcoll_comm_init(rank 0 of 1, no master address)")) {
     check_world_of_one(comm, "explicit init");
-    check_result(arcoll_comm_destroy(comm), ARCOLL_SUCCESS, "arcoll_comm_destroy");
+    check_result(arcoll_comm_abort(comm, "test"), ARCOLL_SUCCESS, "arcoll_comm_abort");
+    check_result(arcoll_barrier(comm), ARCOLL_ERROR_PEER_FAILURE, "barrier after abort");
+    check(strstr(arcoll_last_error(), "abort") != NULL, "last error names the abort: \"%s\"",
+          arcoll_last_error());
+    check_result(arcoll_comm_destroy(comm), ARCOLL_SUCCESS, "arcoll_comm_destroy after abort");
   }
 }
 

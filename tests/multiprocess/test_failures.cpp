@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -52,6 +54,13 @@ std::set<std::string> leaked_segments(const std::set<std::string>& before) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return left;
+}
+
+// Each rank's output under a header: which rank learnt what from whom.
+std::string all_outputs(const std::vector<RankExit>& exits) {
+  std::string all;
+  for (const auto& e : exits) all += "--- rank " + std::to_string(e.rank) + "\n" + e.output;
+  return all;
 }
 
 // Runs large allreduces (4 MiB: the single-copy path of shm) until one throws; prints the
@@ -168,8 +177,8 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
       if (e.rank == victim) continue;
       EXPECT_TRUE(e.ok()) << describe(exits);
       EXPECT_NE(e.output.find(name), std::string::npos)
-          << "rank " << e.rank << " did not name " << name << ":\n"
-          << e.output;
+          << "rank " << e.rank << " did not name " << name << "; every rank's output:\n"
+          << all_outputs(exits);
       const auto at = e.output.find("detected after ");
       if (at != std::string::npos) detections.push_back(std::atof(e.output.c_str() + at + 15));
     }
@@ -319,6 +328,324 @@ TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
               std::string::npos)
         << "rank " << r << ":\n"
         << exits[static_cast<std::size_t>(r)].output;
+}
+
+// Runs `call` on 3 ranks, rank 2 with `odd` = true, then a barrier; every rank must fail
+// (none may pass silently, hang or crash) and a rank that saw the mismatch must name both
+// calls. Ranks whose part of the call ended before the mismatch showed (a broadcast's root)
+// learn of it in their next call.
+// A mismatch where no rank sends what another receives (each waits for the others) can only
+// end by the timeout (`deadlock`): every rank then fails naming its own call.
+void expect_mismatch_reported(const std::function<void(Communicator&, bool odd)>& call,
+                              const std::vector<std::string>& expected, bool deadlock = false,
+                              const std::map<std::string, std::string>& env = {}) {
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.env = env;
+  options.env["ARCOLL_TIMEOUT"] = deadlock ? "2" : "10";
+  auto exits = launch(options, [&] {
+    try {
+      // Inside: a rank still joining when another aborts fails here.
+      auto comm = Communicator::from_env();
+      call(*comm, comm->rank() == 2);
+      comm->barrier();
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+      return 0;
+    }
+    return 2;
+  });
+  // A deadlock's ranks time out about together, each naming its own call: look at all.
+  std::string all_output;
+  for (const auto& e : exits) all_output += e.output;
+  auto names_both = [&](const std::string& output) {
+    bool all = deadlock || output.find("call mismatch") != std::string::npos;
+    for (const std::string& text : expected) all = all && output.find(text) != std::string::npos;
+    return all;
+  };
+  bool named = deadlock && names_both(all_output);
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    named = named || (!deadlock && names_both(e.output));
+  }
+  EXPECT_TRUE(named) << "no rank named both calls: " << describe(exits);
+  if (deadlock) {
+    for (const auto& e : exits)
+      EXPECT_NE(e.output.find("ARCOLL_TIMEOUT"), std::string::npos) << describe(exits);
+  }
+}
+
+TEST(Errors, MismatchedCallsAreReportedNamingBothSides) {
+  std::vector<float> buffer(1000, 1.0f);
+  // Counts: the buffers differ in size.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), odd ? 999 : 1000, DataType::f32, ReduceOp::sum);
+      },
+      {"allreduce of 999 f32 (sum", "allreduce of 1000 f32 (sum"});
+  // Same bytes, other type: without the signature this would reduce garbage silently.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), 1000, odd ? DataType::i32 : DataType::f32, ReduceOp::sum);
+      },
+      {"allreduce of 1000 i32", "allreduce of 1000 f32"});
+  // Same bytes and type, other op: a silently wrong result otherwise.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), 1000, DataType::f32, odd ? ReduceOp::max : ReduceOp::sum);
+      },
+      {"(max", "(sum"});
+  // Another collective: rank 2 waits in a broadcast for rank 1, ranks 0 and 1 wait in an
+  // all-reduce for rank 2; nothing moves until the timeout.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        if (odd)
+          comm.broadcast(buffer.data(), 1000, DataType::f32, 0);
+        else
+          comm.allreduce(buffer.data(), 1000, DataType::f32, ReduceOp::sum);
+      },
+      {"broadcast #1 on rank 2", "allreduce #1 on rank"}, true);
+  // Another root.
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.broadcast(buffer.data(), 1000, DataType::f32, odd ? 1 : 0);
+      },
+      {"(root 1", "(root 0"});
+}
+
+// Each fault, with one algorithm at a time, on two emulated hosts (so that hierarchical
+// crosses both levels). Run on tcp. and shm. only, like KillTrials.
+class Faults : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!transport_forced("tcp") && !transport_forced("shm"))
+      GTEST_SKIP() << "run on tcp. and shm. only: each transport once is what the faults are for";
+  }
+  LocalLaunchOptions options(int ranks, std::map<std::string, std::string> env = {}) const {
+    LocalLaunchOptions o;
+    o.ranks = ranks;
+    o.env = std::move(env);
+    o.env.emplace("ARCOLL_TIMEOUT", "20");
+    o.env["ARCOLL_ALGO"] = GetParam();
+    o.env["ARCOLL_EMULATED_HOSTS"] = "2";
+    o.failure_grace = std::chrono::seconds(30);
+    return o;
+  }
+};
+
+long long now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+long long number_after(const std::string& output, const std::string& label) {
+  const auto at = output.find(label);
+  return at == std::string::npos ? -1 : std::atoll(output.c_str() + at + label.size());
+}
+
+// A watchdog thread of a random rank calls abort() at a random moment while every rank runs
+// all-reduces of random sizes: the victim's own call fails at once and every other rank's
+// fails promptly (the timeout is 20 s) naming the victim and its reason. The steady clock is
+// the machine's, so the ranks' timestamps compare.
+TEST_P(Faults, AbortFromAnyRankFailsTheOthersPromptly) {
+  std::vector<double> detections;
+  for (int seed = 1; seed <= 4; ++seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    const int world = 3 + static_cast<int>(rng() % 3);
+    const int victim = static_cast<int>(rng() % static_cast<unsigned>(world));
+    const auto abort_after = std::chrono::microseconds(rng() % 20000);
+    SCOPED_TRACE("seed " + std::to_string(seed) + ": " + std::to_string(world) + " ranks, rank " +
+                 std::to_string(victim) + " aborts");
+    auto exits = launch(options(world), [&] {
+      auto comm = Communicator::from_env();
+      comm->barrier();
+      std::thread watchdog;
+      if (comm->rank() == victim)
+        watchdog = std::thread([&] {
+          std::this_thread::sleep_for(abort_after);
+          std::printf("abort at %lld us\n", now_us());
+          std::fflush(stdout);
+          comm->abort("the watchdog gave up");
+        });
+      int status = 3;
+      try {
+        std::vector<float> buffer(1 << 18);
+        std::mt19937 shared(static_cast<unsigned>(seed));
+        for (int i = 0; i < 1000000; ++i)
+          comm->allreduce(buffer.data(), 1 + shared() % buffer.size(), DataType::f32,
+                          ReduceOp::sum);
+      } catch (const Error& e) {
+        std::printf("failed at %lld us: %s\n", now_us(), e.what());
+        status = 0;
+      }
+      if (watchdog.joinable()) watchdog.join();
+      return status;
+    });
+    ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
+    const long long aborted =
+        number_after(exits[static_cast<std::size_t>(victim)].output, "abort at ");
+    EXPECT_NE(exits[static_cast<std::size_t>(victim)].output.find("abort() called"),
+              std::string::npos)
+        << describe(exits);
+    for (const auto& e : exits) {
+      EXPECT_TRUE(e.ok()) << describe(exits);
+      EXPECT_NE(e.output.find("the watchdog gave up"), std::string::npos) << e.output;
+      if (e.rank == victim) continue;
+      EXPECT_NE(e.output.find("rank " + std::to_string(victim) + " aborted"), std::string::npos)
+          << e.output;
+      const long long failed = number_after(e.output, "failed at ");
+      if (aborted > 0 && failed > 0)
+        detections.push_back(static_cast<double>(failed - aborted) / 1e6);
+    }
+  }
+  ASSERT_FALSE(detections.empty());
+  std::sort(detections.begin(), detections.end());
+  std::printf("%s: %zu ranks saw another's abort after median %.4f s, max %.4f s\n",
+              GetParam().c_str(), detections.size(), detections[detections.size() / 2],
+              detections.back());
+  EXPECT_LT(detections.back(), 2.0);  // well under the 20 s timeout
+}
+
+// A rank that does not come: the others' calls end at their deadline, naming the call with
+// its sequence number, the rank each waited for, and the rank that was not in the call. The
+// deadline is per call: a longer one lets a late rank through, a shorter one ends the wait sooner
+// than ARCOLL_TIMEOUT (20 s).
+TEST_P(Faults, DeadlinesArePerCallAndNameTheSilentRank) {
+  constexpr int kLate = 1;
+  auto exits = launch(options(3), [&] {
+    auto comm = Communicator::from_env();
+    comm->barrier();  // #1
+    std::int64_t value = comm->rank() + 1;
+    comm->set_timeout(std::chrono::seconds(5));
+    if (comm->rank() == kLate) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    comm->allreduce(&value, 1, DataType::i64, ReduceOp::sum);  // #2: late, within 5 s
+    if (value != 6) return 4;
+    comm->set_timeout(std::chrono::milliseconds(400));
+    if (comm->rank() == kLate) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    const auto start = Clock::now();
+    try {
+      comm->allreduce(&value, 1, DataType::i64, ReduceOp::sum);  // #3: too late
+    } catch (const Error& e) {
+      std::printf("after %.3f s: %s\n", seconds_since(start), e.what());
+      return 0;
+    }
+    return 3;
+  });
+  bool named = false;
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_NE(e.output.find("allreduce #3"), std::string::npos) << e.output;
+    named = named || e.output.find("ranks not waiting in this call: " + std::to_string(kLate) +
+                                   "\n") != std::string::npos;
+    if (e.rank == kLate) continue;
+    const double waited = std::atof(e.output.c_str() + e.output.find("after ") + 6);
+    EXPECT_GT(waited, 0.35) << e.output;
+    EXPECT_LT(waited, 1.4) << e.output;  // before rank 1 came
+  }
+  EXPECT_TRUE(named) << describe(exits);
+}
+
+// ARCOLL_CHECKSUM: results stay right with it on; a bit flipped in one message
+// (ARCOLL_FAULT_CORRUPT, as a bad link would) fails the receiving rank naming the link, and
+// every other rank through its abort.
+TEST_P(Faults, ChecksumCatchesCorruptionNamingTheLink) {
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099},
+                                  std::size_t{131101}}) {
+          for (auto [type, op] :
+               {std::pair{DataType::f32, ReduceOp::sum}, std::pair{DataType::i64, ReduceOp::max}}) {
+            auto data = make_input(type, op, comm.rank(), count, count);
+            comm.allreduce(data.data(), count, type, op);
+            EXPECT_EQ(count_wrong(data.data(), type, op, comm.size(), count, count), 0u)
+                << label(type, op, count, true);
+          }
+        }
+        std::int32_t token = comm.rank() == 0 ? 42 : 0;
+        if (comm.rank() == 0) comm.send(&token, sizeof token, 1);
+        if (comm.rank() == 1) {
+          comm.recv(&token, sizeof token, 0);
+          EXPECT_EQ(token, 42);
+        }
+      },
+      {{"ARCOLL_CHECKSUM", "1"}, {"ARCOLL_ALGO", GetParam()}, {"ARCOLL_EMULATED_HOSTS", "2"}});
+
+  for (int seed = 1; seed <= 2; ++seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    const int corrupted = static_cast<int>(rng() % 4);
+    const int nth = 1 + static_cast<int>(rng() % 12);
+    SCOPED_TRACE("rank " + std::to_string(corrupted) + ", message " + std::to_string(nth));
+    auto exits = launch(
+        options(4,
+                {{"ARCOLL_CHECKSUM", "1"},
+                 {"ARCOLL_FAULT_CORRUPT", std::to_string(corrupted) + ":" + std::to_string(nth)}}),
+        [&] {
+          auto comm = Communicator::from_env();
+          try {
+            std::vector<float> buffer(100000, 1.0f);
+            for (int i = 0; i < 100; ++i)
+              comm->allreduce(buffer.data(), buffer.size(), DataType::f32, ReduceOp::sum);
+          } catch (const Error& e) {
+            std::printf("error: %s\n", e.what());
+            return 0;
+          }
+          return 3;
+        });
+    const std::string link_prefix = "on the link from rank ";
+    const std::string& reporter = exits[static_cast<std::size_t>(corrupted)].output;
+    EXPECT_NE(reporter.find("checksum mismatch"), std::string::npos) << reporter;
+    EXPECT_NE(reporter.find(" to rank " + std::to_string(corrupted) + " over " +
+                            (transport_forced("tcp") ? "tcp" : "shm")),
+              std::string::npos)
+        << reporter;
+    for (const auto& e : exits) {
+      EXPECT_TRUE(e.ok()) << describe(exits);
+      EXPECT_NE(e.output.find(link_prefix), std::string::npos) << e.output;
+    }
+  }
+}
+
+TEST_P(Faults, MismatchedCountsAreReportedNamingBothSides) {
+  std::vector<float> buffer(100000, 1.0f);
+  expect_mismatch_reported(
+      [&](Communicator& comm, bool odd) {
+        comm.allreduce(buffer.data(), odd ? 99999 : 100000, DataType::f32, ReduceOp::sum);
+      },
+      {"allreduce of 99999 f32 (sum", "allreduce of 100000 f32 (sum"}, false,
+      {{"ARCOLL_ALGO", GetParam()}, {"ARCOLL_EMULATED_HOSTS", "2"}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, Faults, ::testing::Values("ring", "tree", "hierarchical"));
+
+// Settings that shape messages must agree: a rank that differs fails at the rendezvous naming
+// the setting, instead of misreading messages later.
+TEST(Settings, ARankWithOtherMessageSettingsFailsAtTheRendezvous) {
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.env = {{"ARCOLL_TIMEOUT", "20"}};
+  auto exits = launch(options, [] {
+    if (std::string(std::getenv("ARCOLL_RANK")) == "2") ::setenv("ARCOLL_CHECKSUM", "1", 1);
+    try {
+      auto comm = Communicator::from_env();
+      comm->barrier();
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+      return 0;
+    }
+    return 3;
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_TRUE(exits[2].ok()) << describe(exits);
+  EXPECT_NE(exits[2].output.find("ARCOLL_CHECKSUM is 1 on this rank but 0 on rank 0"),
+            std::string::npos)
+      << exits[2].output;
+  // The others learn it from the rendezvous instead of waiting out the timeout.
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_NE(e.output.find("ARCOLL_CHECKSUM is 1"), std::string::npos) << e.output;
+    EXPECT_LT(e.seconds, 10.0) << describe(exits);
+  }
 }
 
 }  // namespace

@@ -752,12 +752,11 @@ void TcpTransport::abort(const std::string& reason) noexcept {
   if (aborted_) return;
   aborted_ = true;
   std::string text = reason.substr(0, kMaxAbortText);
-  std::vector<Socket*> telling;  // one socket per peer carries the reason
-  for (Peer& p : peers_) {
-    auto open = std::find_if(p.sockets.begin(), p.sockets.end(),
-                             [](const Socket* s) { return !s->closed && !s->goodbye; });
-    if (open == p.sockets.end()) continue;
-    Socket& s = **open;
+  // Every socket carries the reason: whichever one the peer reads (or finds closed) first, the
+  // reason is next on it, even when the peer reads the others no further.
+  std::vector<Socket*> telling;
+  for (Socket& s : sockets_) {
+    if (s.closed || s.goodbye || s.fd.get() < 0) continue;
     // A frame half written cannot be cut: it is finished, what follows it is dropped.
     const bool mid_frame = !s.queue.empty() && s.queue.front().written > 0;
     s.queue.erase(s.queue.begin() + (mid_frame ? 1 : 0), s.queue.end());
