@@ -4,7 +4,6 @@
 // (see check_shared_result); open file descriptors must not grow, and under LeakSanitizer each rank
 // checks itself for leaks once its communicator is gone. ARCOLL_SOAK_CALLS sets the number of calls
 // (10000), ARCOLL_SOAK_SEED the sequence (1).
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -32,15 +31,6 @@ namespace {
 
 constexpr int kRanks = 5;
 constexpr double kMaxBytes = 4.0 * 1024 * 1024;
-
-int open_descriptors() {
-  int n = 0;
-  if (DIR* dir = ::opendir("/proc/self/fd")) {
-    while (::readdir(dir) != nullptr) ++n;
-    ::closedir(dir);
-  }
-  return n - 3;  // ".", ".." and the directory's own descriptor
-}
 
 // Rank `rank`'s element i: a small integer from a few bits of a hash, so that every reduction
 // over the ranks is exact in every type (avg then rounds once) and cheap to recompute.

@@ -1,5 +1,6 @@
 #include "tests/support/ranks.hpp"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -34,6 +35,26 @@ std::string expected_transport(const Communicator& comm) {
   std::string name = comm.local_size() > 1 || comm.size() == 1 ? "shm" : "";
   if (comm.node_count() > 1) name += name.empty() ? "tcp" : "+tcp";
   return name;
+}
+
+namespace {
+int directory_entries(const char* path) {
+  int n = 0;
+  if (DIR* dir = ::opendir(path)) {
+    while (const dirent* entry = ::readdir(dir))
+      if (entry->d_name[0] != '.') ++n;
+    ::closedir(dir);
+  }
+  return n;
+}
+}  // namespace
+
+int open_descriptors() {
+  return directory_entries("/proc/self/fd") - 1;  // less the one reading the directory
+}
+
+int thread_count() {
+  return directory_entries("/proc/self/task");
 }
 
 std::string describe(const std::vector<RankExit>& exits) {

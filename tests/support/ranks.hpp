@@ -30,6 +30,11 @@ std::string expected_transport(const Communicator& comm);
 // Whether ARCOLL_TRANSPORT forces `name`.
 bool transport_forced(const std::string& name);
 
+// Open file descriptors and threads of this process: what a communicator must give back when
+// it is destroyed, after a failure too.
+int open_descriptors();
+int thread_count();
+
 // A short string of the exits, for assertion messages.
 std::string describe(const std::vector<RankExit>& exits);
 
