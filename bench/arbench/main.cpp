@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -20,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -27,6 +27,7 @@
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/links.hpp"
+#include "arbench/models.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
 #include "arcoll/cluster.hpp"
@@ -222,13 +223,11 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
     const auto known = arcoll::Communicator::allreduce_algorithms();
     for (const std::string& name : split_list(flags.algo)) {
       if (name != "auto" && std::find(known.begin(), known.end(), name) == known.end())
-        throw UsageError("--algo: unknown algorithm " + quoted(name) + " (known: auto, " +
-                         [&] {
-                           std::string list;
-                           for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-                           return list;
-                         }() +
-                         ", all)");
+        throw UsageError("--algo: unknown algorithm " + quoted(name) + " (known: auto, " + [&] {
+          std::string list;
+          for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+          return list;
+        }() + ", all)");
       plan.algorithms.push_back(name);
     }
   } else if (!flags.algo.empty()) {
@@ -247,7 +246,8 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (!flags.tuning.empty()) plan.options.tuning_file = flags.tuning;
   if (!plan.options.tuning_file.empty()) {
     try {
-      arcoll::load_tuning(plan.options.tuning_file);  // a bad file is a usage error, before ranks start
+      arcoll::load_tuning(
+          plan.options.tuning_file);  // a bad file is a usage error, before ranks start
     } catch (const arcoll::Error& e) {
       throw UsageError((flags.tuning.empty() ? "ARCOLL_TUNING_FILE: " : "--tuning: ") +
                        e.message());
@@ -364,7 +364,8 @@ arbench::Row with_prediction(const arcoll::Communicator& comm, const Plan& plan,
                              const arbench::Row& row) {
   arbench::Row out = row;
   const std::string algorithm = row.backend.substr(row.backend.find('/') + 1);
-  const bool narrowed = plan.options.wire != arcoll::DataType::f32 && row.type == arcoll::DataType::f32;
+  const bool narrowed =
+      plan.options.wire != arcoll::DataType::f32 && row.type == arcoll::DataType::f32;
   const arcoll::AllreducePrediction p =
       comm.predict_allreduce(narrowed ? row.size_bytes / 2 : row.size_bytes, algorithm);
   out.predicted_us = p.seconds * 1e6;
@@ -376,7 +377,6 @@ void print(const std::string& text) {
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 }
-
 
 // The sweep on one rank. Rank 0 prints the table and writes the files; its exit code is 1
 // when a result was wrong or a file could not be written.
@@ -391,8 +391,8 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
     owned.push_back(arbench::make_arcoll_backend(comm, algorithm));
     backends.push_back(owned.back().get());
   }
-  for (const std::string& name : plan.algorithms.empty() ? plan.backends
-                                                          : std::vector<std::string>{}) {
+  for (const std::string& name :
+       plan.algorithms.empty() ? plan.backends : std::vector<std::string>{}) {
     try {
       owned.push_back(arbench::make_backend(name, comm, plan.backend_options));
       backends.push_back(owned.back().get());
@@ -652,12 +652,12 @@ int run_tune_command(const ToolFlags& flags, const std::string& output) {
         const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
         if (comm.rank() != 0) return 0;
         print("# arbench tune: " + tuning.measured_on + "\n# " +
-              arbench::printf_string("%-10s %14s %16s %14s", "transport", "latency (us)", "bandwidth (GB/s)",
-                          "reduce (GB/s)") +
+              arbench::printf_string("%-10s %14s %16s %14s", "transport", "latency (us)",
+                                     "bandwidth (GB/s)", "reduce (GB/s)") +
               "\n");
         for (const auto& [name, c] : tuning.transports)
           print(arbench::printf_string("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
-                            c.bandwidth_gbs, c.reduce_gbs));
+                                       c.bandwidth_gbs, c.reduce_gbs));
         arcoll::save_tuning(tuning, output);
         print("# written to " + output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
         return 0;
@@ -766,15 +766,16 @@ int run_plan_command(const PlanFlags& flags) {
   }
   const int ranks = cluster.hosts * cluster.ranks_per_host;
   print(arbench::printf_string("# arbench plan: %s\n", cluster.name.c_str()));
-  print(arbench::printf_string("# %d host(s) x %d rank(s) = %d ranks; within a host %s: %g us, %g GB/s; "
-                    "between hosts %s: %g us, %g GB/s per host (%d NIC(s)); reduce %g GB/s\n",
-                    cluster.hosts, cluster.ranks_per_host, ranks, cluster.intra_host.kind.c_str(),
-                    cluster.intra_host.latency_us, cluster.intra_host.bandwidth_gbs,
-                    cluster.network.kind.c_str(), cluster.network.latency_us,
-                    cluster.network.bandwidth_gbs, cluster.nics_per_host,
-                    cluster.intra_host.reduce_gbs));
-  print("# predicted time of one all-reduce (us) per algorithm; auto: the model's choice, its "
-        "time and busbw (GB/s, nccl-tests' definition)\n");
+  print(arbench::printf_string(
+      "# %d host(s) x %d rank(s) = %d ranks; within a host %s: %g us, %g GB/s; "
+      "between hosts %s: %g us, %g GB/s per host (%d NIC(s)); reduce %g GB/s\n",
+      cluster.hosts, cluster.ranks_per_host, ranks, cluster.intra_host.kind.c_str(),
+      cluster.intra_host.latency_us, cluster.intra_host.bandwidth_gbs, cluster.network.kind.c_str(),
+      cluster.network.latency_us, cluster.network.bandwidth_gbs, cluster.nics_per_host,
+      cluster.intra_host.reduce_gbs));
+  print(
+      "# predicted time of one all-reduce (us) per algorithm; auto: the model's choice, its "
+      "time and busbw (GB/s, nccl-tests' definition)\n");
   std::string header = arbench::printf_string("# %10s", "size (B)");
   for (const std::string& name : arcoll::Communicator::allreduce_algorithms())
     header += arbench::printf_string(" %12.12s", name.c_str());
@@ -782,12 +783,13 @@ int run_plan_command(const PlanFlags& flags) {
   for (std::size_t bytes : sizes) {
     const arcoll::ClusterPlan plan = arcoll::plan_allreduce(cluster, bytes);
     std::string line = arbench::printf_string("%12zu", bytes);
-    for (const auto& p : plan.algorithms) line += arbench::printf_string(" %12.4g", p.seconds * 1e6);
-    const double busbw = ranks > 1 ? static_cast<double>(bytes) / plan.chosen.seconds / 1e9 *
-                                         2.0 * (ranks - 1) / ranks
+    for (const auto& p : plan.algorithms)
+      line += arbench::printf_string(" %12.4g", p.seconds * 1e6);
+    const double busbw = ranks > 1 ? static_cast<double>(bytes) / plan.chosen.seconds / 1e9 * 2.0 *
+                                         (ranks - 1) / ranks
                                    : 0.0;
     print(line + arbench::printf_string("  %-20s %10.4g %8.2f\n", plan.chosen.algorithm.c_str(),
-                             plan.chosen.seconds * 1e6, busbw));
+                                        plan.chosen.seconds * 1e6, busbw));
   }
   return 0;
 }
@@ -926,8 +928,9 @@ int main(int argc, char** argv) {
   ToolFlags tune_flags;
   std::string tune_output = "arcoll-tuning.json";
   CLI::App* tune = app.add_subcommand(
-      "tune", "Measure latency, bandwidth and reduction rate of each transport between the ranks "
-              "at hand and write a tuning file for the cost model behind --algo auto");
+      "tune",
+      "Measure latency, bandwidth and reduction rate of each transport between the ranks "
+      "at hand and write a tuning file for the cost model behind --algo auto");
   add_tool_flags(tune, tune_flags);
   tune->add_option("-o,--output", tune_output, "Tuning file to write")
       ->type_name("FILE")
@@ -936,22 +939,25 @@ int main(int argc, char** argv) {
   ToolFlags links_flags;
   LinksFlags links;
   CLI::App* links_app = app.add_subcommand(
-      "links", "Latency and bandwidth between every ordered pair of ranks (each rank in one pair "
-               "at a time); flags pairs below a fraction of the median bandwidth");
+      "links",
+      "Latency and bandwidth between every ordered pair of ranks (each rank in one pair "
+      "at a time); flags pairs below a fraction of the median bandwidth");
   add_tool_flags(links_app, links_flags);
   links_app->add_option("--bytes", links.bytes, "Message size for bandwidth (K/M suffixes)")
       ->type_name("SIZE")
       ->capture_default_str();
-  links_app->add_option("--threshold", links.threshold,
-                        "Flag pairs below this fraction of the median bandwidth")
+  links_app
+      ->add_option("--threshold", links.threshold,
+                   "Flag pairs below this fraction of the median bandwidth")
       ->type_name("FRACTION")
       ->capture_default_str();
   links_app->add_option("--json", links.json, "Write the matrix as JSON")->type_name("FILE");
   subcommands.push_back({links_app, [&] { return run_links_command(links_flags, links); }});
   PlanFlags plan_flags;
   CLI::App* plan = app.add_subcommand(
-      "plan", "Predict every all-reduce algorithm on a cluster described in a file (hardware we "
-              "do not have) and say which one auto would run");
+      "plan",
+      "Predict every all-reduce algorithm on a cluster described in a file (hardware we "
+      "do not have) and say which one auto would run");
   plan->add_option("--topology", plan_flags.topology,
                    "Cluster file (examples/topologies/), or a host saved by arbench topo --json")
       ->type_name("FILE")
@@ -967,14 +973,26 @@ int main(int argc, char** argv) {
   ToolFlags topo_flags;
   std::string topo_json, topo_dot;
   CLI::App* topo = app.add_subcommand(
-      "topo", "What this host has for communication: cores, NUMA nodes, caches, network "
-              "interfaces, RDMA devices, GPUs (and which are missing); with several ranks, where "
-              "each runs and the links between them");
+      "topo",
+      "What this host has for communication: cores, NUMA nodes, caches, network "
+      "interfaces, RDMA devices, GPUs (and which are missing); with several ranks, where "
+      "each runs and the links between them");
   add_tool_flags(topo, topo_flags);
   topo->add_option("--json", topo_json, "Write the same as JSON")->type_name("FILE");
   topo->add_option("--dot", topo_dot, "Write a Graphviz picture of hosts, ranks, NICs and links")
       ->type_name("FILE");
   subcommands.push_back({topo, [&] { return run_topo_command(topo_flags, topo_json, topo_dot); }});
+  arbench::ModelsFlags models_flags;
+  CLI::App* models = app.add_subcommand(
+      "models",
+      "The networks the replayer trains: tensors, parameters and compute of each (or of "
+      "a model file), and with --layers every layer in gradient order");
+  models->add_option("--model", models_flags.model, "A built-in model, or a .json/.csv file")
+      ->type_name("NAME|FILE");
+  models->add_option("--image-size", models_flags.image_size, "Input height and width")
+      ->type_name("N");
+  models->add_flag("--layers", models_flags.layers, "Print every layer");
+  subcommands.push_back({models, [&] { return arbench::run_models_command(models_flags); }});
   app.require_subcommand(0, 1);
 
   try {
