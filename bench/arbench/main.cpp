@@ -40,6 +40,9 @@
 #include "arcoll/topology.hpp"
 #include "arcoll/tuning.hpp"
 #include "arcoll/types.hpp"
+#include "replay/model.hpp"
+#include "replay/predict.hpp"
+#include "replay/replay.hpp"
 
 namespace {
 
@@ -594,14 +597,15 @@ int exit_status(const std::vector<arcoll::RankExit>& exits) {
   return !failed ? 0 : only_usage_errors ? kUsageError : 1;
 }
 
-// What the tools beside the sweep share: ranks forked here (--np) or started by a launcher,
-// one communicator each, and `body` run on it. Returns the exit code.
+// What the tools beside the sweep share: ranks forked here (--np, at least `min_ranks`,
+// `default_ranks` when not given) or started by a launcher, one communicator each, and `body`
+// run on it. Returns the exit code.
 struct ToolFlags {
   std::string np;
   std::string transport;
 };
 
-int run_tool(const char* name, const ToolFlags& flags, int default_ranks,
+int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int default_ranks,
              const std::function<std::optional<std::string>()>& check_flags,
              const std::function<int(arcoll::Communicator&)>& body) {
   arcoll::Options options;
@@ -615,8 +619,7 @@ int run_tool(const char* name, const ToolFlags& flags, int default_ranks,
       throw UsageError(e.what());
     }
     if (!flags.transport.empty()) options.transport = flags.transport;
-    if (!flags.np.empty())
-      np = static_cast<int>(parse_integer("--np", flags.np, default_ranks, 4096));
+    if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, min_ranks, 4096));
     if (auto error = check_flags()) throw UsageError(*error);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
@@ -647,7 +650,7 @@ int run_tool(const char* name, const ToolFlags& flags, int default_ranks,
 // the tuning file that --tuning (ARCOLL_TUNING_FILE) reads.
 int run_tune_command(const ToolFlags& flags, const std::string& output) {
   return run_tool(
-      "tune", flags, 2, [&] { return arbench::check_writable("-o/--output", output); },
+      "tune", flags, 2, 2, [&] { return arbench::check_writable("-o/--output", output); },
       [&](arcoll::Communicator& comm) {
         const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
         if (comm.rank() != 0) return 0;
@@ -664,6 +667,199 @@ int run_tune_command(const ToolFlags& flags, const std::string& output) {
       });
 }
 
+// `arbench replay`: the gradient exchange of data-parallel training over the ranks at hand.
+struct ReplayFlags {
+  std::string model = "resnet50";
+  std::string batch = "32";
+  std::string profile = "v100";
+  std::string policy = "buckets";
+  std::string algorithm = "auto";
+  std::string wire = "f32";
+  std::string bucket_bytes = "25M";
+  std::string iterations = "20";
+  std::string warmup = "3";
+  std::string trace;     // Chrome trace file
+  std::string topology;  // --simulate: the cluster file
+  std::string hosts = "1";
+  bool simulate = false;
+};
+
+// The model's all-reduce time for the replay's bytes: the wire format halves what f32 moves.
+std::size_t wire_bytes(std::size_t bytes, const std::string& wire) {
+  return wire == "f32" ? bytes : bytes / 2;
+}
+
+std::string prediction_text(const arcoll::replay::Prediction& p, int ranks, int batch) {
+  return arbench::printf_string(
+      "  %10.2f %10s %10s %10.2f %10.2f %10.2f %7.0f%% %10.1f %7.0f%%\n", p.iteration * 1e3, "-",
+      "-", p.compute * 1e3, p.communication * 1e3, p.exposed * 1e3,
+      p.communication > 0 ? 100 * (1 - p.exposed / p.communication) : 100.0,
+      batch * ranks / p.iteration, 100 * p.compute / p.iteration);
+}
+
+const char* const kReplayColumns = "# %10s %10s %10s %10s %10s %10s %8s %10s %8s\n";
+
+// `arbench replay --simulate --topology FILE`: the model's prediction for a described cluster,
+// with no ranks run.
+int simulate_replay(const arcoll::replay::ReplayConfig& config, const ReplayFlags& replay) {
+  namespace rp = arcoll::replay;
+  arcoll::ClusterSpec cluster;
+  try {
+    cluster = arcoll::load_cluster(
+        replay.topology, static_cast<int>(parse_integer("--hosts", replay.hosts, 1, 1 << 20)));
+  } catch (const arcoll::Error& e) {
+    std::fprintf(stderr, "arbench replay: --topology: %s\n", e.message().c_str());
+    return kUsageError;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench replay: %s\n", e.what());
+    return kUsageError;
+  }
+  const auto algorithms = arcoll::Communicator::allreduce_algorithms();
+  const auto known = std::find(algorithms.begin(), algorithms.end(), config.algorithm);
+  if (config.algorithm != "auto" && known == algorithms.end()) {
+    std::fprintf(stderr, "arbench replay: --algo: unknown algorithm %s\n",
+                 quoted(config.algorithm).c_str());
+    return kUsageError;
+  }
+  std::vector<double> backward;
+  for (auto it = config.model.layers.rbegin(); it != config.model.layers.rend(); ++it)
+    backward.push_back(rp::backward_seconds(config, *it));
+  const auto plan = rp::plan_buckets(config.model, config.policy, backward);
+  const rp::Prediction p = rp::predict_iteration(config, plan, [&](std::size_t bytes) {
+    const auto cluster_plan = arcoll::plan_allreduce(cluster, wire_bytes(bytes, replay.wire));
+    return known == algorithms.end()
+               ? cluster_plan.chosen.seconds
+               : cluster_plan.algorithms[static_cast<std::size_t>(known - algorithms.begin())]
+                     .seconds;
+  });
+  const int ranks = cluster.hosts * cluster.ranks_per_host;
+  print(arbench::printf_string(
+      "# arbench replay --simulate: %s, %zu tensors, %lld parameters; batch %d per rank\n",
+      config.model.name.c_str(), config.model.tensor_count(),
+      static_cast<long long>(config.model.parameter_count()), config.batch));
+  print("# compute: " + config.device.summary + "\n# cluster: " + cluster.name + " (" +
+        std::to_string(ranks) + " ranks)\n");
+  print(arbench::printf_string(
+      "# policy %s: %zu all-reduce(s) per iteration; algorithm %s, wire "
+      "%s; predicted by the cost model, nothing run\n",
+      config.policy.name().c_str(), plan.size(), config.algorithm.c_str(), replay.wire.c_str()));
+  print(arbench::printf_string(kReplayColumns, "iter (ms)", "", "", "compute", "comm", "exposed",
+                               "overlap", "samples/s", "scaling"));
+  print(prediction_text(p, ranks, config.batch));
+  return 0;
+}
+
+// The replay's settings from its flags; UsageError (or the model's and profile's own errors)
+// naming the flag at fault.
+arcoll::replay::ReplayConfig replay_config(const ReplayFlags& replay) {
+  namespace rp = arcoll::replay;
+  rp::ReplayConfig config;
+  config.model = replay.model.find('.') != std::string::npos ? rp::load_model(replay.model)
+                                                             : rp::build_model(replay.model);
+  config.device = rp::device_profile(replay.profile);
+  config.policy = rp::parse_policy(replay.policy);
+  rp::plan_buckets(config.model, config.policy, {});  // ps: unavailable, saying why
+  config.batch = static_cast<int>(parse_integer("--batch", replay.batch, 1, 1 << 20));
+  config.iterations = static_cast<int>(parse_integer("--iters", replay.iterations, 1, 1 << 20));
+  config.warmup = static_cast<int>(parse_integer("--warmup", replay.warmup, 0, 1 << 20));
+  config.policy.bucket_bytes = parse_size("--bucket-bytes", replay.bucket_bytes);
+  config.algorithm = replay.algorithm;
+  if (replay.wire != "f32" && replay.wire != "f16" && replay.wire != "bf16")
+    throw UsageError("--wire: " + quoted(replay.wire) + " is not f32, f16 or bf16");
+  return config;
+}
+
+int run_replay_command(const ToolFlags& flags, const ReplayFlags& replay) {
+  namespace rp = arcoll::replay;
+  rp::ReplayConfig config;
+  if (replay.simulate) {
+    try {
+      if (replay.topology.empty()) throw UsageError("--simulate needs --topology FILE");
+      config = replay_config(replay);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "arbench replay: %s\n", e.what());
+      return kUsageError;
+    }
+    return simulate_replay(config, replay);
+  }
+  return run_tool(
+      "replay", flags, 1, 4,
+      [&]() -> std::optional<std::string> {
+        try {
+          config = replay_config(replay);
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+        ::setenv("ARCOLL_WIRE", replay.wire.c_str(), 1);  // the communicators read it
+        if (!replay.trace.empty()) return arbench::check_writable("--trace", replay.trace);
+        return std::nullopt;
+      },
+      [&](arcoll::Communicator& comm) {
+        const rp::ReplayResult result = rp::run_replay(comm, config);
+        const auto ranks = rp::gather_iterations(comm, result);
+        if (comm.rank() != 0) return 0;
+        // The slowest rank sets each iteration's time.
+        std::vector<double> totals(result.iterations.size(), 0.0);
+        for (const auto& rank : ranks)
+          for (std::size_t i = 0; i < totals.size(); ++i)
+            totals[i] = std::max(totals[i], rank[i].total);
+        const auto& m = config.model;
+        std::vector<double> sorted = totals;
+        std::sort(sorted.begin(), sorted.end());
+        double mean = 0, compute = 0, communication = 0, exposed = 0;
+        for (std::size_t i = 0; i < totals.size(); ++i) {
+          mean += totals[i] / static_cast<double>(totals.size());
+          compute += result.iterations[i].compute / static_cast<double>(totals.size());
+          communication += result.iterations[i].communication / static_cast<double>(totals.size());
+        }
+        exposed = std::max(0.0, mean - compute);
+        const auto quantile = [&](double q) {
+          return sorted[std::min(sorted.size() - 1,
+                                 static_cast<std::size_t>(q * static_cast<double>(sorted.size())))];
+        };
+        print(arbench::printf_string(
+            "# arbench replay: %s, %zu tensors, %lld parameters (%.1f MiB of f32 gradients); "
+            "batch %d per rank\n",
+            m.name.c_str(), m.tensor_count(), static_cast<long long>(m.parameter_count()),
+            static_cast<double>(m.parameter_count()) * 4 / (1 << 20), config.batch));
+        print("# compute: " + config.device.summary + ", " +
+              arbench::printf_string("%.0f%%", config.device.efficiency * 100) +
+              " of peak; emulated by sleeping for the modelled time of each layer\n");
+        print(arbench::printf_string(
+            "# %d ranks on %d host(s), %s; policy %s: %zu all-reduce(s) per iteration; algorithm "
+            "%s, wire %s; %d iterations after %d of warm-up\n",
+            comm.size(), comm.node_count(), comm.transport_name().c_str(),
+            config.policy.name().c_str(), result.plan.size(), config.algorithm.c_str(),
+            replay.wire.c_str(), config.iterations, config.warmup));
+        print(arbench::printf_string(kReplayColumns, "mean (ms)", "p50", "p99", "compute", "comm",
+                                     "exposed", "overlap", "samples/s", "scaling"));
+        const double overlap =
+            communication > 0 ? std::clamp(1.0 - exposed / communication, 0.0, 1.0) : 1.0;
+        print(arbench::printf_string(
+            "  %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %7.0f%% %10.1f %7.0f%%\n", mean * 1e3,
+            quantile(0.5) * 1e3, quantile(0.99) * 1e3, compute * 1e3, communication * 1e3,
+            exposed * 1e3, overlap * 100, config.batch * comm.size() / mean, compute / mean * 100));
+        const rp::Prediction predicted =
+            rp::predict_iteration(config, result.plan, [&](std::size_t bytes) {
+              return comm.predict_allreduce(wire_bytes(bytes, replay.wire), config.algorithm)
+                  .seconds;
+            });
+        print(prediction_text(predicted, comm.size(), config.batch));
+        print(arbench::printf_string(
+            "# the second line is the model's prediction: %+.1f%% from the measured mean\n",
+            100 * (predicted.iteration - mean) / mean));
+        if (!replay.trace.empty()) {
+          arbench::write_atomically(
+              replay.trace,
+              rp::chrome_trace(ranks, "arbench replay " + m.name + " " + config.policy.name() +
+                                          " " + config.algorithm));
+          print("# timeline written to " + replay.trace +
+                " (Chrome trace: open in Perfetto or chrome://tracing)\n");
+        }
+        return 0;
+      });
+}
+
 // `arbench links`: the pairwise latency and bandwidth matrix, slow pairs flagged.
 struct LinksFlags {
   std::string bytes = "1M";
@@ -674,7 +870,7 @@ struct LinksFlags {
 int run_links_command(const ToolFlags& flags, const LinksFlags& links) {
   arbench::LinkSettings settings;
   return run_tool(
-      "links", flags, 2,
+      "links", flags, 2, 2,
       [&]() -> std::optional<std::string> {
         settings.large_bytes = parse_size("--bytes", links.bytes);
         if (settings.large_bytes == 0) return "--bytes: the message must not be empty";
@@ -702,7 +898,7 @@ int run_links_command(const ToolFlags& flags, const LinksFlags& links) {
 // runs and the class of link between them.
 int run_topo_command(const ToolFlags& flags, const std::string& json, const std::string& dot) {
   return run_tool(
-      "topo", flags, 1,
+      "topo", flags, 1, 1,
       [&]() -> std::optional<std::string> {
         if (!json.empty())
           if (auto error = arbench::check_writable("--json", json)) return error;
@@ -982,6 +1178,41 @@ int main(int argc, char** argv) {
   topo->add_option("--dot", topo_dot, "Write a Graphviz picture of hosts, ranks, NICs and links")
       ->type_name("FILE");
   subcommands.push_back({topo, [&] { return run_topo_command(topo_flags, topo_json, topo_dot); }});
+  ToolFlags replay_tool;
+  ReplayFlags replay_flags;
+  CLI::App* replay = app.add_subcommand(
+      "replay",
+      "Replay the gradient exchange of data-parallel training (compute emulated for the "
+      "modelled times, all-reduces real) and report iteration time and overlap");
+  add_tool_flags(replay, replay_tool);
+  replay->add_option("--model", replay_flags.model, "Built-in model or model file")
+      ->capture_default_str();
+  replay->add_option("--batch", replay_flags.batch, "Samples per rank")->capture_default_str();
+  replay->add_option("--profile", replay_flags.profile, "Device profile (p40 ... h100, cpu)")
+      ->capture_default_str();
+  replay
+      ->add_option("--policy", replay_flags.policy,
+                   "sync-after-backward, wfbp, buckets, fusion, ps")
+      ->capture_default_str();
+  replay->add_option("--algo", replay_flags.algorithm, "All-reduce algorithm")
+      ->capture_default_str();
+  replay->add_option("--wire", replay_flags.wire, "f32, f16 or bf16 on the wire")
+      ->capture_default_str();
+  replay->add_option("--bucket-bytes", replay_flags.bucket_bytes, "Bucket size of buckets")
+      ->capture_default_str();
+  replay->add_option("--iters", replay_flags.iterations, "Measured iterations")
+      ->capture_default_str();
+  replay->add_option("--warmup", replay_flags.warmup, "Iterations before measuring")
+      ->capture_default_str();
+  replay->add_option("--trace", replay_flags.trace, "Write a timeline (Chrome trace JSON)")
+      ->type_name("FILE");
+  replay->add_flag("--simulate", replay_flags.simulate,
+                   "Predict with the model for --topology instead of running ranks");
+  replay->add_option("--topology", replay_flags.topology, "Cluster file for --simulate")
+      ->type_name("FILE");
+  replay->add_option("--hosts", replay_flags.hosts, "Hosts, for a saved single host")
+      ->type_name("N");
+  subcommands.push_back({replay, [&] { return run_replay_command(replay_tool, replay_flags); }});
   arbench::ModelsFlags models_flags;
   CLI::App* models = app.add_subcommand(
       "models",

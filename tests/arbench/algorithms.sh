@@ -67,19 +67,11 @@ if errors:
 PY
 
 # Bad input: exit 2 with a message naming the file and the field or the flag.
-expect_usage_error() {
-  local what=$1 pattern=$2
-  shift 2
-  local code=0
-  "$arbench" "$@" >"$work/out.txt" 2>"$work/err.txt" || code=$?
-  ((code == 2)) || fail "$what: exit $code, expected 2 ($(cat "$work/err.txt"))"
-  grep -q -- "$pattern" "$work/err.txt" || fail "$what: message lacks '$pattern': $(cat "$work/err.txt")"
-}
 echo '{"format": "arcoll-tuning", "version": 1, "transports": {"shm": {"latency_us": 2, "bandwidth_gbs": -1, "reduce_gbs": 5}}}' >"$work/bad.json"
-expect_usage_error "negative bandwidth" "transports.shm.bandwidth_gbs" --np 2 --tuning "$work/bad.json" -b 8 -e 8
+expect_usage_error_of "transports.shm.bandwidth_gbs" "$arbench" --np 2 --tuning "$work/bad.json" -b 8 -e 8
 echo '{"format": "arcoll-tuning", "version": 1' >"$work/broken.json"
-expect_usage_error "truncated JSON" "not valid JSON" --np 2 --tuning "$work/broken.json" -b 8 -e 8
-expect_usage_error "missing file" "cannot be read" --np 2 --tuning "$work/missing.json" -b 8 -e 8
-expect_usage_error "bad wire" "--wire" --np 2 --wire f8 -b 8 -e 8
-expect_usage_error "unknown algorithm in a list" "no_such" --np 2 --algo ring,no_such -b 8 -e 8
+expect_usage_error_of "not valid JSON" "$arbench" --np 2 --tuning "$work/broken.json" -b 8 -e 8
+expect_usage_error_of "cannot be read" "$arbench" --np 2 --tuning "$work/missing.json" -b 8 -e 8
+expect_usage_error_of "--wire" "$arbench" --np 2 --wire f8 -b 8 -e 8
+expect_usage_error_of "no_such" "$arbench" --np 2 --algo ring,no_such -b 8 -e 8
 echo "algorithms: ok"

@@ -29,18 +29,11 @@ CSV
 "$arbench" models --model "$work/mine.csv" >"$work/mine.txt" || fail "model file exited with $?"
 grep -q " 2 *11738 " "$work/mine.txt" || fail "model file summary: $(cat "$work/mine.txt")"
 
-expect_usage_error() {  # what the message must name, then the arguments
-  local says=$1 status=0
-  shift
-  "$arbench" models "$@" >"$work/out.txt" 2>&1 || status=$?
-  [[ $status -eq 2 ]] || fail "models $* exited with $status, not 2: $(cat "$work/out.txt")"
-  grep -qF -- "$says" "$work/out.txt" || fail "models $*: no '$says' in: $(cat "$work/out.txt")"
-}
-expect_usage_error "known: alexnet" --model lenet
-expect_usage_error "cannot be read" --model "$work/missing.json"
+expect_usage_error_of "known: alexnet" "$arbench" models --model lenet
+expect_usage_error_of "cannot be read" "$arbench" models --model "$work/missing.json"
 printf 'layer,parameters\nconv,3\n' >"$work/bad.csv"
-expect_usage_error "header" --model "$work/bad.csv"
+expect_usage_error_of "header" "$arbench" models --model "$work/bad.csv"
 echo '{"layers": [{"name": "a", "forward_flops": "x", "backward_flops": 1}]}' >"$work/bad.json"
-expect_usage_error "layers[0].forward_flops" --model "$work/bad.json"
-expect_usage_error "image is too small" --model alexnet --image-size 32
+expect_usage_error_of "layers[0].forward_flops" "$arbench" models --model "$work/bad.json"
+expect_usage_error_of "image is too small" "$arbench" models --model alexnet --image-size 32
 echo "models: ok"

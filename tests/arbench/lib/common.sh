@@ -11,3 +11,14 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
+
+# Runs a command that must be refused as a usage error: exit code 2, nothing on stdout, and a
+# message on stderr that contains $1.
+expect_usage_error_of() {
+  local says=$1 status=0
+  shift
+  timeout 60 "$@" >"$work/usage.out" 2>"$work/usage.err" || status=$?
+  [[ $status -eq 2 ]] || fail "$* exited with $status, not 2: $(cat "$work/usage.err")"
+  grep -qF -- "$says" "$work/usage.err" || fail "$*: stderr does not say '$says': $(cat "$work/usage.err")"
+  [[ ! -s $work/usage.out ]] || fail "$* printed on stdout: $(cat "$work/usage.out")"
+}
