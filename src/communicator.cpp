@@ -652,7 +652,8 @@ void Communicator::Impl::wait(const RequestPtr& request) {
     if (auto failure = transport_failure()) std::rethrow_exception(failure);
     if (abort_requested_.load(std::memory_order_acquire))
       throw PeerError(call_name(), abort_text(), rank_);
-    if (Clock::now() >= deadline_) {
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline_) {
       throw TimeoutError(call_name(),
                          "no progress within " + seconds_text(options_.timeout) +
                              " (ARCOLL_TIMEOUT) waiting for the " + request->describe() +
@@ -663,11 +664,11 @@ void Communicator::Impl::wait(const RequestPtr& request) {
     }
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
     if (transports_.size() == 1) {
-      own->progress(std::min(deadline_, Clock::now() + kAbortCheckSlice));
+      own->progress(std::min(deadline_, now + kAbortCheckSlice));
       continue;
     }
     for (const auto& t : transports_)
-      if (t.get() != own) t->progress(Clock::now());
+      if (t.get() != own) t->progress(now);
     own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice));
   }
   if (request->error) std::rethrow_exception(request->error);
