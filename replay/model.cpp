@@ -73,6 +73,13 @@ Model build_model(const std::string& name, int image_size) {
   return info->build(image_size > 0 ? image_size : info->default_image_size);
 }
 
+Model model_named(const std::string& name_or_path, int image_size) {
+  if (ModelRegistry::instance().find(name_or_path) == nullptr &&
+      name_or_path.find('.') != std::string::npos)
+    return load_model(name_or_path);
+  return build_model(name_or_path, image_size);
+}
+
 namespace {
 
 using Json = nlohmann::json;

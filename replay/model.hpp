@@ -75,4 +75,8 @@ Model build_model(const std::string& name, int image_size = 0);
 // Throws std::runtime_error naming the file, the line or field, and what is wrong.
 Model load_model(const std::string& path);
 
+// What a --model flag names: a built-in model (at `image_size`, 0: its default), else a model
+// file when the name has an extension; otherwise the error names the known models.
+Model model_named(const std::string& name_or_path, int image_size = 0);
+
 }  // namespace arcoll::replay

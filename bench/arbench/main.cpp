@@ -754,8 +754,7 @@ int simulate_replay(const arcoll::replay::ReplayConfig& config, const ReplayFlag
 arcoll::replay::ReplayConfig replay_config(const ReplayFlags& replay) {
   namespace rp = arcoll::replay;
   rp::ReplayConfig config;
-  config.model = replay.model.find('.') != std::string::npos ? rp::load_model(replay.model)
-                                                             : rp::build_model(replay.model);
+  config.model = rp::model_named(replay.model);
   config.device = rp::device_profile(replay.profile);
   config.policy = rp::parse_policy(replay.policy);
   rp::plan_buckets(config.model, config.policy, {});  // ps: unavailable, saying why

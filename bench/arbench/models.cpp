@@ -42,12 +42,8 @@ int run_models_command(const ModelsFlags& flags) {
     if (flags.model.empty()) {
       for (const auto& name : arcoll::replay::ModelRegistry::instance().names())
         models.push_back(arcoll::replay::build_model(name, flags.image_size));
-    } else if (arcoll::replay::ModelRegistry::instance().find(flags.model) != nullptr) {
-      models.push_back(arcoll::replay::build_model(flags.model, flags.image_size));
-    } else if (flags.model.find('.') != std::string::npos) {
-      models.push_back(arcoll::replay::load_model(flags.model));
     } else {
-      arcoll::replay::build_model(flags.model);  // throws, naming the known models
+      models.push_back(arcoll::replay::model_named(flags.model, flags.image_size));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "arbench models: --model: %s\n", e.what());

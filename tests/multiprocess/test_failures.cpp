@@ -56,6 +56,12 @@ std::set<std::string> leaked_segments(const std::set<std::string>& before) {
   return left;
 }
 
+// The number printed after `label` in a rank's output, -1 when the label is missing.
+double number_after(const std::string& output, const std::string& label) {
+  const auto at = output.find(label);
+  return at == std::string::npos ? -1 : std::atof(output.c_str() + at + label.size());
+}
+
 // Runs large allreduces (4 MiB: the single-copy path of shm) until one throws; prints the
 // error and how long detection took.
 int allreduce_until_error(Communicator& comm, int kill_rank, int kill_after) {
@@ -181,8 +187,8 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
       EXPECT_NE(e.output.find(name), std::string::npos)
           << "rank " << e.rank << " did not name " << name << "; every rank:\n"
           << describe(exits);
-      const auto at = e.output.find("detected after ");
-      if (at != std::string::npos) detections.push_back(std::atof(e.output.c_str() + at + 15));
+      const double detected = number_after(e.output, "detected after ");
+      if (detected >= 0) detections.push_back(detected);
     }
   }
   for (const auto& name : leaked_segments(segments_before))
@@ -440,11 +446,6 @@ long long now_us() {
       .count();
 }
 
-long long number_after(const std::string& output, const std::string& label) {
-  const auto at = output.find(label);
-  return at == std::string::npos ? -1 : std::atoll(output.c_str() + at + label.size());
-}
-
 // A watchdog thread of a random rank calls abort() at a random moment while every rank runs
 // all-reduces of random sizes: the victim's own call fails at once and every other rank's
 // fails promptly (the timeout is 20 s) naming the victim and its reason. The steady clock is
@@ -495,9 +496,8 @@ TEST_P(Faults, AbortFromAnyRankFailsTheOthersPromptly) {
       if (e.rank == victim) continue;
       EXPECT_NE(e.output.find("rank " + std::to_string(victim) + " aborted"), std::string::npos)
           << e.output;
-      const long long failed = number_after(e.output, "failed at ");
-      if (aborted > 0 && failed > 0)
-        detections.push_back(static_cast<double>(failed - aborted) / 1e6);
+      const double failed = number_after(e.output, "failed at ");
+      if (aborted > 0 && failed > 0) detections.push_back((failed - aborted) / 1e6);
     }
   }
   ASSERT_FALSE(detections.empty());
