@@ -148,9 +148,21 @@ class Communicator::Impl final : public PointToPoint {
     if (call_wire_ != DataType::f32 && type == DataType::f32) round_through_wire(data, count);
   }
 
+  void set_tuning(const Tuning& tuning) {
+    std::lock_guard call(call_mutex_);
+    tuning_ = tuning;
+    apply_tuning();
+  }
   // Runs one collective with validation, deadline and error reporting.
   void run(Collective collective, const CollectiveArgs& args);
-  void point_to_point(Request::Kind kind, void* buffer, std::size_t bytes, int peer, int tag);
+  // One send, one receive, or both at once (sendrecv); `operation` names the call in errors.
+  struct Transfer {
+    Request::Kind kind;
+    void* buffer;
+    std::size_t bytes;
+    int peer;
+  };
+  void point_to_point(const char* operation, std::initializer_list<Transfer> transfers, int tag);
   // `blocks` blocks of `count` elements each.
   void check_buffer(const char* operation, const void* buffer, std::size_t count, DataType type,
                     std::size_t blocks = 1);
@@ -196,6 +208,8 @@ class Communicator::Impl final : public PointToPoint {
   RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes, std::uint32_t tag,
                    std::optional<Request::Reduction> reduction = {});
   void bootstrap(const LaunchInfo& launch, Clock::time_point deadline);
+  // The cost model's link costs from tuning_ (built-in figures where it has none).
+  void apply_tuning();
   // Every rank's host name, and into numa_of_ the NUMA node each runs on.
   std::vector<std::string> gather_node_names(Clock::time_point deadline);
   [[noreturn]] void fail(const Error& e, const std::string& operation);
@@ -248,7 +262,7 @@ class Communicator::Impl final : public PointToPoint {
   // Error feedback: the rounding residual of the last all-reduce of each (buffer, count).
   std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
   std::size_t call_chunk_bytes_ = 0;
-  Tuning tuning_;                                     // from Options::tuning_file
+  Tuning tuning_;                                     // from Options::tuning_file or set_tuning()
   std::unordered_map<std::size_t, Plan> auto_plans_;  // by all-reduce bytes
   std::map<Collective, Plan> fixed_plans_;            // the rest, until set_algorithm
   std::uint64_t sequence_ = 0;                        // collectives started
@@ -409,14 +423,6 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     for (int r : setup.peers) route_[static_cast<std::size_t>(r)] = transport.get();
     transport_name_ += (transport_name_.empty() ? "" : "+") + name;
   }
-  // Transports missing from the tuning file keep their built-in costs.
-  const Tuning defaults = default_tuning();
-  auto costs_of = [&](const std::string& transport) {
-    for (const Tuning* t : {static_cast<const Tuning*>(&tuning_), &defaults})
-      if (auto it = t->transports.find(transport); it != t->transports.end())
-        return link_cost(it->second);
-    return LinkCost{};
-  };
   layout_.ranks = size_;
   layout_.hosts = node_count_;
   layout_.ranks_per_host = local_size_;
@@ -424,12 +430,24 @@ void Communicator::Impl::bootstrap(const LaunchInfo& launch, Clock::time_point d
     if (std::count(node_index_.begin(), node_index_.end(),
                    node_index_[static_cast<std::size_t>(r)]) != local_size_)
       layout_.ranks_per_host = 0;
-  layout_.intra = costs_of(options_.transport != "auto" ? options_.transport : "shm");
-  layout_.inter = costs_of(options_.transport != "auto" ? options_.transport : "tcp");
+  apply_tuning();
   layout_.chunk_bytes = options_.chunk_bytes;
   layout_.channels = options_.channels;
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
              std::to_string(node_count_) + " host(s), transport " + transport_name_);
+}
+
+void Communicator::Impl::apply_tuning() {
+  // Transports missing from the tuning keep their built-in costs.
+  const Tuning defaults = default_tuning();
+  auto costs_of = [&](const std::string& transport) {
+    for (const Tuning* t : {static_cast<const Tuning*>(&tuning_), &defaults})
+      if (auto it = t->transports.find(transport); it != t->transports.end())
+        return link_cost(it->second);
+    return LinkCost{};
+  };
+  layout_.intra = costs_of(options_.transport != "auto" ? options_.transport : "shm");
+  layout_.inter = costs_of(options_.transport != "auto" ? options_.transport : "tcp");
 }
 
 std::string Communicator::Impl::ranks_absent_from_call() {
@@ -841,20 +859,21 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   }
 }
 
-void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::size_t bytes,
-                                        int peer, int tag) {
+void Communicator::Impl::point_to_point(const char* operation,
+                                        std::initializer_list<Transfer> transfers, int tag) {
   std::lock_guard call(call_mutex_);
-  const char* operation = kind == Request::Kind::send ? "send" : "recv";
   check_usable([&] { return std::string(operation); });
-  if (peer < 0 || peer >= size_ || peer == rank_)
-    throw InvalidArgument(operation,
-                          "peer " + std::to_string(peer) + " is not another rank of this " +
-                              std::to_string(size_) + "-rank communicator",
-                          rank_);
-  if (tag < 0) throw InvalidArgument(operation, "tags must be >= 0", rank_, peer);
-  if (buffer == nullptr && bytes != 0)
-    throw InvalidArgument(operation, "null buffer with " + std::to_string(bytes) + " bytes", rank_,
-                          peer);
+  for (const Transfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= size_ || t.peer == rank_)
+      throw InvalidArgument(operation,
+                            "peer " + std::to_string(t.peer) + " is not another rank of this " +
+                                std::to_string(size_) + "-rank communicator",
+                            rank_);
+    if (t.buffer == nullptr && t.bytes != 0)
+      throw InvalidArgument(operation, "null buffer with " + std::to_string(t.bytes) + " bytes",
+                            rank_, t.peer);
+  }
+  if (tag < 0) throw InvalidArgument(operation, "tags must be >= 0", rank_);
   call_kind_ = operation;
   call_numbered_ = false;
   call_signature_ = 0;
@@ -862,7 +881,11 @@ void Communicator::Impl::point_to_point(Request::Kind kind, void* buffer, std::s
   deadline_ = Clock::now() + options_.timeout;
   staged_.clear();
   try {
-    wait(post(kind, peer, buffer, bytes, static_cast<std::uint32_t>(tag), {}));
+    std::vector<RequestPtr> posted;
+    for (const Transfer& t : transfers)
+      posted.push_back(
+          post(t.kind, t.peer, t.buffer, t.bytes, static_cast<std::uint32_t>(tag), {}));
+    for (const RequestPtr& r : posted) wait(r);
   } catch (const Error& e) {
     fail(e, operation);
   }
@@ -953,6 +976,10 @@ AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
   return {plan.algorithm, plan.chunk_bytes, plan.seconds};
 }
 
+void Communicator::set_tuning(const Tuning& tuning) {
+  impl_->set_tuning(tuning);
+}
+
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
     throw InvalidArgument("set_timeout", "the timeout must be positive", rank());
@@ -1000,11 +1027,21 @@ void Communicator::barrier() {
 }
 
 void Communicator::send(const void* buffer, std::size_t bytes, int peer, int tag) {
-  impl_->point_to_point(Request::Kind::send, const_cast<void*>(buffer), bytes, peer, tag);
+  impl_->point_to_point("send", {{Request::Kind::send, const_cast<void*>(buffer), bytes, peer}},
+                        tag);
 }
 
 void Communicator::recv(void* buffer, std::size_t bytes, int peer, int tag) {
-  impl_->point_to_point(Request::Kind::recv, buffer, bytes, peer, tag);
+  impl_->point_to_point("recv", {{Request::Kind::recv, buffer, bytes, peer}}, tag);
+}
+
+void Communicator::sendrecv(const void* send_buffer, std::size_t send_bytes, int destination,
+                            void* recv_buffer, std::size_t recv_bytes, int source, int tag) {
+  impl_->point_to_point(
+      "sendrecv",
+      {{Request::Kind::send, const_cast<void*>(send_buffer), send_bytes, destination},
+       {Request::Kind::recv, recv_buffer, recv_bytes, source}},
+      tag);
 }
 
 }  // namespace arcoll

@@ -1,6 +1,7 @@
 #include "arcoll/tuning.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -24,24 +25,25 @@ constexpr int kVersion = 1;
 constexpr std::size_t kSmallBytes = 8;
 constexpr int kSmallRounds = 200;
 constexpr std::size_t kLargeBytes = 4 << 20;
-constexpr int kLargeRounds = 8;
+constexpr int kLargeRounds = 48;
 constexpr int kTag = 7001;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Mean one-way time of `rounds` round trips of `bytes` between rank 0 and `peer`.
+// Mean one-way time of `rounds` round trips of `bytes` between this rank and `peer`; the
+// lower rank of the pair sends first.
 double one_way_seconds(Communicator& comm, int peer, std::size_t bytes, int rounds) {
   std::vector<char> buffer(bytes);
-  const bool first = comm.rank() == 0;
+  const bool first = comm.rank() < peer;
   auto round_trip = [&] {
     if (first) {
       comm.send(buffer.data(), bytes, peer, kTag);
       comm.recv(buffer.data(), bytes, peer, kTag);
     } else {
-      comm.recv(buffer.data(), bytes, 0, kTag);
-      comm.send(buffer.data(), bytes, 0, kTag);
+      comm.recv(buffer.data(), bytes, peer, kTag);
+      comm.send(buffer.data(), bytes, peer, kTag);
     }
   };
   for (int i = 0; i < std::max(2, rounds / 10); ++i) round_trip();  // warm-up
@@ -50,17 +52,36 @@ double one_way_seconds(Communicator& comm, int peer, std::size_t bytes, int roun
   return seconds_since(start) / rounds / 2;
 }
 
-// GB/s of an f32 sum over buffers larger than the caches, the best of a few runs.
+// Median time of `rounds` exchanges of `bytes` each way with `peer`, both directions at once:
+// a step of a collective, where every rank sends and receives. The median, as a loaded host
+// deschedules a rank now and then.
+double exchange_seconds(Communicator& comm, int peer, std::size_t bytes, int rounds) {
+  std::vector<char> out(bytes), in(bytes);
+  auto exchange = [&] { comm.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTag); };
+  for (int i = 0; i < std::max(2, rounds / 10); ++i) exchange();  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = Clock::now();
+    exchange();
+    times.push_back(seconds_since(start));
+  }
+  std::nth_element(times.begin(), times.begin() + rounds / 2, times.end());
+  return times[static_cast<std::size_t>(rounds / 2)];
+}
+
+// GB/s of an f32 sum over buffers larger than the caches: the median of a few runs, as the
+// other ranks of a loaded host reduce at the same time.
 double reduce_gbs() {
   const std::size_t count = (32u << 20) / sizeof(float);
   std::vector<float> a(count, 1.0f), b(count, 2.0f);
-  double best = 1e9;
+  std::vector<double> times;
   for (int i = 0; i < 5; ++i) {
     const auto start = Clock::now();
     kernels::reduce(a.data(), a.data(), b.data(), count, DataType::f32, ReduceOp::sum);
-    best = std::min(best, seconds_since(start));
+    times.push_back(seconds_since(start));
   }
-  return static_cast<double>(count * sizeof(float)) / best / 1e9;
+  std::nth_element(times.begin(), times.begin() + 2, times.end());
+  return static_cast<double>(count * sizeof(float)) / times[2] / 1e9;
 }
 
 std::string today() {
@@ -70,63 +91,76 @@ std::string today() {
   return text;
 }
 
+// Partners for one round of measurement: within each host, local ranks 0-1, 2-3, ...
+// (`across` false); or across hosts, rank i of host 0 with rank i of host 1, host 2 with 3, ...
+// (`across` true). -1 for a rank left without one.
+std::vector<int> partners(const std::vector<std::int32_t>& node_of, bool across) {
+  const int size = static_cast<int>(node_of.size());
+  std::vector<int> local(node_of.size());
+  for (int r = 0; r < size; ++r)
+    local[static_cast<std::size_t>(r)] = static_cast<int>(
+        std::count(node_of.begin(), node_of.begin() + r, node_of[static_cast<std::size_t>(r)]));
+  std::vector<int> partner(node_of.size(), -1);
+  for (int r = 0; r < size; ++r)
+    for (int s = 0; s < size; ++s) {
+      const auto [nr, ns] =
+          std::pair(node_of[static_cast<std::size_t>(r)], node_of[static_cast<std::size_t>(s)]);
+      const auto [lr, ls] =
+          std::pair(local[static_cast<std::size_t>(r)], local[static_cast<std::size_t>(s)]);
+      if (across ? ((nr ^ 1) == ns && lr == ls) : (nr == ns && (lr ^ 1) == ls))
+        partner[static_cast<std::size_t>(r)] = s;
+    }
+  return partner;
+}
 
 }  // namespace
 
 Tuning default_tuning() {
   Tuning t;
   t.measured_on = "built-in defaults";
-  t.transports["shm"] = {2.1, 4.5, 6.0};
-  t.transports["tcp"] = {13.0, 3.3, 6.0};
+  t.transports["shm"] = {1.2, 7.0, 5.6};
+  t.transports["tcp"] = {8.7, 1.8, 5.6};
   return t;
 }
 
 Tuning measure_tuning(Communicator& comm) {
-  // Rank 0 picks the first rank it reaches over each of its transports; the others learn
-  // whether they are picked.
-  std::vector<std::int32_t> picked(static_cast<std::size_t>(comm.size()), 0);
-  if (comm.rank() == 0) {
-    std::vector<std::string> seen;
-    for (int r = 1; r < comm.size(); ++r) {
-      const std::string t = comm.transport_to(r);
-      if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
-      seen.push_back(t);
-      picked[static_cast<std::size_t>(r)] = 1;
-    }
-  }
-  comm.broadcast(picked.data(), picked.size(), DataType::i32, 0);
+  // Collectives keep every rank busy at once, each sending and receiving in every step: on a
+  // host with fewer cores than ranks, over transports whose copies take the ranks' own
+  // cores, or behind a shared link, a one-way ping-pong of two ranks alone sees costs the
+  // collectives never get. So every rank measures at the same time, in pairs (first within
+  // hosts, then across them), bandwidth from exchanges both ways at once; the figures are
+  // the means over the pairs.
+  std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
+  const std::int32_t mine = comm.node_id();
+  comm.allgather(&mine, node_of.data(), 1, DataType::i32);
+  const double gamma_gbs = reduce_gbs();  // all at once too
 
   Tuning tuning;
-  const double gamma_gbs = comm.rank() == 0 ? reduce_gbs() : 0;
-  for (int r = 1; r < comm.size(); ++r) {
-    if (picked[static_cast<std::size_t>(r)] == 0) continue;
+  for (const bool across : {false, true}) {
+    const int partner = partners(node_of, across)[static_cast<std::size_t>(comm.rank())];
+    // Summed over the pairs: latency (us), bandwidth (GB/s), reduction (GB/s), pairs.
+    double figures[4] = {0, 0, 0, 0};
     comm.barrier();
-    if (comm.rank() != 0 && comm.rank() != r) continue;
-    const double alpha = one_way_seconds(comm, r, kSmallBytes, kSmallRounds);
-    const double large = one_way_seconds(comm, r, kLargeBytes, kLargeRounds);
-    const double bandwidth = static_cast<double>(kLargeBytes) / std::max(large - alpha, 1e-9) / 1e9;
-    if (comm.rank() == 0) tuning.transports[comm.transport_to(r)] = {alpha * 1e6, bandwidth, gamma_gbs};
+    if (partner >= 0) {
+      const double alpha = one_way_seconds(comm, partner, kSmallBytes, kSmallRounds);
+      const double large = exchange_seconds(comm, partner, kLargeBytes, kLargeRounds);
+      figures[0] = alpha * 1e6;
+      figures[1] = static_cast<double>(kLargeBytes) / std::max(large - alpha, 1e-9) / 1e9;
+      figures[2] = gamma_gbs;
+      figures[3] = 1;
+    }
+    comm.allreduce(figures, 4, DataType::f64, ReduceOp::sum);
+    if (figures[3] == 0) continue;  // one host, or one rank per host
+    // Every pair of a round crosses the same kind of link: rank 0's, or its partner's
+    // partner's when rank 0 sat out (told by a broadcast of the name).
+    std::array<char, 32> name{};
+    if (partner >= 0) comm.transport_to(partner).copy(name.data(), name.size() - 1);
+    std::int32_t holder = partner >= 0 ? comm.rank() : comm.size();
+    comm.allreduce(&holder, 1, DataType::i32, ReduceOp::min);
+    comm.broadcast(name.data(), name.size(), DataType::u8, holder);
+    tuning.transports[name.data()] = {figures[0] / figures[3], figures[1] / figures[3],
+                                      figures[2] / figures[3]};
   }
-  // Everyone returns rank 0's figures.
-  std::vector<double> figures;
-  std::string names;
-  for (const auto& [name, c] : tuning.transports) {
-    names += name + "\n";
-    figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs});
-  }
-  std::int64_t lengths[2] = {static_cast<std::int64_t>(names.size()),
-                             static_cast<std::int64_t>(figures.size())};
-  comm.broadcast(lengths, 2, DataType::i64, 0);
-  names.resize(static_cast<std::size_t>(lengths[0]));
-  figures.resize(static_cast<std::size_t>(lengths[1]));
-  comm.broadcast(names.data(), names.size(), DataType::u8, 0);
-  comm.broadcast(figures.data(), figures.size(), DataType::f64, 0);
-  tuning.transports.clear();
-  std::size_t at = 0, begin = 0;
-  for (std::size_t end = names.find('\n'); end != std::string::npos;
-       begin = end + 1, end = names.find('\n', begin), at += 3)
-    tuning.transports[names.substr(begin, end - begin)] = {figures[at], figures[at + 1],
-                                                           figures[at + 2]};
   tuning.measured_on = std::to_string(comm.size()) + " ranks on " +
                        std::to_string(comm.node_count()) + " host(s), rank 0 on " +
                        comm.node_name() + ", " + today();
@@ -161,9 +195,9 @@ Tuning load_tuning(const std::string& path) {
     json_file::bad(source, "transports", "must be an object with one entry per transport");
   for (const auto& [name, entry] : j["transports"].items()) {
     const std::string at = "transports." + name;
-    tuning.transports[name] = {json_file::positive(entry, source, at, "latency_us"),
-                               json_file::positive(entry, source, at, "bandwidth_gbs"),
-                               json_file::positive(entry, source, at, "reduce_gbs")};
+    tuning.transports[name.data()] = {json_file::positive(entry, source, at, "latency_us"),
+                                      json_file::positive(entry, source, at, "bandwidth_gbs"),
+                                      json_file::positive(entry, source, at, "reduce_gbs")};
   }
   return tuning;
 }

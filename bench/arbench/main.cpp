@@ -794,6 +794,15 @@ int run_replay_command(const ToolFlags& flags, const ReplayFlags& replay) {
         return std::nullopt;
       },
       [&](arcoll::Communicator& comm) {
+        // The prediction is only as good as the link costs: without a tuning file, measure
+        // them here, with this job's ranks and hosts, as `arbench tune` does.
+        std::string costs_from = "link costs from " + comm.options().tuning_file;
+        if (comm.options().tuning_file.empty() && comm.size() > 1) {
+          comm.set_tuning(arcoll::measure_tuning(comm));
+          costs_from = "link costs measured just now with every rank busy, as arbench tune does";
+        } else if (comm.options().tuning_file.empty()) {
+          costs_from = "built-in link costs";
+        }
         const rp::ReplayResult result = rp::run_replay(comm, config);
         const auto ranks = rp::gather_iterations(comm, result);
         if (comm.rank() != 0) return 0;
@@ -845,8 +854,8 @@ int run_replay_command(const ToolFlags& flags, const ReplayFlags& replay) {
             });
         print(prediction_text(predicted, comm.size(), config.batch));
         print(arbench::printf_string(
-            "# the second line is the model's prediction: %+.1f%% from the measured mean\n",
-            100 * (predicted.iteration - mean) / mean));
+            "# the second line is the model's prediction: %+.1f%% from the measured mean (%s)\n",
+            100 * (predicted.iteration - mean) / mean, costs_from.c_str()));
         if (!replay.trace.empty()) {
           arbench::write_atomically(
               replay.trace,

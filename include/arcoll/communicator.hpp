@@ -18,6 +18,8 @@
 namespace arcoll {
 
 // What the cost model predicts for one all-reduce.
+struct Tuning;
+
 struct AllreducePrediction {
   std::string algorithm;
   std::size_t chunk_bytes = 0;  // the pipeline chunk it would run with
@@ -60,6 +62,10 @@ class Communicator {
   AllreducePrediction predict_allreduce(std::size_t bytes,
                                         const std::string& algorithm = "auto") const;
 
+  // The link costs that auto's cost model and predict_allreduce use from now on, as from
+  // Options::tuning_file; every rank must pass the same figures (measure_tuning() returns the
+  // same on all), or auto could choose differently on different ranks.
+  void set_tuning(const Tuning& tuning);
   // The deadline of each call that follows, until changed again (Options::timeout,
   // ARCOLL_TIMEOUT, sets the first): a per-call override, e.g. longer for a first collective
   // that waits for slow starters, shorter for a health check. Each rank may set its own.
@@ -91,6 +97,10 @@ class Communicator {
   // Small messages complete without a matching receive; large ones wait for it (rendezvous).
   void send(const void* buffer, std::size_t bytes, int peer, int tag = 0);
   void recv(void* buffer, std::size_t bytes, int peer, int tag = 0);
+  // Sends to `destination` and receives from `source` at the same time (as MPI_Sendrecv):
+  // exchanges and shifts that would deadlock as a send then a receive on every rank.
+  void sendrecv(const void* send_buffer, std::size_t send_bytes, int destination, void* recv_buffer,
+                std::size_t recv_bytes, int source, int tag = 0);
 
   class Impl;
 

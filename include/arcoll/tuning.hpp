@@ -14,7 +14,7 @@ class Communicator;
 
 struct TransportCosts {
   double latency_us = 0;     // one small message, one way (α)
-  double bandwidth_gbs = 0;  // GB/s of one large message (1/β)
+  double bandwidth_gbs = 0;  // GB/s each way of a large exchange (1/β)
   double reduce_gbs = 0;     // GB/s of reduction, f32 sum out of cache (1/γ)
 };
 
@@ -24,12 +24,15 @@ struct Tuning {
 };
 
 // Built-in figures, measured with `arbench tune --np 2` on a 2-core x86-64 host (shm) and over
-// its loopback (tcp): a real network is slower, so tune on it.
+// its loopback between two emulated hosts (tcp): a real network is slower, so tune on it.
 Tuning default_tuning();
 
-// Measures every transport this communicator uses: ping-pongs between rank 0 and the first
-// rank reached over each transport, and a reduction on rank 0. Collective: every rank calls
-// it; all return rank 0's figures.
+// Measures the transports this communicator uses as its collectives load them: every rank at
+// once, in pairs within hosts and then in pairs across hosts, latency from ping-pongs and
+// bandwidth from exchanges both ways at once, and reducing; the means over the pairs. With more
+// ranks than cores, or ranks sharing a host's link, the costs are those of this job's layout: tune
+// with the ranks and hosts the job will run. Collective: every rank calls it; all return the same
+// figures.
 Tuning measure_tuning(Communicator& comm);
 
 // JSON files. load_tuning throws ConfigurationError naming the file and the field at fault.

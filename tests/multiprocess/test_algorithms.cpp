@@ -9,6 +9,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/tuning.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 
@@ -150,6 +151,39 @@ TEST(InterleavedHosts, EveryAlgorithmMatchesReference) {
     return 0;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+}
+
+// Tuning measures every transport of the job with all ranks busy, gives every rank the same
+// figures, and set_tuning makes the cost model use them.
+TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
+  run_ranks(4,
+            [](Communicator& comm) {
+              const Tuning measured = measure_tuning(comm);
+              ASSERT_EQ(measured.transports.size(), 2u);
+              std::vector<double> figures;
+              for (const char* name : {"shm", "tcp"}) {
+                ASSERT_TRUE(measured.transports.count(name)) << name;
+                const TransportCosts& c = measured.transports.at(name);
+                EXPECT_GT(c.latency_us, 0) << name;
+                EXPECT_GT(c.bandwidth_gbs, 0) << name;
+                EXPECT_GT(c.reduce_gbs, 0) << name;
+                figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs});
+              }
+              std::vector<double> highest = figures;
+              comm.allreduce(highest.data(), highest.size(), DataType::f64, ReduceOp::max);
+              EXPECT_EQ(highest, figures);  // the same on every rank
+
+              constexpr std::size_t kBytes = 64 << 20;
+              comm.set_tuning(measured);
+              const double with_measured = comm.predict_allreduce(kBytes, "ring").seconds;
+              Tuning slower = measured;
+              for (auto& [name, c] : slower.transports) c.bandwidth_gbs /= 10;
+              comm.set_tuning(slower);
+              EXPECT_GT(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
+              comm.set_tuning(measured);
+              EXPECT_EQ(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
+            },
+            {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "auto"}});
 }
 
 // The model behind auto: predictions exist for every algorithm and auto takes the least.

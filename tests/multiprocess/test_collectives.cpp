@@ -132,6 +132,32 @@ TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
   });
 }
 
+// Every rank sends to the next and receives from the one before at once: as send-then-receive
+// on every rank this would deadlock on messages too large to go without a receiver.
+TEST(PointToPoint, SendrecvShiftsRoundARing) {
+  for (int world : {2, 3, 5}) {
+    run_ranks(world, [](Communicator& comm) {
+      const int next = (comm.rank() + 1) % comm.size();
+      const int previous = (comm.rank() + comm.size() - 1) % comm.size();
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{262'147}}) {
+        std::vector<std::uint32_t> out(count), in(count, 0);
+        std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(comm.rank()) * 1'000'003u);
+        comm.sendrecv(out.data(), count * 4, next, in.data(), count * 4, previous, 3);
+        for (std::size_t i = 0; i < count; ++i)
+          if (in[i] != static_cast<std::uint32_t>(previous) * 1'000'003u + i) {
+            ADD_FAILURE() << "rank " << comm.rank() << ", count " << count << ": element " << i
+                          << " is " << in[i];
+            break;
+          }
+      }
+      std::uint32_t v = 0;
+      EXPECT_THROW(comm.sendrecv(&v, 4, comm.size(), &v, 4, previous), InvalidArgument);
+      EXPECT_THROW(comm.sendrecv(nullptr, 4, next, &v, 4, previous), InvalidArgument);
+      comm.barrier();
+    });
+  }
+}
+
 TEST(Errors, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
   run_ranks(2, [](Communicator& comm) {
     std::int32_t v[4] = {1, 2, 3, 4};
