@@ -187,6 +187,12 @@ class Communicator::Impl final : public PointToPoint {
     options_.algorithm = name;
     fixed_plans_.clear();
   }
+  void set_wire(DataType wire) {
+    if (wire != DataType::f32 && wire != DataType::f16 && wire != DataType::bf16)
+      throw InvalidArgument("set_wire", "the wire format must be f32, f16 or bf16", rank_);
+    options_.wire = wire;
+    fixed_plans_.clear();
+  }
   Plan predict(const std::string& algorithm, std::size_t bytes) const;
   void abort(const std::string& reason);
 
@@ -974,6 +980,10 @@ AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
     check_algorithm(algorithm, rank());  // names the known ones
   const Plan plan = impl_->predict(algorithm, bytes);
   return {plan.algorithm, plan.chunk_bytes, plan.seconds};
+}
+
+void Communicator::set_wire(DataType wire) {
+  impl_->set_wire(wire);
 }
 
 void Communicator::set_tuning(const Tuning& tuning) {

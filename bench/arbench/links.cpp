@@ -1,5 +1,7 @@
 #include "arbench/links.hpp"
 
+#include "arbench/report.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,13 +16,6 @@ constexpr int kTag = 7100;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t m = values.size() / 2;
-  return values.size() % 2 == 1 ? values[m] : (values[m - 1] + values[m]) / 2;
 }
 
 // `from` measures the way to `to`: one-way latency from ping-pongs, then the bandwidth of a
@@ -54,8 +49,8 @@ void measure_pair(arcoll::Communicator& comm, int from, int to, const LinkSettin
   }
   if (sender) {
     comm.recv(&ack, 1, peer, kTag);
-    bandwidth_gbs = static_cast<double>(s.large_bytes) * s.large_messages /
-                    seconds_since(start) / 1e9;
+    bandwidth_gbs =
+        static_cast<double>(s.large_bytes) * s.large_messages / seconds_since(start) / 1e9;
   } else {
     comm.send(&ack, 1, peer, kTag);
   }
@@ -105,7 +100,8 @@ LinkMatrix measure_links(arcoll::Communicator& comm, const LinkSettings& setting
   std::strncpy(mine, comm.node_name().c_str(), sizeof mine - 1);
   std::vector<char> names(sizeof mine * static_cast<std::size_t>(p));
   comm.allgather(mine, names.data(), sizeof mine, arcoll::DataType::u8);
-  for (int r = 0; r < p; ++r) m.hosts.emplace_back(names.data() + sizeof mine * static_cast<std::size_t>(r));
+  for (int r = 0; r < p; ++r)
+    m.hosts.emplace_back(names.data() + sizeof mine * static_cast<std::size_t>(r));
 
   std::vector<double> latencies, bandwidths;
   for (int from = 0; from < p; ++from)
@@ -114,8 +110,8 @@ LinkMatrix measure_links(arcoll::Communicator& comm, const LinkSettings& setting
         latencies.push_back(m.latency(from, to));
         bandwidths.push_back(m.bandwidth(from, to));
       }
-  m.median_latency_us = median(latencies);
-  m.median_bandwidth_gbs = median(bandwidths);
+  m.median_latency_us = quantile(latencies, 0.5);
+  m.median_bandwidth_gbs = quantile(bandwidths, 0.5);
   for (int from = 0; from < p; ++from)
     for (int to = 0; to < p; ++to)
       if (from != to && m.bandwidth(from, to) < settings.slow_fraction * m.median_bandwidth_gbs)
@@ -151,10 +147,13 @@ std::string links_text(const LinkMatrix& m) {
     }
   };
   out += "# ranks and hosts:";
-  for (int r = 0; r < m.ranks; ++r) out += " " + std::to_string(r) + "=" + m.hosts[static_cast<std::size_t>(r)];
+  for (int r = 0; r < m.ranks; ++r)
+    out += " " + std::to_string(r) + "=" + m.hosts[static_cast<std::size_t>(r)];
   out += "\n";
-  table("one-way latency, us", [&](int f, int t) { return m.latency(f, t); }, " %8.2f");
-  table("bandwidth, GB/s", [&](int f, int t) { return m.bandwidth(f, t); }, " %8.3f");
+  table(
+      "one-way latency, us", [&](int f, int t) { return m.latency(f, t); }, " %8.2f");
+  table(
+      "bandwidth, GB/s", [&](int f, int t) { return m.bandwidth(f, t); }, " %8.3f");
   std::snprintf(line, sizeof line,
                 "# median latency %.2f us, median bandwidth %.3f GB/s; flagged: below %.0f%% of "
                 "the median bandwidth\n",
@@ -183,16 +182,17 @@ std::string links_json(const LinkMatrix& m) {
                          {"to", to},
                          {"latency_us", m.latency(from, to)},
                          {"bandwidth_gbs", m.bandwidth(from, to)},
-                         {"slow", std::find(m.slow.begin(), m.slow.end(),
-                                            std::pair{from, to}) != m.slow.end()}});
-  const nlohmann::json doc = {{"schema", "arcoll.arbench.links/1"},
-                              {"ranks", m.ranks},
-                              {"hosts", m.hosts},
-                              {"median_latency_us", m.median_latency_us},
-                              {"median_bandwidth_gbs", m.median_bandwidth_gbs},
-                              {"slow_fraction", m.slow_fraction},
-                              {"suspect_rank", m.suspect >= 0 ? nlohmann::json(m.suspect) : nlohmann::json(nullptr)},
-                              {"pairs", std::move(pairs)}};
+                         {"slow", std::find(m.slow.begin(), m.slow.end(), std::pair{from, to}) !=
+                                      m.slow.end()}});
+  const nlohmann::json doc = {
+      {"schema", "arcoll.arbench.links/1"},
+      {"ranks", m.ranks},
+      {"hosts", m.hosts},
+      {"median_latency_us", m.median_latency_us},
+      {"median_bandwidth_gbs", m.median_bandwidth_gbs},
+      {"slow_fraction", m.slow_fraction},
+      {"suspect_rank", m.suspect >= 0 ? nlohmann::json(m.suspect) : nlohmann::json(nullptr)},
+      {"pairs", std::move(pairs)}};
   return doc.dump(2) + "\n";
 }
 

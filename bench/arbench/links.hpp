@@ -14,17 +14,17 @@
 namespace arbench {
 
 struct LinkSettings {
-  std::size_t small_bytes = 8;        // latency: ping-pong of this size
+  std::size_t small_bytes = 8;  // latency: ping-pong of this size
   int small_rounds = 200;
   std::size_t large_bytes = 1 << 20;  // bandwidth: a stream of messages of this size
   int large_messages = 8;
-  double slow_fraction = 0.5;         // flagged below this fraction of the median bandwidth
+  double slow_fraction = 0.5;  // flagged below this fraction of the median bandwidth
 };
 
 struct LinkMatrix {
   int ranks = 0;
-  std::vector<std::string> hosts;    // of each rank
-  std::vector<double> latency_us;    // [from * ranks + to], one way
+  std::vector<std::string> hosts;     // of each rank
+  std::vector<double> latency_us;     // [from * ranks + to], one way
   std::vector<double> bandwidth_gbs;  // [from * ranks + to]
   double median_latency_us = 0;
   double median_bandwidth_gbs = 0;

@@ -26,8 +26,10 @@
 #include <vector>
 
 #include "arbench/backends/backend.hpp"
+#include "arbench/cli.hpp"
 #include "arbench/links.hpp"
 #include "arbench/models.hpp"
+#include "arbench/replay_command.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
 #include "arcoll/cluster.hpp"
@@ -40,20 +42,22 @@
 #include "arcoll/topology.hpp"
 #include "arcoll/tuning.hpp"
 #include "arcoll/types.hpp"
-#include "replay/model.hpp"
-#include "replay/predict.hpp"
-#include "replay/replay.hpp"
 
 namespace {
 
-constexpr int kUsageError = 2;
-constexpr std::size_t kMaxSizes = 100'000;
+using arbench::add_tool_flags;
+using arbench::exit_status;
+using arbench::kUsageError;
+using arbench::parse_integer;
+using arbench::parse_size;
+using arbench::print;
+using arbench::quoted;
+using arbench::run_tool;
+using arbench::split_list;
+using arbench::ToolFlags;
+using arbench::UsageError;
 
-// A bad flag, value or environment: reported as "arbench: <message>" with exit code 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+constexpr std::size_t kMaxSizes = 100'000;
 
 // The sweep's flags as typed; validated by make_plan.
 struct SweepFlags {
@@ -107,41 +111,6 @@ struct Plan {
   arbench::BackendOptions backend_options;
   std::string mpirun_args;
 };
-
-std::string quoted(const std::string& text) {
-  return "'" + text + "'";
-}
-
-std::size_t parse_size(const char* flag, const std::string& text) {
-  auto bytes = arcoll::parse_byte_size(text);
-  if (!bytes)
-    throw UsageError(std::string(flag) + ": invalid size " + quoted(text) +
-                     " (bytes, or a number with a K, M or G suffix such as 64K)");
-  return *bytes;
-}
-
-long long parse_integer(const char* flag, const std::string& text, long long min, long long max) {
-  long long value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end)
-    throw UsageError(std::string(flag) + ": " + quoted(text) + " is not an integer");
-  if (value < min || value > max)
-    throw UsageError(std::string(flag) + ": " + quoted(text) + " is outside " +
-                     std::to_string(min) + ".." + std::to_string(max));
-  return value;
-}
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    items.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) return items;
-    start = comma + 1;
-  }
-}
 
 // "all" or a comma-separated list of names `parse` accepts.
 template <typename T, typename Parse, std::size_t N>
@@ -376,11 +345,6 @@ arbench::Row with_prediction(const arcoll::Communicator& comm, const Plan& plan,
   return out;
 }
 
-void print(const std::string& text) {
-  std::fputs(text.c_str(), stdout);
-  std::fflush(stdout);
-}
-
 // The sweep on one rank. Rank 0 prints the table and writes the files; its exit code is 1
 // when a result was wrong or a file could not be written.
 int benchmark(arcoll::Communicator& comm, const Plan& plan) {
@@ -584,68 +548,6 @@ int reexec_under_mpirun(const Plan& plan, int ranks, int argc, const char* const
   return 1;
 }
 
-// 2 when every failed rank rejected a setting, 1 for any other failure.
-int exit_status(const std::vector<arcoll::RankExit>& exits) {
-  bool failed = false;
-  bool only_usage_errors = true;
-  for (const arcoll::RankExit& exit : exits)
-    if (!exit.ok()) {
-      std::fprintf(stderr, "arbench: %s\n", exit.describe().c_str());
-      failed = true;
-      only_usage_errors = only_usage_errors && exit.signal == 0 && exit.exit_code == kUsageError;
-    }
-  return !failed ? 0 : only_usage_errors ? kUsageError : 1;
-}
-
-// What the tools beside the sweep share: ranks forked here (--np, at least `min_ranks`,
-// `default_ranks` when not given) or started by a launcher, one communicator each, and `body`
-// run on it. Returns the exit code.
-struct ToolFlags {
-  std::string np;
-  std::string transport;
-};
-
-int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int default_ranks,
-             const std::function<std::optional<std::string>()>& check_flags,
-             const std::function<int(arcoll::Communicator&)>& body) {
-  arcoll::Options options;
-  std::optional<int> np;
-  arcoll::LaunchInfo here;
-  try {
-    try {
-      options = arcoll::Options::from_env();
-      here = arcoll::detect_launch();
-    } catch (const arcoll::Error& e) {
-      throw UsageError(e.what());
-    }
-    if (!flags.transport.empty()) options.transport = flags.transport;
-    if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, min_ranks, 4096));
-    if (auto error = check_flags()) throw UsageError(*error);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
-    return kUsageError;
-  }
-  auto rank = [&]() -> int {
-    try {
-      arcoll::Communicator comm(here.source != "default" ? here : arcoll::detect_launch(), options);
-      return body(comm);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
-      return 1;
-    }
-  };
-  if (here.source != "default") return rank();
-  arcoll::LocalLaunchOptions launch;
-  launch.ranks = np.value_or(default_ranks);
-  launch.output = arcoll::RankOutput::forward;
-  try {
-    return exit_status(arcoll::run_local_ranks(launch, rank));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "arbench: %s\n", e.what());
-    return 1;
-  }
-}
-
 // `arbench tune`: measures each transport's link costs between the ranks at hand and writes
 // the tuning file that --tuning (ARCOLL_TUNING_FILE) reads.
 int run_tune_command(const ToolFlags& flags, const std::string& output) {
@@ -663,207 +565,6 @@ int run_tune_command(const ToolFlags& flags, const std::string& output) {
                                        c.bandwidth_gbs, c.reduce_gbs));
         arcoll::save_tuning(tuning, output);
         print("# written to " + output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
-        return 0;
-      });
-}
-
-// `arbench replay`: the gradient exchange of data-parallel training over the ranks at hand.
-struct ReplayFlags {
-  std::string model = "resnet50";
-  std::string batch = "32";
-  std::string profile = "v100";
-  std::string policy = "buckets";
-  std::string algorithm = "auto";
-  std::string wire = "f32";
-  std::string bucket_bytes = "25M";
-  std::string iterations = "20";
-  std::string warmup = "3";
-  std::string trace;     // Chrome trace file
-  std::string topology;  // --simulate: the cluster file
-  std::string hosts = "1";
-  bool simulate = false;
-};
-
-// The model's all-reduce time for the replay's bytes: the wire format halves what f32 moves.
-std::size_t wire_bytes(std::size_t bytes, const std::string& wire) {
-  return wire == "f32" ? bytes : bytes / 2;
-}
-
-std::string prediction_text(const arcoll::replay::Prediction& p, int ranks, int batch) {
-  return arbench::printf_string(
-      "  %10.2f %10s %10s %10.2f %10.2f %10.2f %7.0f%% %10.1f %7.0f%%\n", p.iteration * 1e3, "-",
-      "-", p.compute * 1e3, p.communication * 1e3, p.exposed * 1e3,
-      p.communication > 0 ? 100 * (1 - p.exposed / p.communication) : 100.0,
-      batch * ranks / p.iteration, 100 * p.compute / p.iteration);
-}
-
-const char* const kReplayColumns = "# %10s %10s %10s %10s %10s %10s %8s %10s %8s\n";
-
-// `arbench replay --simulate --topology FILE`: the model's prediction for a described cluster,
-// with no ranks run.
-int simulate_replay(const arcoll::replay::ReplayConfig& config, const ReplayFlags& replay) {
-  namespace rp = arcoll::replay;
-  arcoll::ClusterSpec cluster;
-  try {
-    cluster = arcoll::load_cluster(
-        replay.topology, static_cast<int>(parse_integer("--hosts", replay.hosts, 1, 1 << 20)));
-  } catch (const arcoll::Error& e) {
-    std::fprintf(stderr, "arbench replay: --topology: %s\n", e.message().c_str());
-    return kUsageError;
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "arbench replay: %s\n", e.what());
-    return kUsageError;
-  }
-  const auto algorithms = arcoll::Communicator::allreduce_algorithms();
-  const auto known = std::find(algorithms.begin(), algorithms.end(), config.algorithm);
-  if (config.algorithm != "auto" && known == algorithms.end()) {
-    std::fprintf(stderr, "arbench replay: --algo: unknown algorithm %s\n",
-                 quoted(config.algorithm).c_str());
-    return kUsageError;
-  }
-  std::vector<double> backward;
-  for (auto it = config.model.layers.rbegin(); it != config.model.layers.rend(); ++it)
-    backward.push_back(rp::backward_seconds(config, *it));
-  const auto plan = rp::plan_buckets(config.model, config.policy, backward);
-  const rp::Prediction p = rp::predict_iteration(config, plan, [&](std::size_t bytes) {
-    const auto cluster_plan = arcoll::plan_allreduce(cluster, wire_bytes(bytes, replay.wire));
-    return known == algorithms.end()
-               ? cluster_plan.chosen.seconds
-               : cluster_plan.algorithms[static_cast<std::size_t>(known - algorithms.begin())]
-                     .seconds;
-  });
-  const int ranks = cluster.hosts * cluster.ranks_per_host;
-  print(arbench::printf_string(
-      "# arbench replay --simulate: %s, %zu tensors, %lld parameters; batch %d per rank\n",
-      config.model.name.c_str(), config.model.tensor_count(),
-      static_cast<long long>(config.model.parameter_count()), config.batch));
-  print("# compute: " + config.device.summary + "\n# cluster: " + cluster.name + " (" +
-        std::to_string(ranks) + " ranks)\n");
-  print(arbench::printf_string(
-      "# policy %s: %zu all-reduce(s) per iteration; algorithm %s, wire "
-      "%s; predicted by the cost model, nothing run\n",
-      config.policy.name().c_str(), plan.size(), config.algorithm.c_str(), replay.wire.c_str()));
-  print(arbench::printf_string(kReplayColumns, "iter (ms)", "", "", "compute", "comm", "exposed",
-                               "overlap", "samples/s", "scaling"));
-  print(prediction_text(p, ranks, config.batch));
-  return 0;
-}
-
-// The replay's settings from its flags; UsageError (or the model's and profile's own errors)
-// naming the flag at fault.
-arcoll::replay::ReplayConfig replay_config(const ReplayFlags& replay) {
-  namespace rp = arcoll::replay;
-  rp::ReplayConfig config;
-  config.model = rp::model_named(replay.model);
-  config.device = rp::device_profile(replay.profile);
-  config.policy = rp::parse_policy(replay.policy);
-  rp::plan_buckets(config.model, config.policy, {});  // ps: unavailable, saying why
-  config.batch = static_cast<int>(parse_integer("--batch", replay.batch, 1, 1 << 20));
-  config.iterations = static_cast<int>(parse_integer("--iters", replay.iterations, 1, 1 << 20));
-  config.warmup = static_cast<int>(parse_integer("--warmup", replay.warmup, 0, 1 << 20));
-  config.policy.bucket_bytes = parse_size("--bucket-bytes", replay.bucket_bytes);
-  config.algorithm = replay.algorithm;
-  if (replay.wire != "f32" && replay.wire != "f16" && replay.wire != "bf16")
-    throw UsageError("--wire: " + quoted(replay.wire) + " is not f32, f16 or bf16");
-  return config;
-}
-
-int run_replay_command(const ToolFlags& flags, const ReplayFlags& replay) {
-  namespace rp = arcoll::replay;
-  rp::ReplayConfig config;
-  if (replay.simulate) {
-    try {
-      if (replay.topology.empty()) throw UsageError("--simulate needs --topology FILE");
-      config = replay_config(replay);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "arbench replay: %s\n", e.what());
-      return kUsageError;
-    }
-    return simulate_replay(config, replay);
-  }
-  return run_tool(
-      "replay", flags, 1, 4,
-      [&]() -> std::optional<std::string> {
-        try {
-          config = replay_config(replay);
-        } catch (const std::exception& e) {
-          return std::string(e.what());
-        }
-        ::setenv("ARCOLL_WIRE", replay.wire.c_str(), 1);  // the communicators read it
-        if (!replay.trace.empty()) return arbench::check_writable("--trace", replay.trace);
-        return std::nullopt;
-      },
-      [&](arcoll::Communicator& comm) {
-        // The prediction is only as good as the link costs: without a tuning file, measure
-        // them here, with this job's ranks and hosts, as `arbench tune` does.
-        std::string costs_from = "link costs from " + comm.options().tuning_file;
-        if (comm.options().tuning_file.empty() && comm.size() > 1) {
-          comm.set_tuning(arcoll::measure_tuning(comm));
-          costs_from = "link costs measured just now with every rank busy, as arbench tune does";
-        } else if (comm.options().tuning_file.empty()) {
-          costs_from = "built-in link costs";
-        }
-        const rp::ReplayResult result = rp::run_replay(comm, config);
-        const auto ranks = rp::gather_iterations(comm, result);
-        if (comm.rank() != 0) return 0;
-        // The slowest rank sets each iteration's time.
-        std::vector<double> totals(result.iterations.size(), 0.0);
-        for (const auto& rank : ranks)
-          for (std::size_t i = 0; i < totals.size(); ++i)
-            totals[i] = std::max(totals[i], rank[i].total);
-        const auto& m = config.model;
-        std::vector<double> sorted = totals;
-        std::sort(sorted.begin(), sorted.end());
-        double mean = 0, compute = 0, communication = 0, exposed = 0;
-        for (std::size_t i = 0; i < totals.size(); ++i) {
-          mean += totals[i] / static_cast<double>(totals.size());
-          compute += result.iterations[i].compute / static_cast<double>(totals.size());
-          communication += result.iterations[i].communication / static_cast<double>(totals.size());
-        }
-        exposed = std::max(0.0, mean - compute);
-        const auto quantile = [&](double q) {
-          return sorted[std::min(sorted.size() - 1,
-                                 static_cast<std::size_t>(q * static_cast<double>(sorted.size())))];
-        };
-        print(arbench::printf_string(
-            "# arbench replay: %s, %zu tensors, %lld parameters (%.1f MiB of f32 gradients); "
-            "batch %d per rank\n",
-            m.name.c_str(), m.tensor_count(), static_cast<long long>(m.parameter_count()),
-            static_cast<double>(m.parameter_count()) * 4 / (1 << 20), config.batch));
-        print("# compute: " + config.device.summary + ", " +
-              arbench::printf_string("%.0f%%", config.device.efficiency * 100) +
-              " of peak; emulated by sleeping for the modelled time of each layer\n");
-        print(arbench::printf_string(
-            "# %d ranks on %d host(s), %s; policy %s: %zu all-reduce(s) per iteration; algorithm "
-            "%s, wire %s; %d iterations after %d of warm-up\n",
-            comm.size(), comm.node_count(), comm.transport_name().c_str(),
-            config.policy.name().c_str(), result.plan.size(), config.algorithm.c_str(),
-            replay.wire.c_str(), config.iterations, config.warmup));
-        print(arbench::printf_string(kReplayColumns, "mean (ms)", "p50", "p99", "compute", "comm",
-                                     "exposed", "overlap", "samples/s", "scaling"));
-        const double overlap =
-            communication > 0 ? std::clamp(1.0 - exposed / communication, 0.0, 1.0) : 1.0;
-        print(arbench::printf_string(
-            "  %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %7.0f%% %10.1f %7.0f%%\n", mean * 1e3,
-            quantile(0.5) * 1e3, quantile(0.99) * 1e3, compute * 1e3, communication * 1e3,
-            exposed * 1e3, overlap * 100, config.batch * comm.size() / mean, compute / mean * 100));
-        const rp::Prediction predicted =
-            rp::predict_iteration(config, result.plan, [&](std::size_t bytes) {
-              return comm.predict_allreduce(wire_bytes(bytes, replay.wire), config.algorithm)
-                  .seconds;
-            });
-        print(prediction_text(predicted, comm.size(), config.batch));
-        print(arbench::printf_string(
-            "# the second line is the model's prediction: %+.1f%% from the measured mean (%s)\n",
-            100 * (predicted.iteration - mean) / mean, costs_from.c_str()));
-        if (!replay.trace.empty()) {
-          arbench::write_atomically(
-              replay.trace,
-              rp::chrome_trace(ranks, "arbench replay " + m.name + " " + config.policy.name() +
-                                          " " + config.algorithm));
-          print("# timeline written to " + replay.trace +
-                " (Chrome trace: open in Perfetto or chrome://tracing)\n");
-        }
         return 0;
       });
 }
@@ -1124,11 +825,6 @@ int main(int argc, char** argv) {
   add_sweep_flags(app, flags);
   // Subcommands (tune, topo, links, plan, ...) register here; without one the sweep runs.
   std::vector<Subcommand> subcommands;
-  auto add_tool_flags = [](CLI::App* tool, ToolFlags& flags) {
-    tool->add_option("--np", flags.np, "Ranks to fork on this host")->type_name("N");
-    tool->add_option("--transport", flags.transport, "Transport (default: auto)")
-        ->type_name("NAME");
-  };
   ToolFlags tune_flags;
   std::string tune_output = "arcoll-tuning.json";
   CLI::App* tune = app.add_subcommand(
@@ -1187,40 +883,15 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   subcommands.push_back({topo, [&] { return run_topo_command(topo_flags, topo_json, topo_dot); }});
   ToolFlags replay_tool;
-  ReplayFlags replay_flags;
+  arbench::ReplayFlags replay_flags;
   CLI::App* replay = app.add_subcommand(
       "replay",
       "Replay the gradient exchange of data-parallel training (compute emulated for the "
       "modelled times, all-reduces real) and report iteration time and overlap");
   add_tool_flags(replay, replay_tool);
-  replay->add_option("--model", replay_flags.model, "Built-in model or model file")
-      ->capture_default_str();
-  replay->add_option("--batch", replay_flags.batch, "Samples per rank")->capture_default_str();
-  replay->add_option("--profile", replay_flags.profile, "Device profile (p40 ... h100, cpu)")
-      ->capture_default_str();
-  replay
-      ->add_option("--policy", replay_flags.policy,
-                   "sync-after-backward, wfbp, buckets, fusion, ps")
-      ->capture_default_str();
-  replay->add_option("--algo", replay_flags.algorithm, "All-reduce algorithm")
-      ->capture_default_str();
-  replay->add_option("--wire", replay_flags.wire, "f32, f16 or bf16 on the wire")
-      ->capture_default_str();
-  replay->add_option("--bucket-bytes", replay_flags.bucket_bytes, "Bucket size of buckets")
-      ->capture_default_str();
-  replay->add_option("--iters", replay_flags.iterations, "Measured iterations")
-      ->capture_default_str();
-  replay->add_option("--warmup", replay_flags.warmup, "Iterations before measuring")
-      ->capture_default_str();
-  replay->add_option("--trace", replay_flags.trace, "Write a timeline (Chrome trace JSON)")
-      ->type_name("FILE");
-  replay->add_flag("--simulate", replay_flags.simulate,
-                   "Predict with the model for --topology instead of running ranks");
-  replay->add_option("--topology", replay_flags.topology, "Cluster file for --simulate")
-      ->type_name("FILE");
-  replay->add_option("--hosts", replay_flags.hosts, "Hosts, for a saved single host")
-      ->type_name("N");
-  subcommands.push_back({replay, [&] { return run_replay_command(replay_tool, replay_flags); }});
+  arbench::add_replay_flags(replay, replay_flags);
+  subcommands.push_back(
+      {replay, [&] { return arbench::run_replay_command(replay_tool, replay_flags); }});
   arbench::ModelsFlags models_flags;
   CLI::App* models = app.add_subcommand(
       "models",

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -18,7 +19,6 @@ namespace arbench {
 namespace {
 
 using json = nlohmann::ordered_json;  // keys in the documented order
-
 
 std::string join(const std::vector<std::string>& items, const char* separator) {
   std::string out;
@@ -82,10 +82,9 @@ json group_json(const GroupResult& g) {
 // "  maxabs  maxrel" over both groups of a row rounded by the wire; empty otherwise.
 std::string wire_error_text(const Row& row) {
   if (!row.out_of_place.max_abs_error || !row.in_place.max_abs_error) return "";
-  return printf_string("  %8.2e  %8.2e",
-                       std::max(*row.out_of_place.max_abs_error, *row.in_place.max_abs_error),
-                       std::max(row.out_of_place.max_rel_error.value_or(0),
-                                row.in_place.max_rel_error.value_or(0)));
+  return printf_string(
+      "  %8.2e  %8.2e", std::max(*row.out_of_place.max_abs_error, *row.in_place.max_abs_error),
+      std::max(row.out_of_place.max_rel_error.value_or(0), row.in_place.max_rel_error.value_or(0)));
 }
 
 }  // namespace
@@ -202,7 +201,8 @@ std::string algorithms_row(const Row& row) {
   std::string predicted = "-";
   if (row.predicted_us) {
     predicted = format_time_us(*row.predicted_us);
-    if (measured > 0) error = printf_string("%+6.0f%%", (*row.predicted_us - measured) / measured * 100);
+    if (measured > 0)
+      error = printf_string("%+6.0f%%", (*row.predicted_us - measured) / measured * 100);
   }
   std::string wrong = "N/A";
   if (row.out_of_place.wrong && row.in_place.wrong)
@@ -429,6 +429,15 @@ std::string printf_string(const char* format, ...) {
   if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
   va_end(args);
   return out;
+}
+
+double quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double at = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
+  const auto below = static_cast<std::size_t>(at);
+  const std::size_t above = std::min(below + 1, values.size() - 1);
+  return values[below] + (values[above] - values[below]) * (at - static_cast<double>(below));
 }
 
 std::string format_bytes(double bytes) {

@@ -86,6 +86,10 @@ std::string skipped_line(const std::string& backend, arcoll::DataType type, arco
 std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary);
 std::string csv_report(const RunInfo& info, const std::vector<Row>& rows);
 
+// The q-quantile (0..1) of `values`, interpolating between neighbours as numpy does; 0 for
+// none.
+double quantile(std::vector<double> values, double q);
+
 // "8 B", "32 KiB", "1.5 MiB".
 std::string format_bytes(double bytes);
 // printf into a std::string of the right length.

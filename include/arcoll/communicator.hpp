@@ -62,6 +62,9 @@ class Communicator {
   AllreducePrediction predict_allreduce(std::size_t bytes,
                                         const std::string& algorithm = "auto") const;
 
+  // Mixed precision for the collectives that follow: f32 data reduced travels as f16 or bf16
+  // (f32: as it is), as Options::wire; every rank must make the same change.
+  void set_wire(DataType wire);
   // The link costs that auto's cost model and predict_allreduce use from now on, as from
   // Options::tuning_file; every rank must pass the same figures (measure_tuning() returns the
   // same on all), or auto could choose differently on different ranks.

@@ -1,0 +1,110 @@
+#include "arbench/cli.hpp"
+
+#include <charconv>
+#include <cstdio>
+
+#include "arcoll/error.hpp"
+#include "arcoll/launch.hpp"
+#include "arcoll/options.hpp"
+
+namespace arbench {
+
+std::string quoted(const std::string& text) {
+  return "'" + text + "'";
+}
+
+std::size_t parse_size(const char* flag, const std::string& text) {
+  auto bytes = arcoll::parse_byte_size(text);
+  if (!bytes)
+    throw UsageError(std::string(flag) + ": invalid size " + quoted(text) +
+                     " (bytes, or a number with a K, M or G suffix such as 64K)");
+  return *bytes;
+}
+
+long long parse_integer(const char* flag, const std::string& text, long long min, long long max) {
+  long long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end)
+    throw UsageError(std::string(flag) + ": " + quoted(text) + " is not an integer");
+  if (value < min || value > max)
+    throw UsageError(std::string(flag) + ": " + quoted(text) + " is outside " +
+                     std::to_string(min) + ".." + std::to_string(max));
+  return value;
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+void print(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+int exit_status(const std::vector<arcoll::RankExit>& exits) {
+  bool failed = false;
+  bool only_usage_errors = true;
+  for (const arcoll::RankExit& exit : exits)
+    if (!exit.ok()) {
+      std::fprintf(stderr, "arbench: %s\n", exit.describe().c_str());
+      failed = true;
+      only_usage_errors = only_usage_errors && exit.signal == 0 && exit.exit_code == kUsageError;
+    }
+  return !failed ? 0 : only_usage_errors ? kUsageError : 1;
+}
+
+void add_tool_flags(CLI::App* tool, ToolFlags& flags) {
+  tool->add_option("--np", flags.np, "Ranks to fork on this host")->type_name("N");
+  tool->add_option("--transport", flags.transport, "Transport (default: auto)")->type_name("NAME");
+}
+
+int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int default_ranks,
+             const std::function<std::optional<std::string>()>& check_flags,
+             const std::function<int(arcoll::Communicator&)>& body) {
+  arcoll::Options options;
+  std::optional<int> np;
+  arcoll::LaunchInfo here;
+  try {
+    try {
+      options = arcoll::Options::from_env();
+      here = arcoll::detect_launch();
+    } catch (const arcoll::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (!flags.transport.empty()) options.transport = flags.transport;
+    if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, min_ranks, 4096));
+    if (auto error = check_flags()) throw UsageError(*error);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
+    return kUsageError;
+  }
+  auto rank = [&]() -> int {
+    try {
+      arcoll::Communicator comm(here.source != "default" ? here : arcoll::detect_launch(), options);
+      return body(comm);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "arbench %s: %s\n", name, e.what());
+      return 1;
+    }
+  };
+  if (here.source != "default") return rank();
+  arcoll::LocalLaunchOptions launch;
+  launch.ranks = np.value_or(default_ranks);
+  launch.output = arcoll::RankOutput::forward;
+  try {
+    return exit_status(arcoll::run_local_ranks(launch, rank));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace arbench

@@ -1,0 +1,51 @@
+// What arbench's commands share on the command line: usage errors (exit code 2), flag
+// parsing with messages that name the flag, and the ranks a tool runs on.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/local_launcher.hpp"
+
+namespace arbench {
+
+inline constexpr int kUsageError = 2;
+
+// A bad flag, value or environment: reported as "arbench: <message>" with exit code 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string quoted(const std::string& text);
+// Bytes, or a number with a K, M or G suffix.
+std::size_t parse_size(const char* flag, const std::string& text);
+long long parse_integer(const char* flag, const std::string& text, long long min, long long max);
+std::vector<std::string> split_list(const std::string& text);
+
+// Writes to stdout at once (ranks' output interleaves otherwise).
+void print(const std::string& text);
+
+// 2 when every failed rank rejected a setting, 1 for any other failure.
+int exit_status(const std::vector<arcoll::RankExit>& exits);
+
+// What the tools beside the sweep share: ranks forked here (--np, at least `min_ranks`,
+// `default_ranks` when not given) or started by a launcher, one communicator each, and `body`
+// run on it. `check_flags` runs first, once: an error it returns exits 2. Returns the exit
+// code.
+struct ToolFlags {
+  std::string np;
+  std::string transport;
+};
+void add_tool_flags(CLI::App* tool, ToolFlags& flags);
+int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int default_ranks,
+             const std::function<std::optional<std::string>()>& check_flags,
+             const std::function<int(arcoll::Communicator&)>& body);
+
+}  // namespace arbench
