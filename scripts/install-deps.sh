@@ -9,13 +9,15 @@ required=(
   libcli11-dev nlohmann-json3-dev libssl-dev
   openmpi-bin libopenmpi-dev
 )
-# Detected at configure time; arcoll builds without them.
+# Detected at configure time; arcoll builds without them. Chromium renders arbench's HTML
+# report in its test, rsvg-convert turns plots into PNG, PIL reads the screenshot.
 optional=(
   hwloc libhwloc-dev
   libucx-dev
   libibverbs-dev librdmacm-dev
   libgloo-dev
   clang libclang-rt-dev
+  chromium librsvg2-bin python3-pil
 )
 
 missing=()

@@ -1,7 +1,10 @@
 #include "arbench/cli.hpp"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 
 #include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
@@ -105,6 +108,23 @@ int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int defaul
     std::fprintf(stderr, "arbench: %s\n", e.what());
     return 1;
   }
+}
+
+std::optional<std::string> find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return std::nullopt;
+  std::string all = path;
+  std::size_t start = 0;
+  while (start <= all.size()) {
+    std::size_t colon = all.find(':', start);
+    if (colon == std::string::npos) colon = all.size();
+    std::string dir = all.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = colon + 1;
+  }
+  return std::nullopt;
 }
 
 }  // namespace arbench

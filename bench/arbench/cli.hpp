@@ -29,6 +29,9 @@ std::size_t parse_size(const char* flag, const std::string& text);
 long long parse_integer(const char* flag, const std::string& text, long long min, long long max);
 std::vector<std::string> split_list(const std::string& text);
 
+// The first executable `name` in PATH.
+std::optional<std::string> find_on_path(const std::string& name);
+
 // Writes to stdout at once (ranks' output interleaves otherwise).
 void print(const std::string& text);
 

@@ -27,8 +27,11 @@
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/cli.hpp"
+#include "arbench/compare.hpp"
+#include "arbench/html_report.hpp"
 #include "arbench/links.hpp"
 #include "arbench/models.hpp"
+#include "arbench/plot.hpp"
 #include "arbench/replay_command.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
@@ -47,6 +50,7 @@ namespace {
 
 using arbench::add_tool_flags;
 using arbench::exit_status;
+using arbench::find_on_path;
 using arbench::kUsageError;
 using arbench::parse_integer;
 using arbench::parse_size;
@@ -68,6 +72,8 @@ struct SweepFlags {
   std::string np;
   std::string warmup_iters = "5";
   std::string iters = "20";
+  std::string repeat = "1";
+  std::string min_busbw;
   std::string datatype = "f32";
   std::string op = "sum";
   std::string algo;
@@ -110,6 +116,7 @@ struct Plan {
   bool compare = false;
   arbench::BackendOptions backend_options;
   std::string mpirun_args;
+  std::optional<double> min_busbw_gbs;  // --min-busbw: the health gate
 };
 
 // "all" or a comma-separated list of names `parse` accepts.
@@ -166,6 +173,15 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   plan.sweep.warmup_iters =
       static_cast<int>(parse_integer("-w/--warmup_iters", flags.warmup_iters, 0, 1'000'000));
   plan.sweep.iters = static_cast<int>(parse_integer("-n/--iters", flags.iters, 1, 1'000'000));
+  plan.sweep.repeat = static_cast<int>(parse_integer("--repeat", flags.repeat, 1, 10'000));
+  if (!flags.min_busbw.empty()) {
+    char* end = nullptr;
+    const double gbs = std::strtod(flags.min_busbw.c_str(), &end);
+    if (end == flags.min_busbw.c_str() || *end != '\0' || !(gbs >= 0) || !std::isfinite(gbs))
+      throw UsageError("--min-busbw: " + quoted(flags.min_busbw) +
+                       " is not a bandwidth in GB/s (a number >= 0)");
+    plan.min_busbw_gbs = gbs;
+  }
   plan.sweep.check = parse_integer("-c/--check", flags.check, 0, 1) == 1;
 
   plan.sweep.types =
@@ -449,6 +465,12 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
                  summary.out_of_bounds);
     status = 1;
   }
+  if (plan.min_busbw_gbs && summary.avg_busbw_gbs < *plan.min_busbw_gbs) {
+    print(arbench::printf_string(
+        "# FAILED: average bus bandwidth %.3f GB/s is below --min-busbw %.3f GB/s\n",
+        summary.avg_busbw_gbs, *plan.min_busbw_gbs));
+    status = 1;
+  }
   return status;
 }
 
@@ -501,24 +523,6 @@ std::vector<std::string> split_blanks(const std::string& text) {
     i = j;
   }
   return words;
-}
-
-// The first executable `name` on PATH, or nullopt.
-std::optional<std::string> find_on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return std::nullopt;
-  std::string all = path;
-  std::size_t start = 0;
-  while (start <= all.size()) {
-    std::size_t colon = all.find(':', start);
-    if (colon == std::string::npos) colon = all.size();
-    std::string dir = all.substr(start, colon - start);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-    start = colon + 1;
-  }
-  return std::nullopt;
 }
 
 // MPI backends need ranks that mpirun started: run this same command line under
@@ -762,6 +766,12 @@ void add_sweep_flags(CLI::App& app, SweepFlags& flags) {
   add("-w,--warmup_iters", flags.warmup_iters, "N", "Untimed iterations before each timing")
       ->capture_default_str();
   add("-n,--iters", flags.iters, "N", "Timed iterations")->capture_default_str();
+  add("--repeat", flags.repeat, "R",
+      "Time each size R times (-n iterations each): the median is reported, and min, max, p99 "
+      "and the coefficient of variation go to the JSON and a cv(%) column, for arbench compare")
+      ->capture_default_str();
+  add("--min-busbw", flags.min_busbw, "GB/s",
+      "Fail (exit 1, a FAILED line) when the average bus bandwidth is below this: a health gate");
   add("-d,--datatype", flags.datatype, "TYPE",
       "f32 f64 f16 bf16 i8 u8 i32 i64 (or nccl-tests' names), a comma-separated list, or all")
       ->capture_default_str();
@@ -892,6 +902,43 @@ int main(int argc, char** argv) {
   arbench::add_replay_flags(replay, replay_flags);
   subcommands.push_back(
       {replay, [&] { return arbench::run_replay_command(replay_tool, replay_flags); }});
+  std::vector<std::string> compare_files;
+  std::string threshold = "5%";
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "Compare two sweeps (arbench --json) row by row; exit 1 when a row's bus bandwidth fell "
+      "beyond the threshold and the noise --repeat measured, or a row is missing");
+  compare->add_option("files", compare_files, "BASE.json NEW.json")->expected(2)->required();
+  compare->add_option("--threshold", threshold, "Change that counts, in percent")
+      ->capture_default_str();
+  subcommands.push_back({compare, [&] {
+                           return arbench::run_compare_command(compare_files[0], compare_files[1],
+                                                               threshold);
+                         }});
+  std::vector<std::string> plot_files;
+  std::string plot_output;
+  CLI::App* plot_app = app.add_subcommand(
+      "plot", "Bus bandwidth and time against message size of sweeps, as SVG or PNG");
+  plot_app->add_option("files", plot_files, "RESULTS.json ...")->required();
+  plot_app->add_option("-o,--output", plot_output, "FILE.svg or FILE.png")->required();
+  subcommands.push_back(
+      {plot_app, [&] { return arbench::run_plot_command(plot_files, plot_output); }});
+  std::vector<std::string> report_files;
+  std::string report_output, report_baseline;
+  CLI::App* report_app = app.add_subcommand(
+      "report",
+      "One self-contained HTML page of sweeps, replays and traces: environment, tables, "
+      "charts, and the comparison against --baseline");
+  report_app->add_option("files", report_files, "RESULTS.json ...")->required();
+  report_app->add_option("-o,--output", report_output, "FILE.html")->required();
+  report_app->add_option("--baseline", report_baseline, "Sweep to compare every sweep with")
+      ->type_name("FILE");
+  report_app->add_option("--threshold", threshold, "Change that counts, in percent")
+      ->capture_default_str();
+  subcommands.push_back({report_app, [&] {
+                           return arbench::run_report_command(report_files, report_baseline,
+                                                              threshold, report_output);
+                         }});
   arbench::ModelsFlags models_flags;
   CLI::App* models = app.add_subcommand(
       "models",

@@ -76,6 +76,10 @@ json group_json(const GroupResult& g) {
     j["max_abs_error"] = *g.max_abs_error;
     j["max_rel_error"] = optional_json(g.max_rel_error);
   }
+  if (g.spread)
+    j["spread"] = {{"repeats", g.spread->count},       {"min_us", g.spread->min_us},
+                   {"median_us", g.spread->median_us}, {"max_us", g.spread->max_us},
+                   {"p99_us", g.spread->p99_us},       {"cv", g.spread->cv}};
   return j;
 }
 
@@ -164,9 +168,10 @@ std::string table_header(const RunInfo& info) {
       "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
       "\n",
       "", "", "", "", "");
-  out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s\n",
+  out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s%s%s\n",
                        "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                       "time", "algbw", "busbw", "#wrong", wire ? "    maxabs    maxrel" : "");
+                       "time", "algbw", "busbw", "#wrong", wire ? "    maxabs    maxrel" : "",
+                       info.sweep.repeat > 1 ? "  cv(%)" : "");
   out += printf_string("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n",
                        "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)",
                        "(GB/s)", "(GB/s)", "");
@@ -180,7 +185,12 @@ std::string table_row(const Row& row) {
   for (const GroupResult* g : {&row.out_of_place, &row.in_place})
     out += printf_string("  %7s  %6.2f  %6.2f  %5s", format_time_us(g->time_us).c_str(),
                          g->algbw_gbs, g->busbw_gbs, wrong_text(*g).c_str());
-  return out + wire_error_text(row) + "\n";
+  out += wire_error_text(row);
+  // --repeat: the noisier group's coefficient of variation over the repetitions.
+  if (row.out_of_place.spread && row.in_place.spread)
+    out += printf_string("  %5.1f",
+                         100 * std::max(row.out_of_place.spread->cv, row.in_place.spread->cv));
+  return out + "\n";
 }
 
 std::string algorithms_header(bool wire) {
@@ -327,6 +337,7 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"datatypes", type_names(info.sweep)},
       {"ops", op_names(info.sweep)},
       {"iters", info.sweep.iters},
+      {"repeat", info.sweep.repeat},
       {"warmup_iters", info.sweep.warmup_iters},
       {"check", info.sweep.check},
       {"chunk_bytes", info.chunk_bytes},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -10,6 +11,7 @@
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/reference.hpp"
+#include "arbench/report.hpp"
 
 namespace arbench {
 namespace {
@@ -33,7 +35,7 @@ Buffer allocate(std::size_t bytes) {
 }
 
 struct LocalResult {
-  double seconds = 0;  // mean per iteration, this rank
+  std::vector<double> seconds;  // mean per iteration of each repetition, this rank
   std::int64_t wrong = 0;
   Pattern::Errors errors;
 };
@@ -51,13 +53,14 @@ LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_
   pattern.fill_input(send, count);
   backend.stage_in(send, recv_buffer, bytes);
   for (int i = 0; i < settings.warmup_iters; ++i) once();
-  backend.barrier();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < settings.iters; ++i) once();
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-
   LocalResult result;
-  result.seconds = std::chrono::duration<double>(elapsed).count() / settings.iters;
+  for (int r = 0; r < settings.repeat; ++r) {
+    backend.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < settings.iters; ++i) once();
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    result.seconds.push_back(std::chrono::duration<double>(elapsed).count() / settings.iters);
+  }
   if (settings.check && backend.reduces()) {
     pattern.fill_input(send, count);
     if (!in_place) pattern.poison(recv_buffer, count);
@@ -70,8 +73,23 @@ LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_
   return result;
 }
 
-GroupResult finish(double seconds, std::size_t bytes, double bus_factor) {
+// `repetitions`: each repetition's time, the slowest rank's.
+GroupResult finish(const std::vector<double>& repetitions, std::size_t bytes, double bus_factor) {
   GroupResult g;
+  const double seconds = quantile(repetitions, 0.5);
+  if (repetitions.size() > 1) {
+    Spread s;
+    s.count = static_cast<int>(repetitions.size());
+    s.min_us = *std::min_element(repetitions.begin(), repetitions.end()) * 1e6;
+    s.max_us = *std::max_element(repetitions.begin(), repetitions.end()) * 1e6;
+    s.median_us = seconds * 1e6;
+    s.p99_us = quantile(repetitions, 0.99) * 1e6;
+    double mean = 0, squares = 0;
+    for (double t : repetitions) mean += t / static_cast<double>(repetitions.size());
+    for (double t : repetitions) squares += (t - mean) * (t - mean);
+    s.cv = mean > 0 ? std::sqrt(squares / static_cast<double>(repetitions.size() - 1)) / mean : 0;
+    g.spread = s;
+  }
   g.time_us = seconds * 1e6;
   g.algbw_gbs = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
   g.busbw_gbs = g.algbw_gbs * bus_factor;
@@ -157,10 +175,13 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
                                           /*in_place=*/false, settings);
         const LocalResult in = run_group(*backend, pattern, send.get(), recv.get(), row.count,
                                          /*in_place=*/true, settings);
-        double seconds[2] = {out.seconds, in.seconds};
-        comm.allreduce(seconds, 2, DataType::f64, ReduceOp::max);
-        row.out_of_place = finish(seconds[0], row.size_bytes, backend->bus_factor(n));
-        row.in_place = finish(seconds[1], row.size_bytes, backend->bus_factor(n));
+        std::vector<double> seconds = out.seconds;  // out of place, then in place
+        seconds.insert(seconds.end(), in.seconds.begin(), in.seconds.end());
+        comm.allreduce(seconds.data(), seconds.size(), DataType::f64, ReduceOp::max);
+        const auto middle = seconds.begin() + static_cast<std::ptrdiff_t>(out.seconds.size());
+        row.out_of_place =
+            finish({seconds.begin(), middle}, row.size_bytes, backend->bus_factor(n));
+        row.in_place = finish({middle, seconds.end()}, row.size_bytes, backend->bus_factor(n));
         if (settings.check && backend->reduces()) {
           std::int64_t wrong[2] = {out.wrong, in.wrong};
           comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);

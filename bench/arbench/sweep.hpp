@@ -21,6 +21,9 @@ struct SweepSettings {
   std::vector<arcoll::ReduceOp> ops;  // pairs that arcoll::is_supported rejects are skipped
   int warmup_iters = 5;
   int iters = 20;
+  // Timings of `iters` iterations per group (after one warm-up): a row's time is their
+  // median, and their spread says how noisy it is (nccl-tests' -N runs the sweep again).
+  int repeat = 1;
   bool check = true;
   // Mixed precision: arcoll carries f32 as this 16-bit type (f32: not at all); f32 rows then
   // use inputs the wire rounds, and report their error (see Pattern).
@@ -28,8 +31,17 @@ struct SweepSettings {
 };
 
 // One group of a row: out-of-place or in-place.
+// The spread of a group's repeated timings (--repeat), each the mean of `iters` iterations on
+// the slowest rank.
+struct Spread {
+  int count = 0;
+  double min_us = 0, median_us = 0, max_us = 0, p99_us = 0;
+  double cv = 0;  // coefficient of variation: standard deviation / mean
+};
+
 struct GroupResult {
-  double time_us = 0;    // mean time of one allreduce, the slowest rank's
+  double time_us = 0;    // time of one allreduce, the slowest rank's: mean of the iterations
+                         // (the median over the repetitions with --repeat)
   double algbw_gbs = 0;  // size_bytes / time, in 1e9 bytes per second
   double busbw_gbs = 0;  // algbw * 2 (n - 1) / n
   // Elements that differ from the reference, summed over ranks; nullopt when not checked.
@@ -38,6 +50,7 @@ struct GroupResult {
   // to the sum of the inputs' magnitudes, over ranks.
   std::optional<double> max_abs_error;
   std::optional<double> max_rel_error;
+  std::optional<Spread> spread;  // with --repeat R > 1
 };
 
 struct Row {

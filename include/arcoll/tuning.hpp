@@ -27,12 +27,12 @@ struct Tuning {
 // its loopback between two emulated hosts (tcp): a real network is slower, so tune on it.
 Tuning default_tuning();
 
-// Measures the transports this communicator uses as its collectives load them: every rank at
-// once, in pairs within hosts and then in pairs across hosts, latency from ping-pongs and
-// bandwidth from exchanges both ways at once, and reducing; the means over the pairs. With more
-// ranks than cores, or ranks sharing a host's link, the costs are those of this job's layout: tune
-// with the ranks and hosts the job will run. Collective: every rank calls it; all return the same
-// figures.
+// Measures the transports this communicator uses as a ring step loads them: the ranks at
+// once, latency from ping-pongs and bandwidth from exchanges both ways at once; within hosts
+// in pairs, across hosts one pair per host while the host's other ranks keep its cores busy;
+// and the reduction rate, every rank reducing. The means over the measuring pairs. With more
+// ranks than cores the costs are those of this job's layout: tune with the ranks and hosts
+// the job will run. Collective: every rank calls it; all return the same figures.
 Tuning measure_tuning(Communicator& comm);
 
 // JSON files. load_tuning throws ConfigurationError naming the file and the field at fault.

@@ -9,27 +9,13 @@ set -euo pipefail
 
 arbench=${1:?usage: cluster.sh path/to/arbench}
 arbench=$(realpath "$arbench")
-cluster=$(realpath "$(dirname "${BASH_SOURCE[0]}")/../../scripts/cluster.sh")
-
-if ((EUID != 0)); then
-  echo "SKIPPED: emulating hosts with network namespaces needs root (running as uid $EUID)"
-  exit 77
-fi
-
 export ARCOLL_TIMEOUT=20
 # shellcheck source=lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
-# timeout sends SIGTERM, on which cluster.sh still removes its namespaces.
-code=0
-timeout 120 "$cluster" --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
-  "$arbench" -b 8 -e 1M -f 8 -n 3 -w 1 --json "$work/run.json" >"$work/out.txt" 2>&1 || code=$?
-cat "$work/out.txt"
-if ((code == 77)); then
-  echo "SKIPPED: cluster.sh cannot emulate hosts here (see its message above)"
-  exit 77
-fi
-((code == 0)) || fail "cluster.sh exited with $code"
+on_cluster --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+  "$arbench" -b 8 -e 1M -f 8 -n 3 -w 1 --json "$work/run.json"
+cat "$work/cluster.txt"
 [[ -s $work/run.json ]] || fail "rank 0 wrote no $work/run.json"
 
 "$python" - "$work/run.json" <<'EOF'
@@ -65,7 +51,7 @@ EOF
 
 # Nothing of this cluster may remain; its namespaces are named in cluster.sh's description line
 # ("... bridge in arc<pid>br"), the hosts' being arc<pid>h<i>.
-prefix=$(sed -n 's/.*bridge in \(arc[0-9]*\)br.*/\1/p' "$work/out.txt" | head -1)
+prefix=$(sed -n 's/.*bridge in \(arc[0-9]*\)br.*/\1/p' "$work/cluster.txt" | head -1)
 [[ -n $prefix ]] || fail "cluster.sh did not describe the cluster"
 if ip netns list | grep -E "^${prefix}(h[0-9]+|br)( |\$)" >&2; then
   fail "namespaces left behind (above)"

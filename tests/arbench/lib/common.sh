@@ -22,3 +22,23 @@ expect_usage_error_of() {
   grep -qF -- "$says" "$work/usage.err" || fail "$*: stderr does not say '$says': $(cat "$work/usage.err")"
   [[ ! -s $work/usage.out ]] || fail "$* printed on stdout: $(cat "$work/usage.out")"
 }
+
+# For the tests over emulated hosts: scripts/cluster.sh with these arguments (its output in
+# $work/cluster.txt, 180 s at most). Exits 77 (skipped) when not root or when cluster.sh
+# cannot make namespaces here; fails on any other error.
+on_cluster() {
+  if ((EUID != 0)); then
+    echo "SKIPPED: emulating hosts with network namespaces needs root (running as uid $EUID)"
+    exit 77
+  fi
+  local code=0
+  # timeout sends SIGTERM, on which cluster.sh still removes its namespaces.
+  timeout 180 "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/cluster.sh" "$@" \
+    >"$work/cluster.txt" 2>&1 || code=$?
+  if ((code == 77)); then
+    cat "$work/cluster.txt"
+    echo "SKIPPED: cluster.sh cannot emulate hosts here (see its message above)"
+    exit 77
+  fi
+  ((code == 0)) || fail "cluster.sh $* exited with $code: $(cat "$work/cluster.txt")"
+}

@@ -1,0 +1,35 @@
+// Charts as SVG text, with nothing to fetch: a line chart against message size (log scale)
+// for sweeps, and stacked horizontal bars for replay breakdowns.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace arbench {
+
+struct ChartSeries {
+  std::string label;
+  std::vector<std::pair<double, double>> points;  // (bytes, value)
+};
+
+// x: bytes on a log-2 axis labelled "8 B", "1 KiB", ...; y linear from 0, or logarithmic.
+std::string line_chart_svg(const std::string& title, const std::string& y_label,
+                           const std::vector<ChartSeries>& series, bool log_y);
+
+struct BarSegment {
+  std::string label;  // legend entry; segments with the same label share a colour
+  double value = 0;
+};
+struct Bar {
+  std::string label;
+  std::vector<BarSegment> segments;  // stacked left to right
+};
+
+std::string bar_chart_svg(const std::string& title, const std::string& x_label,
+                          const std::vector<Bar>& bars);
+
+// The colour of the i-th series or segment label.
+const char* chart_colour(std::size_t i);
+
+}  // namespace arbench
