@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>

@@ -2,7 +2,6 @@
 // parsing with messages that name the flag, and the ranks a tool runs on.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -12,6 +11,10 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/local_launcher.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace arbench {
 

@@ -1,5 +1,6 @@
 #include "arbench/replay_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

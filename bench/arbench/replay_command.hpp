@@ -3,10 +3,13 @@
 // communication traces recorded elsewhere.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <string>
 
 #include "arbench/cli.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace arbench {
 
