@@ -13,33 +13,10 @@ namespace {
 constexpr double kWidth = 760, kLeft = 80, kRight = 20, kTop = 40, kPlotHeight = 300;
 constexpr double kLegendLine = 18;
 
-std::string escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string text_at(double x, double y, const std::string& text, const char* anchor,
                     const char* extra = "") {
   return printf_string("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>%s</text>\n", x, y,
-                       anchor, extra, escaped(text).c_str());
+                       anchor, extra, markup_escaped(text).c_str());
 }
 
 std::string svg_open(double height, const std::string& title) {
@@ -69,6 +46,29 @@ std::string tick_text(double v) {
 }
 
 }  // namespace
+
+std::string markup_escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
 
 const char* chart_colour(std::size_t i) {
   static const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
@@ -145,7 +145,7 @@ std::string line_chart_svg(const std::string& title, const std::string& y_label,
                  "middle");
   out += printf_string(
       "<text transform=\"translate(18,%.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
-      kTop + kPlotHeight / 2, escaped(y_label + (log_y ? " (log scale)" : "")).c_str());
+      kTop + kPlotHeight / 2, markup_escaped(y_label + (log_y ? " (log scale)" : "")).c_str());
   if (empty) out += text_at(kLeft + plot_width / 2, kTop + kPlotHeight / 2, "no data", "middle");
   std::vector<std::string> labels;
   for (std::size_t i = 0; i < series.size(); ++i) {
@@ -203,7 +203,8 @@ std::string bar_chart_svg(const std::string& title, const std::string& x_label,
       out += printf_string(
           "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%s: "
           "%.3g</title></rect>\n",
-          x, y, std::max(0.0, w), kBar, chart_colour(colour), escaped(s.label).c_str(), s.value);
+          x, y, std::max(0.0, w), kBar, chart_colour(colour), markup_escaped(s.label).c_str(),
+          s.value);
       x += w;
     }
   }

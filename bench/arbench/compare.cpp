@@ -20,10 +20,26 @@ double change_of(const GroupFigures& old_group, const GroupFigures& new_group) {
   return 0;
 }
 
-// Two runs' timings differ by chance up to about twice their combined spread.
+// Two runs' typical timings differ by chance up to about twice their combined spread.
 double noise_of(const GroupFigures& a, const GroupFigures& b) {
-  if (!a.cv || !b.cv) return 0;
-  return 2 * std::sqrt(*a.cv * *a.cv + *b.cv * *b.cv);
+  if (!a.spread || !b.spread) return 0;
+  return 2 * std::sqrt(*a.spread * *a.spread + *b.spread * *b.spread);
+}
+
+// Which group speaks for a row: a regression first, then a change lost in the noise, then
+// no change, then an improvement.
+int severity(Verdict v) {
+  switch (v) {
+    case Verdict::regressed:
+      return 3;
+    case Verdict::within_noise:
+      return 2;
+    case Verdict::unchanged:
+      return 1;
+    case Verdict::improved:
+      return 0;
+  }
+  return 0;
 }
 
 Verdict verdict_of(double change, double noise, double threshold) {
@@ -80,11 +96,12 @@ Comparison compare_results(const ResultsFile& base, const ResultsFile& fresh, do
     for (const auto& [name, old_group, new_group] :
          {std::tuple{"out of place", old_row.out_of_place, new_row.out_of_place},
           std::tuple{"in place", old_row.in_place, new_row.in_place}}) {
-      spreads = spreads && old_group.cv && new_group.cv;
+      spreads = spreads && old_group.spread && new_group.spread;
       const double delta = change_of(old_group, new_group);
       const double noise = noise_of(old_group, new_group);
       const Verdict v = verdict_of(delta, noise, threshold);
-      if (first || v > change.verdict || (v == change.verdict && delta < change.change)) {
+      if (first || severity(v) > severity(change.verdict) ||
+          (v == change.verdict && delta < change.change)) {
         change.change = delta;
         change.noise = noise;
         change.group = name;
@@ -106,7 +123,8 @@ std::string comparison_text(const Comparison& c, const std::string& base,
   std::string text = "# arbench compare: " + base + " (base) against " + fresh + " (new)\n";
   text += printf_string("# threshold %.1f%%; ", c.threshold * 100) +
           (c.noise_known
-               ? "noise: twice the runs' combined coefficient of variation (--repeat)\n"
+               ? "noise: twice the runs' combined spread (--repeat: how far the fastest "
+                 "repetition was below the median)\n"
                : "noise unknown (run both with --repeat R to measure it): the threshold alone "
                  "decides\n");
   text += printf_string("# %10s %5s %5s  %-28s %9s %9s %8s %9s %9s %6s  %s\n", "size", "type", "op",

@@ -16,20 +16,7 @@ namespace arbench {
 namespace {
 
 std::string html(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
+  return markup_escaped(text);
 }
 
 // A JSON value as table text: strings bare, null as "-".

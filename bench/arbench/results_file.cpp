@@ -25,9 +25,15 @@ GroupFigures group_of(const ResultsJson& g, const std::string& path, const std::
   GroupFigures figures;
   figures.time_us = field(g, "time_us", path, where, number, "a number").get<double>();
   figures.busbw_gbs = field(g, "busbw_gbs", path, where, number, "a number").get<double>();
-  if (g.contains("spread") && g["spread"].is_object() && g["spread"].contains("cv") &&
-      g["spread"]["cv"].is_number())
-    figures.cv = g["spread"]["cv"].get<double>();
+  if (g.contains("spread") && g["spread"].is_object()) {
+    const ResultsJson& s = g["spread"];
+    auto number_at = [&](const char* key) {
+      return field(s, key, path, where + "spread.", number, "a number").get<double>();
+    };
+    figures.cv = number_at("cv");
+    const double median = number_at("median_us");
+    figures.spread = median > 0 ? (median - number_at("min_us")) / median : 0.0;
+  }
   return figures;
 }
 

@@ -17,6 +17,9 @@ struct GroupFigures {
   double time_us = 0;
   double busbw_gbs = 0;
   std::optional<double> cv;  // --repeat's coefficient of variation
+  // --repeat's typical spread: how far below the median time the fastest repetition was, as
+  // a fraction of the median. A stall in one repetition, which swells cv, leaves it alone.
+  std::optional<double> spread;
 };
 
 // A sweep row and what identifies it across files.

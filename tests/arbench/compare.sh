@@ -12,7 +12,7 @@ arbench=${1:?usage: compare.sh path/to/arbench}
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 
 # A sweep's results in arbench's JSON: sizes 1 KiB .. 4 MiB, busbw from a formula, each group
-# with a spread of coefficient of variation `cv`; `factor` scales one size's busbw (and its
+# with repetitions spread by `cv` around the median; `factor` scales one size's busbw (and its
 # time inversely), `drop` leaves that size out.
 make_results() {  # file cv factor drop
   "$python" - "$@" <<'PY'
@@ -25,8 +25,8 @@ for i, size in enumerate(1024 * 4**k for k in range(7)):
     busbw = size / (size + 100000.0) * 5 * (factor if size == 65536 else 1)
     time = size / busbw / 1000 if busbw else 1.0
     group = {"time_us": time, "algbw_gbs": busbw, "busbw_gbs": busbw, "wrong": 0,
-             "spread": {"repeats": 5, "min_us": time, "median_us": time, "max_us": time,
-                        "p99_us": time, "cv": cv}}
+             "spread": {"repeats": 5, "min_us": time * (1 - cv), "median_us": time,
+                        "max_us": time * (1 + cv), "p99_us": time * (1 + cv), "cv": cv}}
     rows.append({"backend": "arcoll", "size_bytes": size, "count": size // 4, "type": "f32",
                  "op": "sum", "root": -1, "out_of_place": group, "in_place": dict(group),
                  "predicted_us": None})
