@@ -165,10 +165,13 @@ Tuning measure_tuning(Communicator& comm) {
     const Role role = roles(node_of, across)[static_cast<std::size_t>(comm.rank())];
     // Summed over the counted pairs: latency (us), bandwidth (GB/s), reduction (GB/s), ranks.
     double figures[4] = {0, 0, 0, 0};
-    // Ranks left alone copy for as long as the pairs measure: a probe of two exchanges tells
-    // them how long that is.
-    double probe = role.partner >= 0 ? exchange_seconds(comm, role.partner, kLargeBytes, 2) : 0;
-    comm.allreduce(&probe, 1, DataType::f64, ReduceOp::max);
+    // Across hosts, ranks left alone copy for as long as the pairs measure: a probe of two
+    // exchanges tells them how long that is. (Within hosts every rank but an odd one is paired.)
+    double probe = 0;
+    if (across) {
+      if (role.partner >= 0) probe = exchange_seconds(comm, role.partner, kLargeBytes, 2);
+      comm.allreduce(&probe, 1, DataType::f64, ReduceOp::max);
+    }
     if (role.partner >= 0) {
       const double alpha = one_way_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);

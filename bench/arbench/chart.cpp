@@ -13,6 +13,13 @@ namespace {
 constexpr double kWidth = 760, kLeft = 80, kRight = 20, kTop = 40, kPlotHeight = 300;
 constexpr double kLegendLine = 18;
 
+// The colour of the i-th series or segment label.
+const char* chart_colour(std::size_t i) {
+  static const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                         "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+  return kColours[i % (sizeof kColours / sizeof kColours[0])];
+}
+
 std::string text_at(double x, double y, const std::string& text, const char* anchor,
                     const char* extra = "") {
   return printf_string("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" %s>%s</text>\n", x, y,
@@ -68,12 +75,6 @@ std::string markup_escaped(const std::string& text) {
     }
   }
   return out;
-}
-
-const char* chart_colour(std::size_t i) {
-  static const char* const kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                         "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-  return kColours[i % (sizeof kColours / sizeof kColours[0])];
 }
 
 std::string line_chart_svg(const std::string& title, const std::string& y_label,

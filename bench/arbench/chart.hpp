@@ -32,7 +32,4 @@ std::string bar_chart_svg(const std::string& title, const std::string& x_label,
 // `text` with &, <, > and " escaped, for SVG and HTML.
 std::string markup_escaped(const std::string& text);
 
-// The colour of the i-th series or segment label.
-const char* chart_colour(std::size_t i);
-
 }  // namespace arbench

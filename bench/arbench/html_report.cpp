@@ -15,16 +15,12 @@
 namespace arbench {
 namespace {
 
-std::string html(const std::string& text) {
-  return markup_escaped(text);
-}
-
 // A JSON value as table text: strings bare, null as "-".
 std::string cell(const ResultsJson& v) {
-  if (v.is_string()) return html(v.get<std::string>());
+  if (v.is_string()) return markup_escaped(v.get<std::string>());
   if (v.is_null()) return "-";
   if (v.is_number_float()) return printf_string("%.4g", v.get<double>());
-  return html(v.dump());
+  return markup_escaped(v.dump());
 }
 
 std::string row_of(const std::vector<std::string>& cells, const char* tag = "td",
@@ -38,13 +34,13 @@ std::string row_of(const std::vector<std::string>& cells, const char* tag = "td"
 std::string facts(const ResultsJson& object, const std::vector<const char*>& keys) {
   std::string out = "<table class=\"facts\">\n";
   for (const char* key : keys)
-    if (object.contains(key)) out += row_of({html(key), cell(object[key])});
+    if (object.contains(key)) out += row_of({markup_escaped(key), cell(object[key])});
   return out + "</table>\n";
 }
 
 std::string sweep_section(const ResultsFile& f) {
   const ResultsJson& meta = f.json["metadata"];
-  std::string out = "<h2>Sweep: " + html(f.path) + "</h2>\n";
+  std::string out = "<h2>Sweep: " + markup_escaped(f.path) + "</h2>\n";
   out += facts(
       meta, {"hostname",   "cpu_model",      "cores",          "memory_bytes", "kernel",
              "os",         "arcoll_version", "git_commit",     "transport",    "algorithm",
@@ -58,8 +54,8 @@ std::string sweep_section(const ResultsFile& f) {
                               "th");
   for (const ResultRow& r : f.rows) {
     const auto cv = std::max(r.out_of_place.cv.value_or(-1), r.in_place.cv.value_or(-1));
-    out += row_of({std::to_string(r.size_bytes), html(r.type), html(r.op), html(r.backend),
-                   format_time_us(r.out_of_place.time_us),
+    out += row_of({std::to_string(r.size_bytes), markup_escaped(r.type), markup_escaped(r.op),
+                   markup_escaped(r.backend), format_time_us(r.out_of_place.time_us),
                    printf_string("%.3f", r.out_of_place.busbw_gbs),
                    format_time_us(r.in_place.time_us), printf_string("%.3f", r.in_place.busbw_gbs),
                    cv < 0 ? "-" : printf_string("%.1f", cv * 100)});
@@ -69,7 +65,8 @@ std::string sweep_section(const ResultsFile& f) {
 
 std::string comparison_section(const Comparison& c, const std::string& base,
                                const std::string& fresh) {
-  std::string out = "<h2>" + html(fresh) + " against the baseline " + html(base) + "</h2>\n";
+  std::string out =
+      "<h2>" + markup_escaped(fresh) + " against the baseline " + markup_escaped(base) + "</h2>\n";
   out +=
       std::string("<p class=\"") + (c.failed() ? "failed" : "passed") + "\">" +
       (c.failed() ? printf_string("FAILED: %d of %zu row(s) regressed beyond %.1f%%; %zu row(s) "
@@ -84,23 +81,24 @@ std::string comparison_section(const Comparison& c, const std::string& base,
               "verdict"},
              "th");
   for (const RowChange& r : c.rows)
-    out += row_of({std::to_string(r.base.size_bytes), html(r.base.type), html(r.base.op),
-                   html(r.base.backend), printf_string("%.3f", r.base.out_of_place.busbw_gbs),
-                   printf_string("%.3f", r.fresh.out_of_place.busbw_gbs),
-                   printf_string("%+.1f%%", 100 * r.change), printf_string("%.1f%%", 100 * r.noise),
-                   std::string(verdict_name(r.verdict)) +
-                       (r.verdict == Verdict::unchanged ? "" : " (" + r.group + ")")},
-                  "td", r.verdict == Verdict::regressed ? "regressed" : "");
+    out += row_of(
+        {std::to_string(r.base.size_bytes), markup_escaped(r.base.type), markup_escaped(r.base.op),
+         markup_escaped(r.base.backend), printf_string("%.3f", r.base.out_of_place.busbw_gbs),
+         printf_string("%.3f", r.fresh.out_of_place.busbw_gbs),
+         printf_string("%+.1f%%", 100 * r.change), printf_string("%.1f%%", 100 * r.noise),
+         std::string(verdict_name(r.verdict)) +
+             (r.verdict == Verdict::unchanged ? "" : " (" + r.group + ")")},
+        "td", r.verdict == Verdict::regressed ? "regressed" : "");
   for (const ResultRow& r : c.only_base)
-    out += "<p class=\"failed\">Missing from the new run: " + html(r.key()) + "</p>\n";
+    out += "<p class=\"failed\">Missing from the new run: " + markup_escaped(r.key()) + "</p>\n";
   for (const ResultRow& r : c.only_new)
-    out += "<p>Only in the new run: " + html(r.key()) + "</p>\n";
+    out += "<p>Only in the new run: " + markup_escaped(r.key()) + "</p>\n";
   return out + "</table>\n";
 }
 
 std::string replay_section(const ResultsFile& f) {
   const ResultsJson& j = f.json;
-  std::string out = "<h2>Replay: " + html(f.path) + "</h2>\n";
+  std::string out = "<h2>Replay: " + markup_escaped(f.path) + "</h2>\n";
   out += facts(
       j, {"where", "ranks", "batch_per_rank", "simulated", "link_costs", "iterations", "warmup"});
   if (j.contains("model")) out += facts(j["model"], {"name", "tensors", "parameters"});
@@ -134,7 +132,7 @@ std::string replay_section(const ResultsFile& f) {
 
 std::string comms_trace_section(const ResultsFile& f) {
   const ResultsJson& j = f.json;
-  std::string out = "<h2>Communication trace: " + html(f.path) + "</h2>\n";
+  std::string out = "<h2>Communication trace: " + markup_escaped(f.path) + "</h2>\n";
   out += facts(j, {"trace", "ranks", "hosts", "transport", "mode", "replay_ms", "recorded_ms"});
   out += "<table>\n" + row_of({"collective", "calls", "total bytes", "p50 (us)", "p95 (us)",
                                "max (us)", "sum (ms)"},
@@ -186,8 +184,9 @@ int run_report_command(const std::vector<std::string>& inputs, const std::string
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<title>arbench report</title>\n<style>" +
       std::string(kStyle) + "</style>\n</head>\n<body>\n<h1>arbench report</h1>\n";
-  page += "<p>Made " + html(utc_now()) + " by arcoll " + html(std::string(arcoll::version())) +
-          " from " + std::to_string(files.size()) + " file(s).</p>\n";
+  page += "<p>Made " + markup_escaped(utc_now()) + " by arcoll " +
+          markup_escaped(std::string(arcoll::version())) + " from " + std::to_string(files.size()) +
+          " file(s).</p>\n";
   if (!sweeps.empty()) {
     std::vector<ResultsFile> charted = sweeps;
     if (base && std::find(inputs.begin(), inputs.end(), base->path) == inputs.end())
