@@ -1,5 +1,5 @@
-// Algorithms register themselves here: a name, a one-line summary, and an implementation for
-// each collective they support. The CLI's --algo choices come from this registry.
+// Algorithms register themselves: a name, a one-line summary, and an implementation for each
+// collective they support. The CLI's --algo choices come from their registry.
 #pragma once
 
 #include <cstddef>
@@ -8,9 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/cost_model.hpp"
+#include "algorithms/layout.hpp"
+#include "algorithms/point_to_point.hpp"
 #include "arcoll/types.hpp"
-#include "src/point_to_point.hpp"
+#include "base/registry.hpp"
 
 namespace arcoll {
 
@@ -38,6 +39,7 @@ using CollectiveFn = std::function<void(PointToPoint&, const CollectiveArgs&)>;
 bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args);
 
 struct AlgorithmInfo {
+  static constexpr const char* kKind = "algorithm";
   std::string name;
   std::string summary;
   std::map<Collective, CollectiveFn> implementations;
@@ -51,26 +53,12 @@ struct AlgorithmInfo {
   bool composite = false;
 };
 
-class AlgorithmRegistry {
- public:
-  static AlgorithmRegistry& instance();
-  void add(AlgorithmInfo info);
-  // nullptr when no algorithm of that name implements the collective.
-  const CollectiveFn* find(const std::string& name, Collective collective) const;
-  // Names of the algorithms implementing `collective`, sorted.
-  std::vector<std::string> names(Collective collective) const;
-  // In name order; index_of(name) is the position of `name` in all(), -1 when unknown.
-  std::vector<const AlgorithmInfo*> all() const;
-  int index_of(const std::string& name) const;
+using AlgorithmRegistry = Registry<AlgorithmInfo>;
+using AlgorithmRegistrar = Registrar<AlgorithmInfo>;
 
- private:
-  std::map<std::string, AlgorithmInfo> algorithms_;
-};
-
-struct AlgorithmRegistrar {
-  explicit AlgorithmRegistrar(AlgorithmInfo info) {
-    AlgorithmRegistry::instance().add(std::move(info));
-  }
-};
+// The implementation of `collective` by the algorithm `name`; nullptr when there is none.
+const CollectiveFn* find_collective(std::string_view name, Collective collective);
+// Names of the algorithms implementing `collective`, sorted.
+std::vector<std::string> algorithm_names(Collective collective);
 
 }  // namespace arcoll

@@ -5,49 +5,12 @@
 #pragma once
 
 #include <cstddef>
-#include <functional>
 #include <string>
 #include <vector>
 
-namespace arcoll {
+#include "algorithms/layout.hpp"
 
-struct LinkCost {
-  double alpha = 0;  // seconds per message
-  double beta = 0;   // seconds per byte moved
-  double gamma = 0;  // seconds per byte reduced
-};
-
-// What the model knows of the ranks of a call.
-struct Layout {
-  int ranks = 1;
-  int hosts = 1;
-  int ranks_per_host = 1;  // 0 when hosts hold different numbers of ranks
-  LinkCost intra;          // between ranks of one host
-  LinkCost inter;          // between hosts (each host's link is shared by its ranks)
-  std::size_t chunk_bytes = 512 * 1024;  // the configured pipeline chunk
-  int channels = 2;                      // rings of the multi-channel ring
-  // Flat algorithms are as fast as the slowest link they cross.
-  const LinkCost& flat() const { return hosts > 1 ? inter : intra; }
-  // Ranks of one host that cross its link at the same time in algorithms whose partners are
-  // spread over hosts: they share the link's bandwidth.
-  int link_sharers() const { return hosts > 1 && ranks_per_host > 1 ? ranks_per_host : 1; }
-};
-
-// One prediction: for `bytes` of all-reduce, this algorithm with this chunk takes `seconds`.
-struct Plan {
-  std::string algorithm;
-  std::size_t chunk_bytes = 0;
-  double seconds = 0;
-};
-
-struct CostQuery {
-  const Layout& layout;
-  double bytes;
-  std::size_t chunk_bytes;
-};
-using CostFn = std::function<double(const CostQuery&)>;
-
-namespace cost {
+namespace arcoll::cost {
 
 // The link between ranks `distance` apart (hosts hold consecutive ranks). When it leaves the
 // host, every rank of the host crosses at once in the algorithms that use it (recursive
@@ -68,5 +31,4 @@ Plan predict(const std::string& algorithm, const Layout& layout, double bytes);
 // `flat_only` or on a one-level layout. Ties go to the algorithm first in name order.
 Plan best(const Layout& layout, double bytes, bool flat_only = false);
 
-}  // namespace cost
-}  // namespace arcoll
+}  // namespace arcoll::cost

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "arcoll/error.hpp"
-#include "src/point_to_point.hpp"
+#include "algorithms/point_to_point.hpp"
 
 namespace arcoll {
 

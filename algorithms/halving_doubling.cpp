@@ -5,6 +5,7 @@
 // ring (large). Extra ranks of non-power-of-two worlds are folded in and out.
 #include <cstring>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/fold.hpp"
 
 namespace arcoll {

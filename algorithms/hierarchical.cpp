@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/group.hpp"
 #include "algorithms/ring.hpp"
 
@@ -63,7 +64,7 @@ void run_plan(GroupView& group, const Plan& plan, char* data, std::size_t count,
   CollectiveArgs args = a;
   args.send = args.recv = data;
   args.count = count;
-  (*AlgorithmRegistry::instance().find(plan.algorithm, Collective::allreduce))(group, args);
+  (*find_collective(plan.algorithm, Collective::allreduce))(group, args);
 }
 
 void hierarchical_allreduce(PointToPoint& p2p, const CollectiveArgs& a, const std::string& forced) {
@@ -106,7 +107,7 @@ void hierarchical_allreduce(PointToPoint& p2p, const CollectiveArgs& a, const st
   CollectiveArgs broadcast = a;
   broadcast.send = broadcast.recv = out;
   broadcast.root = 0;
-  (*AlgorithmRegistry::instance().find("ring", Collective::broadcast))(host, broadcast);
+  (*find_collective("ring", Collective::broadcast))(host, broadcast);
 }
 
 double hierarchical_cost(const CostQuery& q, const std::string& forced) {

@@ -4,6 +4,7 @@
 // reductions to the same values in the same grouping, so all end with identical bits.
 #include <cstring>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/fold.hpp"
 
 namespace arcoll {

@@ -1,8 +1,6 @@
 #include <cstring>
-#include <iterator>
 
 #include "algorithms/algorithm.hpp"
-#include "arcoll/error.hpp"
 
 namespace arcoll {
 
@@ -29,39 +27,17 @@ bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args) {
   return true;
 }
 
-AlgorithmRegistry& AlgorithmRegistry::instance() {
-  static AlgorithmRegistry registry;
-  return registry;
+const CollectiveFn* find_collective(std::string_view name, Collective collective) {
+  const AlgorithmInfo* info = AlgorithmRegistry::instance().find(name);
+  if (info == nullptr) return nullptr;
+  const auto fn = info->implementations.find(collective);
+  return fn == info->implementations.end() ? nullptr : &fn->second;
 }
 
-void AlgorithmRegistry::add(AlgorithmInfo info) {
-  std::string name = info.name;
-  if (!algorithms_.emplace(name, std::move(info)).second)
-    throw InternalError("algorithm registry", "algorithm '" + name + "' registered twice");
-}
-
-const CollectiveFn* AlgorithmRegistry::find(const std::string& name, Collective collective) const {
-  auto it = algorithms_.find(name);
-  if (it == algorithms_.end()) return nullptr;
-  auto fn = it->second.implementations.find(collective);
-  return fn == it->second.implementations.end() ? nullptr : &fn->second;
-}
-
-std::vector<std::string> AlgorithmRegistry::names(Collective collective) const {
+std::vector<std::string> algorithm_names(Collective collective) {
   std::vector<std::string> out;
-  for (const auto& [name, info] : algorithms_)
-    if (info.implementations.count(collective) != 0) out.push_back(name);
-  return out;
-}
-
-int AlgorithmRegistry::index_of(const std::string& name) const {
-  const auto it = algorithms_.find(name);
-  return it == algorithms_.end() ? -1 : static_cast<int>(std::distance(algorithms_.begin(), it));
-}
-
-std::vector<const AlgorithmInfo*> AlgorithmRegistry::all() const {
-  std::vector<const AlgorithmInfo*> out;
-  for (const auto& [name, info] : algorithms_) out.push_back(&info);
+  for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all())
+    if (info->implementations.count(collective) != 0) out.push_back(info->name);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <deque>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace arcoll {
 namespace {

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "arcoll/types.hpp"
-#include "src/reduce.hpp"
+#include "base/reduce.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@ find_package(nlohmann_json CONFIG QUIET)
 if(NOT nlohmann_json_FOUND)
   message(FATAL_ERROR "arcoll needs nlohmann-json: run scripts/install-deps.sh")
 endif()
-# Required: OpenSSL's libcrypto for the job token's HMAC challenge-response (src/auth.hpp).
+# Required: OpenSSL's libcrypto for the job token's HMAC challenge-response (base/auth.hpp).
 find_package(OpenSSL QUIET COMPONENTS Crypto)
 if(NOT OpenSSL_FOUND)
   message(FATAL_ERROR "arcoll needs OpenSSL (libssl-dev) to authenticate connections: run scripts/install-deps.sh")

@@ -40,34 +40,11 @@ double Model::backward_flops() const {
   return f;
 }
 
-ModelRegistry& ModelRegistry::instance() {
-  static ModelRegistry registry;
-  return registry;
-}
-
-void ModelRegistry::add(ModelInfo info) {
-  std::string name = info.name;
-  models_.emplace(std::move(name), std::move(info));
-}
-
-const ModelInfo* ModelRegistry::find(const std::string& name) const {
-  auto it = models_.find(name);
-  return it == models_.end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> ModelRegistry::names() const {
-  std::vector<std::string> names;
-  for (const auto& [name, info] : models_) names.push_back(name);
-  return names;
-}
-
 Model build_model(const std::string& name, int image_size) {
   const ModelInfo* info = ModelRegistry::instance().find(name);
   if (info == nullptr) {
-    std::string known;
-    for (const auto& n : ModelRegistry::instance().names())
-      known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown model '" + name + "' (known: " + known +
+    throw std::invalid_argument("unknown model '" + name +
+                                "' (known: " + ModelRegistry::instance().name_list() +
                                 ", or a .json/.csv model file)");
   }
   return info->build(image_size > 0 ? image_size : info->default_image_size);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/registry.hpp"
+
 namespace arcoll::replay {
 
 struct Tensor {
@@ -42,26 +44,15 @@ struct Model {
 };
 
 struct ModelInfo {
+  static constexpr const char* kKind = "model";
   std::string name;
   std::string summary;
   int default_image_size = 224;
   std::function<Model(int image_size)> build;
 };
 
-class ModelRegistry {
- public:
-  static ModelRegistry& instance();
-  void add(ModelInfo info);
-  const ModelInfo* find(const std::string& name) const;
-  std::vector<std::string> names() const;
-
- private:
-  std::map<std::string, ModelInfo> models_;
-};
-
-struct ModelRegistrar {
-  explicit ModelRegistrar(ModelInfo info) { ModelRegistry::instance().add(std::move(info)); }
-};
+using ModelRegistry = Registry<ModelInfo>;
+using ModelRegistrar = Registrar<ModelInfo>;
 
 // A built-in model by name at `image_size` (0: its default); throws std::invalid_argument
 // naming the known models.

@@ -2,8 +2,8 @@
 
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
-#include "arcoll/tuning.hpp"
-#include "src/json_file.hpp"
+#include "base/json_file.hpp"
+#include "transports/transport.hpp"
 
 namespace arcoll {
 namespace {
@@ -61,7 +61,7 @@ ClusterSpec from_saved_host(const Json& j, const Source& source, int hosts) {
   c.name = (j.contains("hostname") && j["hostname"].is_string() ? j["hostname"].get<std::string>()
                                                                 : std::string("saved host")) +
            " x " + std::to_string(hosts);
-  c.intra_host = default_link("shm");
+  c.intra_host = default_link(transport_for(true).name);
   const Json gpus = j.value("gpus", Json::array());
   if (gpus.is_array() && !gpus.empty()) {
     c.ranks_per_host = static_cast<int>(gpus.size());
@@ -104,11 +104,13 @@ ClusterSpec from_saved_host(const Json& j, const Source& source, int hosts) {
 }  // namespace
 
 LinkSpec default_link(const std::string& kind) {
-  const TransportCosts shm = default_tuning().transports.at("shm");
-  // Typical figures of each class, for files that give only the kind: latency of a small
-  // message, bandwidth one rank reaches, reduction rate of the devices at its ends (CPU for
-  // shm, GPU for NVLink and PCIe). Network bandwidth depends on the NICs: no default.
-  if (kind == "shm") return {kind, shm.latency_us, shm.bandwidth_gbs, shm.reduce_gbs};
+  // A kind that names one of our transports has its built-in costs.
+  if (const TransportInfo* t = TransportRegistry::instance().find(kind))
+    return {kind, t->default_costs.latency_us, t->default_costs.bandwidth_gbs,
+            t->default_costs.reduce_gbs};
+  // Typical figures of the other classes, for files that give only the kind: latency of a
+  // small message, bandwidth one rank reaches, reduction rate of the devices at its ends (GPUs
+  // for NVLink and PCIe). Network bandwidth depends on the NICs: no default.
   if (kind == "nvlink") return {kind, 2.0, 370, 1500};  // H100-class NVSwitch, NCCL busbw
   if (kind == "pcie") return {kind, 5.0, 20, 800};      // Gen4 x16 between GPUs
   if (kind == "infiniband") return {kind, 3.0, 0, 0};

@@ -8,6 +8,7 @@
 #include "arcoll/communicator.hpp"
 #include "arcoll/host.hpp"
 #include "arcoll/topology.hpp"
+#include "base/cpu_location.hpp"
 
 namespace arcoll {
 namespace {

@@ -1,20 +1,23 @@
 // A transport moves the bytes of point-to-point requests between this rank and its peers.
-// It knows nothing of collectives: the communicator hands it sends and receives, and drives
-// it with progress(). Transports register themselves by name; --transport lists come from
-// the registry.
+// It knows nothing of collectives: the message engine hands it sends and receives, and drives
+// it with progress(). Each transport is one folder of transports/ and describes itself in its
+// registration: where it applies, how much it is preferred there, and its link costs until
+// they are measured. Routing, tuning defaults, cluster planning, the --transport lists and the
+// test suite's runs all come from the registry.
 #pragma once
 
 #include <exception>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "arcoll/options.hpp"
-#include "src/request.hpp"
-#include "src/socket.hpp"
+#include "arcoll/transport_costs.hpp"
+#include "base/registry.hpp"
+#include "base/request.hpp"
+#include "base/socket.hpp"
 
 namespace arcoll {
 
@@ -30,7 +33,7 @@ struct TransportSetup {
   const Options* options = nullptr;
   std::string listen_address;              // local IPv4 address to listen on
   std::uint64_t job_id = 0;                // shared by every rank of this job
-  std::string job_token;                   // the job's secret (src/auth.hpp); may be empty
+  std::string job_token;                   // the job's secret (base/auth.hpp); may be empty
   net::Clock::time_point deadline;         // for connection setup
   std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
   bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)
@@ -42,11 +45,9 @@ class Transport {
   virtual std::string_view name() const = 0;
 
   // Starts a send or receive to one of the peers it was set up for. Requests to one peer with the
-  // same tag match in posting order.
+  // same tag match in posting order. A receive's bytes land as its Request::landing says
+  // (transports/common/landing.hpp).
   virtual void post(const RequestPtr& request) = 0;
-  // Whether receives with a Request::reduction can be posted: the transport reduces the
-  // message into the destination as it reads it, with no staging buffer in between.
-  virtual bool reduces_on_receive() const { return false; }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until) = 0;
@@ -59,27 +60,31 @@ class Transport {
   virtual void abort(const std::string& reason) noexcept = 0;
 };
 
+// Which pairs of ranks a transport can connect.
+enum class Reach : std::uint8_t {
+  same_host,  // ranks of one host only
+  any_host,
+};
+
 struct TransportInfo {
+  static constexpr const char* kKind = "transport";
   std::string name;
   std::string summary;
+  Reach reach = Reach::any_host;
+  // Among the transports that reach a pair of ranks, the most preferred carries its messages
+  // (ARCOLL_TRANSPORT=auto).
+  int preference = 0;
+  // What the cost model assumes of its links until they are measured (arbench tune).
+  TransportCosts default_costs;
   std::function<std::unique_ptr<Transport>(const TransportSetup&)> create;
 };
 
-class TransportRegistry {
- public:
-  static TransportRegistry& instance();
-  void add(TransportInfo info);
-  const TransportInfo* find(const std::string& name) const;
-  std::vector<std::string> names() const;
+using TransportRegistry = Registry<TransportInfo>;
+using TransportRegistrar = Registrar<TransportInfo>;
 
- private:
-  std::map<std::string, TransportInfo> transports_;
-};
-
-struct TransportRegistrar {
-  explicit TransportRegistrar(TransportInfo info) {
-    TransportRegistry::instance().add(std::move(info));
-  }
-};
+// The transport that carries messages between two ranks on the same host or on different
+// hosts: `forced` (Options::transport) unless it is "auto", else the most preferred that
+// reaches them. Throws InvalidArgument naming the known transports when `forced` is unknown.
+const TransportInfo& transport_for(bool same_host, const std::string& forced = "auto");
 
 }  // namespace arcoll

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "arbench/report.hpp"
+#include "arbench/text.hpp"
 
 namespace arbench {
 namespace {

@@ -6,8 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "arbench/files.hpp"
 #include "arbench/replay_command.hpp"
-#include "arbench/report.hpp"
+#include "arbench/text.hpp"
 #include "replay/comms_trace.hpp"
 
 namespace arbench {

@@ -8,6 +8,7 @@
 
 #include "arbench/cli.hpp"
 #include "arbench/report.hpp"
+#include "arbench/text.hpp"
 
 namespace arbench {
 namespace {

@@ -7,9 +7,11 @@
 #include "arbench/chart.hpp"
 #include "arbench/cli.hpp"
 #include "arbench/compare.hpp"
+#include "arbench/files.hpp"
 #include "arbench/plot.hpp"
 #include "arbench/report.hpp"
 #include "arbench/results_file.hpp"
+#include "arbench/text.hpp"
 #include "arcoll/types.hpp"
 
 namespace arbench {

@@ -1,6 +1,6 @@
 #include "arbench/links.hpp"
 
-#include "arbench/report.hpp"
+#include "arbench/text.hpp"
 
 #include <algorithm>
 #include <chrono>

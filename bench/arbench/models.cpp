@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "arbench/report.hpp"
+#include "arbench/text.hpp"
 #include "replay/model.hpp"
 
 namespace arbench {

@@ -10,7 +10,8 @@
 
 #include "arbench/chart.hpp"
 #include "arbench/cli.hpp"
-#include "arbench/report.hpp"
+#include "arbench/files.hpp"
+#include "arbench/text.hpp"
 
 namespace arbench {
 namespace {

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "arbench/comms_trace_command.hpp"
-#include "arbench/report.hpp"
+#include "arbench/files.hpp"
+#include "arbench/text.hpp"
 #include "arcoll/cluster.hpp"
 #include "arcoll/error.hpp"
 #include "arcoll/tuning.hpp"

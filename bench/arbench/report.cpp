@@ -1,19 +1,14 @@
 #include "arbench/report.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+
+#include "arbench/text.hpp"
 
 namespace arbench {
 namespace {
@@ -427,125 +422,6 @@ std::string csv_report(const RunInfo& info, const std::vector<Row>& rows) {
     }
   }
   return out;
-}
-
-std::string printf_string(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, format, copy);
-  va_end(copy);
-  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
-  va_end(args);
-  return out;
-}
-
-double quantile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double at = std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1);
-  const auto below = static_cast<std::size_t>(at);
-  const std::size_t above = std::min(below + 1, values.size() - 1);
-  return values[below] + (values[above] - values[below]) * (at - static_cast<double>(below));
-}
-
-std::string format_bytes(double bytes) {
-  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int unit = 0;
-  while (bytes >= 1024.0 && unit < 4) {
-    bytes /= 1024.0;
-    ++unit;
-  }
-  if (unit == 0 || bytes == std::floor(bytes)) return printf_string("%.0f %s", bytes, kUnits[unit]);
-  return printf_string("%.1f %s", bytes, kUnits[unit]);
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
-std::string shell_command_line(int argc, const char* const* argv) {
-  std::string out;
-  for (int i = 0; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (i > 0) out += ' ';
-    const bool plain = !arg.empty() && arg.find_first_not_of(
-                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                           "0123456789-_./=:,+@%") == std::string::npos;
-    if (plain) {
-      out += arg;
-      continue;
-    }
-    out += '\'';
-    for (char c : arg) {
-      if (c == '\'')
-        out += "'\\''";
-      else
-        out += c;
-    }
-    out += '\'';
-  }
-  return out;
-}
-
-std::optional<std::string> check_writable(const std::string& flag, const std::string& path) {
-  auto failure = [&](const std::string& why) {
-    return flag + " " + path + ": cannot write the file: " + why;
-  };
-  if (path.empty()) return flag + ": the file name is empty";
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return failure("it is a directory");
-  // Try the temporary file that write_atomically will use.
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return failure(std::strerror(errno));
-  ::close(fd);
-  ::unlink(temporary.c_str());
-  return std::nullopt;
-}
-
-void write_atomically(const std::string& path, const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  auto fail = [&](const std::string& what) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temporary.c_str());
-    throw std::runtime_error("cannot write " + path + ": " + what + ": " + why);
-  };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("open " + temporary);
-  std::size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("write");
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("close");
-  if (::rename(temporary.c_str(), path.c_str()) != 0) fail("rename");
-}
-
-void Progress::show(const std::string& text) {
-  if (!enabled_) return;
-  std::fprintf(stderr, "\r\033[K%s", text.c_str());
-  std::fflush(stderr);
-  visible_ = true;
-}
-
-void Progress::clear() {
-  if (!enabled_ || !visible_) return;
-  std::fputs("\r\033[K", stderr);
-  std::fflush(stderr);
-  visible_ = false;
 }
 
 }  // namespace arbench

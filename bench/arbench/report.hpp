@@ -86,40 +86,4 @@ std::string skipped_line(const std::string& backend, arcoll::DataType type, arco
 std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary);
 std::string csv_report(const RunInfo& info, const std::vector<Row>& rows);
 
-// The q-quantile (0..1) of `values`, interpolating between neighbours as numpy does; 0 for
-// none.
-double quantile(std::vector<double> values, double q);
-
-// "8 B", "32 KiB", "1.5 MiB".
-std::string format_bytes(double bytes);
-// printf into a std::string of the right length.
-std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
-// Current time, ISO-8601 UTC ("2024-05-01T12:34:56Z").
-std::string utc_now();
-// argv joined with spaces, each argument quoted for a POSIX shell when needed.
-std::string shell_command_line(int argc, const char* const* argv);
-
-// An error message naming `flag` when `path` cannot be written (its directory is missing or
-// not writable, or it is a directory); nullopt when it can.
-std::optional<std::string> check_writable(const std::string& flag, const std::string& path);
-// Writes `content` to `path` through a temporary file in the same directory and a rename, so
-// that readers never see half a file. Throws std::runtime_error naming the file.
-void write_atomically(const std::string& path, const std::string& content);
-
-// "\r[ 5/13] f32 sum 32 KiB" on stderr, redrawn in place; a no-op when disabled.
-class Progress {
- public:
-  explicit Progress(bool enabled) : enabled_(enabled) {}
-  ~Progress() { clear(); }
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-
-  void show(const std::string& text);
-  void clear();
-
- private:
-  bool enabled_;
-  bool visible_ = false;
-};
-
 }  // namespace arbench

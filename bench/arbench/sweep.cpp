@@ -11,7 +11,7 @@
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/reference.hpp"
-#include "arbench/report.hpp"
+#include "arbench/text.hpp"
 
 namespace arbench {
 namespace {

@@ -14,7 +14,7 @@
 namespace arcoll {
 
 struct LinkSpec {
-  std::string kind;          // "shm", "nvlink", "pcie", "ethernet", "infiniband", ...
+  std::string kind;          // a transport's name, "nvlink", "pcie", "ethernet", "infiniband", ...
   double latency_us = 0;     // one small message, one way
   double bandwidth_gbs = 0;  // GB/s one rank can send over it (per host for the network)
   double reduce_gbs = 0;     // GB/s a rank reduces at (f32 sum)
@@ -31,9 +31,9 @@ struct ClusterSpec {
   int nics_per_host = 1;
 };
 
-// Default figures of a link class ("shm", "nvlink", "pcie", "infiniband", "roce", "ethernet"),
-// used for what a cluster file leaves out; 0 where the class has no typical value (network
-// bandwidth, which the NICs set; any unknown kind).
+// Default figures of a link class (a transport of this build by its name: "shm"; or "nvlink",
+// "pcie", "infiniband", "roce", "ethernet"), used for what a cluster file leaves out; 0 where
+// the class has no typical value (network bandwidth, which the NICs set; any unknown kind).
 LinkSpec default_link(const std::string& kind);
 
 // Parses `text` (the file's contents; `source` names it in errors). Accepts the cluster format

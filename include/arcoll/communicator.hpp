@@ -49,7 +49,7 @@ class Communicator {
   // which sizes take which under "auto").
   std::string transport_name() const;
   std::string algorithm_name() const;
-  // The transport that carries messages to `peer` ("shm", "tcp").
+  // The transport that carries messages to `peer` ("shm", "tcp"; "self" for this rank).
   std::string transport_to(int peer) const;
 
   // All-reduce algorithms this library has (the choices of Options::algorithm besides "auto").

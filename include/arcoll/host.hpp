@@ -20,8 +20,4 @@ struct HostInfo {
 // read is "unknown" (strings) or 0 (numbers); never throws for a missing or odd file.
 HostInfo host_info();
 
-// Where a CPU sits, from sysfs: its NUMA node and its package (socket); -1 when unknown.
-int numa_node_of_cpu(int cpu);
-int package_of_cpu(int cpu);
-
 }  // namespace arcoll

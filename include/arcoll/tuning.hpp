@@ -8,23 +8,20 @@
 #include <map>
 #include <string>
 
+#include "arcoll/transport_costs.hpp"
+
 namespace arcoll {
 
 class Communicator;
 
-struct TransportCosts {
-  double latency_us = 0;     // one small message, one way (α)
-  double bandwidth_gbs = 0;  // GB/s each way of a large exchange (1/β)
-  double reduce_gbs = 0;     // GB/s of reduction, f32 sum out of cache (1/γ)
-};
-
 struct Tuning {
-  std::map<std::string, TransportCosts> transports;  // by transport name: "shm", "tcp"
+  std::map<std::string, TransportCosts> transports;  // by transport name
   std::string measured_on;  // what the figures were measured on (hosts, ranks, date)
 };
 
-// Built-in figures, measured with `arbench tune --np 2` on a 2-core x86-64 host (shm) and over
-// its loopback between two emulated hosts (tcp): a real network is slower, so tune on it.
+// Built-in figures of every transport of this build, from their registration (each says what
+// it was measured on): a real network is slower than the loopback they were measured over, so
+// tune on it.
 Tuning default_tuning();
 
 // Measures the transports this communicator uses as a ring step loads them: the ranks at

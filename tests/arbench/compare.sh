@@ -31,7 +31,7 @@ for i, size in enumerate(1024 * 4**k for k in range(7)):
                  "op": "sum", "root": -1, "out_of_place": group, "in_place": dict(group),
                  "predicted_us": None})
 json.dump({"schema": "arcoll.arbench/1",
-           "metadata": {"transport": "tcp", "algorithm": "auto: ring above 0 B", "world_size": 4},
+           "metadata": {"transport": "loopback", "algorithm": "auto: ring above 0 B", "world_size": 4},
            "rows": rows, "out_of_bounds": 0, "avg_busbw_gbs": 1.0}, open(path, "w"))
 PY
 }
@@ -60,7 +60,7 @@ expect_exit 0 "noise" "$arbench" compare "$work/base.json" "$work/noisy.json"
 expect_exit 0 "improved" "$arbench" compare "$work/base.json" "$work/faster.json"
 expect_exit 0 "PASSED" "$arbench" compare --threshold 40% "$work/base.json" "$work/slower.json"
 expect_exit 1 "1 row(s) only in the base" "$arbench" compare "$work/base.json" "$work/missing.json"
-grep -qF "arcoll (auto) tcp f32 sum np=4 65536 B" "$work/out.txt" || fail "missing row not named: $(cat "$work/out.txt")"
+grep -qF "arcoll (auto) loopback f32 sum np=4 65536 B" "$work/out.txt" || fail "missing row not named: $(cat "$work/out.txt")"
 # The other way round, the extra row is listed but nothing regressed.
 expect_exit 0 "1 row(s) only in the new run" "$arbench" compare "$work/missing.json" "$work/base.json"
 

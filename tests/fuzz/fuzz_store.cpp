@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "src/store.hpp"
+#include "base/store.hpp"
 
 using namespace arcoll::store_protocol;
 

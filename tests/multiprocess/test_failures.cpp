@@ -17,12 +17,11 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "src/auth.hpp"
-#include "src/socket.hpp"
-#include "src/store.hpp"
+#include "base/socket.hpp"
+#include "base/store.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
-#include "transports/tcp/frame.hpp"
+#include "tests/support/strangers.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -123,8 +122,9 @@ INSTANTIATE_TEST_SUITE_P(Victims, KilledRank, ::testing::Values(0, 2));
 class KillTrials : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
-  if (!transport_forced("tcp") && !transport_forced("shm"))
-    GTEST_SKIP() << "run on tcp. and shm. only: each transport once is what the trials are for";
+  if (!forced_transport())
+    GTEST_SKIP() << "run on each transport's own run only: each transport once is what the "
+                    "trials are for";
   const std::string algorithm = GetParam();
   constexpr int kTrials = 20;
   constexpr double kTimeout = 10;
@@ -227,115 +227,24 @@ TEST(MissingRank, ThoseThatStartedFailWithinTheTimeoutNamingIt) {
 
 // Writes `bytes` to `endpoint` from a stranger's connection; returns false if it could not
 // connect at all.
-bool poke(const net::Endpoint& endpoint, const std::string& bytes) {
-  std::string why;
-  net::Fd fd = net::connect_until(endpoint, Clock::now() + std::chrono::seconds(2), why);
-  if (!fd) return false;
-  ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  return true;
-}
-
-// Answers the listener's challenge at `endpoint` correctly but under `token`, as the store's
-// first request or a TCP rank's Hello (claiming to be the last rank of a 3-rank job).
-void handshake_as_stranger(const net::Endpoint& endpoint, const std::string& token, bool store) {
-  std::string why;
-  net::Fd fd = net::connect_until(endpoint, Clock::now() + std::chrono::seconds(1), why);
-  auth::Challenge challenge{};
-  if (!fd || !net::read_all(fd.get(), &challenge, sizeof challenge,
-                            Clock::now() + std::chrono::seconds(1), "stranger"))
-    return;
-  const tcp::Hello hello = tcp::make_hello(2, 3, 0, 0);
-  const std::string_view said =
-      store ? std::string_view()
-            : std::string_view(reinterpret_cast<const char*>(&hello), sizeof hello);
-  const auth::Mac mac = auth::answer(token, store ? "store" : "tcp", challenge, said);
-  std::string bytes(said);
-  bytes.append(reinterpret_cast<const char*>(mac.data()), mac.size());
-  ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-}
-
-TEST(Strangers, RandomBytesOnOurPortsAreRejectedAndTheJobCarriesOn) {
-  LocalLaunchOptions options;
-  options.ranks = 3;
-  options.env = {{"ARCOLL_TIMEOUT", "20"}};
-  auto exits = launch(options, [] {
-    auto comm = Communicator::from_env();
-    std::atomic<bool> stranger_done{comm->rank() != 1};
-    std::thread stranger;
-    if (comm->rank() == 1) {
-      stranger = std::thread([&stranger_done] {
-        std::mt19937 rng(42);
-        auto random_bytes = [&](std::size_t n) {
-          std::string s(n, '\0');
-          for (auto& c : s) c = static_cast<char>(rng());
-          return s;
-        };
-        net::Endpoint store{std::getenv("ARCOLL_MASTER_ADDR"),
-                            std::atoi(std::getenv("ARCOLL_MASTER_PORT"))};
-        // The stranger thread lives in a rank: it reads the addresses as a rank would.
-        StoreClient reader(store, Clock::now() + std::chrono::seconds(5), 1,
-                           std::getenv("ARCOLL_JOB_TOKEN"));
-        std::vector<net::Endpoint> targets{store};
-        for (int r = 0; r < 3 && transport_forced("tcp"); ++r) {
-          net::Endpoint e;
-          net::parse_endpoint(
-              *reader.get("tcp/" + std::to_string(r), Clock::now() + std::chrono::seconds(5)), e);
-          targets.push_back(e);
-        }
-        for (const auto& t : targets) {
-          for (int round = 0; round < 5; ++round) poke(t, random_bytes(1 + rng() % 8192));
-          poke(t, std::string(3, 'x'));  // a truncated header, then silence
-          // Well-formed magic with nonsense behind it.
-          std::string hello = random_bytes(64);
-          std::memcpy(hello.data(), "ARTH", 4);
-          poke(t, hello);
-          std::string store_request = random_bytes(64);
-          std::memcpy(store_request.data(), "ARKV", 4);
-          poke(t, store_request);
-          // A well-formed handshake under a wrong token, and under none.
-          for (const std::string& token : {std::string("guess"), std::string()})
-            handshake_as_stranger(t, token, t.port == store.port);
-        }
-        stranger_done = true;
-      });
-    }
-    // The job goes on until the stranger has said everything, and a while after, so that
-    // every listener has seen its connections.
-    std::size_t wrong = 0;
-    int after = 0;
-    for (int i = 0; after < 20; ++i) {
-      std::int32_t done = stranger_done ? 1 : 0;
-      comm->allreduce(&done, 1, DataType::i32, ReduceOp::min);
-      if (done == 1) ++after;
-      const std::size_t count = 1 + static_cast<std::size_t>(i % 300) * 37;
-      auto data = make_input(DataType::f32, ReduceOp::sum, comm->rank(), count,
-                             static_cast<std::size_t>(i));
-      comm->allreduce(data.data(), count, DataType::f32, ReduceOp::sum);
-      wrong += count_wrong(data.data(), DataType::f32, ReduceOp::sum, comm->size(), count,
-                           static_cast<std::size_t>(i));
-    }
-    if (stranger.joinable()) stranger.join();
-    comm->barrier();
-    std::printf("wrong elements: %zu\n", wrong);
-    return wrong == 0 ? 0 : 5;
+// The rendezvous store's port; each transport's listeners have a test of their own
+// (transports/<name>/tests/).
+TEST(Strangers, RandomBytesOnTheStorePortAreRejectedAndTheJobCarriesOn) {
+  auto exits = job_beside_stranger([](StoreClient&, const net::Endpoint& store, std::mt19937& rng) {
+    send_garbage(store, rng, {"ARKV"});
+    for (const std::string& token : {std::string("guess"), std::string()})
+      handshake_as_stranger(store, token, "store", {});
   });
   std::string all_output;
   for (const auto& e : exits) {
     EXPECT_TRUE(e.ok()) << describe(exits);
     all_output += e.output;
   }
-  // Rejections were logged by the store (rank 0) and by every rank's TCP transport, those of
-  // the handshakes under a wrong token as such.
+  // Rejections were logged by the store (rank 0), those of the handshakes under a wrong token
+  // as such.
   EXPECT_NE(all_output.find("rendezvous store: rejected connection"), std::string::npos)
       << all_output;
   EXPECT_NE(all_output.find("wrong or missing job token"), std::string::npos) << all_output;
-  for (int r = 0; r < 3 && transport_forced("tcp"); ++r)
-    EXPECT_NE(exits[static_cast<std::size_t>(r)].output.find("tcp transport: rejected connection"),
-              std::string::npos)
-        << "rank " << r << ":\n"
-        << exits[static_cast<std::size_t>(r)].output;
 }
 
 // Runs `call` on 3 ranks, rank 2 with `odd` = true, then a barrier; every rank must fail
@@ -423,12 +332,13 @@ TEST(Errors, MismatchedCallsAreReportedNamingBothSides) {
 }
 
 // Each fault, with one algorithm at a time, on two emulated hosts (so that hierarchical
-// crosses both levels). Run on tcp. and shm. only, like KillTrials.
+// crosses both levels). Run on each transport's own run, like KillTrials.
 class Faults : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!transport_forced("tcp") && !transport_forced("shm"))
-      GTEST_SKIP() << "run on tcp. and shm. only: each transport once is what the faults are for";
+    if (!forced_transport())
+      GTEST_SKIP() << "run on each transport's own run only: each transport once is what the "
+                      "faults are for";
   }
   LocalLaunchOptions options(int ranks, std::map<std::string, std::string> env = {}) const {
     LocalLaunchOptions o;
@@ -599,7 +509,7 @@ TEST_P(Faults, ChecksumCatchesCorruptionNamingTheLink) {
     const std::string& reporter = exits[static_cast<std::size_t>(corrupted)].output;
     EXPECT_NE(reporter.find("checksum mismatch"), std::string::npos) << reporter;
     EXPECT_NE(reporter.find(" to rank " + std::to_string(corrupted) + " over " +
-                            (transport_forced("tcp") ? "tcp" : "shm")),
+                            *forced_transport()),
               std::string::npos)
         << reporter;
     for (const auto& e : exits) {

@@ -19,7 +19,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
-#include "src/crc32c.hpp"
+#include "base/crc32c.hpp"
 #include "tests/support/ranks.hpp"
 
 // LeakSanitizer's entry point, present when the program is linked with it (this file itself

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "transports/transport.hpp"
+
 namespace arcoll::testing {
 
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body) {
@@ -24,16 +26,19 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
   });
 }
 
-bool transport_forced(const std::string& name) {
+std::optional<std::string> forced_transport() {
   const char* forced = std::getenv("ARCOLL_TRANSPORT");
-  return forced != nullptr && name == forced;
+  if (forced == nullptr || TransportRegistry::instance().find(forced) == nullptr)
+    return std::nullopt;
+  return std::string(forced);
 }
 
 std::string expected_transport(const Communicator& comm) {
-  const char* forced = std::getenv("ARCOLL_TRANSPORT");
-  if (forced != nullptr && *forced != '\0' && std::string(forced) != "auto") return forced;
-  std::string name = comm.local_size() > 1 || comm.size() == 1 ? "shm" : "";
-  if (comm.node_count() > 1) name += name.empty() ? "tcp" : "+tcp";
+  const std::string forced = forced_transport().value_or("auto");
+  const std::string& within = transport_for(true, forced).name;
+  const std::string& across = transport_for(false, forced).name;
+  std::string name = comm.local_size() > 1 || comm.size() == 1 ? within : "";
+  if (comm.node_count() > 1 && across != name) name += (name.empty() ? "" : "+") + across;
   return name;
 }
 

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,12 @@ void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std:
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body);
 
 // The transport(s) `comm` should run over: ARCOLL_TRANSPORT when set (ctest runs the
-// multi-process tests once per transport), else shm within a host and tcp across hosts
-// (ARCOLL_EMULATED_HOSTS splits this machine into several), "shm+tcp" when both.
+// multi-process tests once per transport), else the registry's choice within a host and across
+// hosts (ARCOLL_EMULATED_HOSTS splits this machine into several), joined by '+' when both.
 std::string expected_transport(const Communicator& comm);
-// Whether ARCOLL_TRANSPORT forces `name`.
-bool transport_forced(const std::string& name);
+// The transport ARCOLL_TRANSPORT forces, when it names one: the suite's run for that transport
+// (ctest runs the multi-process tests once per folder of transports/).
+std::optional<std::string> forced_transport();
 
 // Open file descriptors and threads of this process: what a communicator must give back when
 // it is destroyed, after a failure too.

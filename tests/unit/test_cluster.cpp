@@ -8,6 +8,7 @@
 #include "arcoll/cluster.hpp"
 #include "arcoll/error.hpp"
 #include "arcoll/topology.hpp"
+#include "transports/transport.hpp"
 
 namespace arcoll {
 namespace {
@@ -96,7 +97,7 @@ TEST(ClusterFile, LeftOutFiguresComeFromTheKind) {
                 .find("'intra_host.latency_us' is missing"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"schema": "arcoll.cluster/1", "hosts": 2, "ranks_per_host": 2,
-                         "intra_host": {"kind": "shm"}, "network": {"kind": "infiniband"}})")
+                         "intra_host": {"kind": "nvlink"}, "network": {"kind": "infiniband"}})")
                 .find("'network.bandwidth_gbs' is missing"),
             std::string::npos);
 }
@@ -134,14 +135,18 @@ TEST(PciLocality, SwitchThenRootComplexThenNuma) {
   EXPECT_EQ(pci_locality(gpu, device("0000:80", {}, 1)), "across NUMA nodes");
 }
 
-TEST(ClusterFile, SavedHostBecomesHostsOfSharedMemoryOnItsNic) {
+// Without GPUs, the ranks of a saved host talk over the transport this build prefers within a
+// host, at its built-in costs.
+TEST(ClusterFile, SavedHostBecomesHostsOfItsTransportWithinOnItsNic) {
   const ClusterSpec c = parse_cluster(
       R"({"schema": "arcoll.topology/1", "hostname": "node", "logical_cpus": 16, "interfaces": [
           {"name": "lo", "speed_mbps": -1}, {"name": "eth0", "default_route": true, "speed_mbps": 25000}]})",
       "saved.json", 3);
   EXPECT_EQ(c.hosts, 3);
   EXPECT_EQ(c.ranks_per_host, 16);
-  EXPECT_EQ(c.intra_host.kind, "shm");
+  const TransportInfo& within = transport_for(true);
+  EXPECT_EQ(c.intra_host.kind, within.name);
+  EXPECT_DOUBLE_EQ(c.intra_host.bandwidth_gbs, within.default_costs.bandwidth_gbs);
   EXPECT_DOUBLE_EQ(c.network.bandwidth_gbs, 25.0 / 8);
 }
 

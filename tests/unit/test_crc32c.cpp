@@ -1,4 +1,4 @@
-#include "src/crc32c.hpp"
+#include "base/crc32c.hpp"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "src/store.hpp"
+#include "base/store.hpp"
 
 namespace arcoll {
 namespace {

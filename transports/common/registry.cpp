@@ -3,26 +3,22 @@
 
 namespace arcoll {
 
-TransportRegistry& TransportRegistry::instance() {
-  static TransportRegistry registry;
-  return registry;
-}
-
-void TransportRegistry::add(TransportInfo info) {
-  std::string name = info.name;
-  if (!transports_.emplace(name, std::move(info)).second)
-    throw InternalError("transport registry", "transport '" + name + "' registered twice");
-}
-
-const TransportInfo* TransportRegistry::find(const std::string& name) const {
-  auto it = transports_.find(name);
-  return it == transports_.end() ? nullptr : &it->second;
-}
-
-std::vector<std::string> TransportRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& [name, info] : transports_) out.push_back(name);
-  return out;
+const TransportInfo& transport_for(bool same_host, const std::string& forced) {
+  const TransportRegistry& registry = TransportRegistry::instance();
+  if (forced != "auto") {
+    if (const TransportInfo* info = registry.find(forced)) return *info;
+    throw InvalidArgument("communicator", "unknown transport '" + forced +
+                                              "' (known: auto, " + registry.name_list() + ")");
+  }
+  const TransportInfo* best = nullptr;
+  for (const TransportInfo* info : registry.all())
+    if ((same_host || info->reach == Reach::any_host) &&
+        (best == nullptr || info->preference > best->preference))
+      best = info;
+  if (best == nullptr)
+    throw InternalError("communicator", "no transport registered reaches ranks on " +
+                                            std::string(same_host ? "one host" : "other hosts"));
+  return *best;
 }
 
 }  // namespace arcoll

@@ -36,4 +36,9 @@ std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
   return std::make_unique<ArcollBackend>(comm, algorithm);
 }
 
+const BackendRegistrar kArcollRegistration{
+    {"arcoll", false, [](arcoll::Communicator& comm, const BackendOptions&) {
+       return make_arcoll_backend(comm);
+     }}};
+
 }  // namespace arbench

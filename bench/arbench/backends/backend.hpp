@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/types.hpp"
+#include "base/registry.hpp"
 
 namespace arbench {
 
@@ -63,8 +65,19 @@ struct BackendOptions {
   std::string gloo_algorithm = "ring_chunked";  // ring, ring_chunked, halving_doubling, bcube
 };
 
-// Backends this build knows, in the order of --backend's help.
-inline constexpr const char* kBackendNames[] = {"arcoll", "mpi", "gloo", "nccl", "memcpy"};
+// Backends register themselves, one file each; a peer's file is built only when its library
+// was found.
+struct BackendRegistration {
+  static constexpr const char* kKind = "backend";
+  std::string name;
+  bool needs_mpirun = false;  // its ranks must be started by mpirun
+  // Creates the backend on every rank (a collective call over the communicator, which the
+  // sweep also uses for its own coordination).
+  std::function<std::unique_ptr<Backend>(arcoll::Communicator&, const BackendOptions&)> make;
+};
+using BackendRegistry = arcoll::Registry<BackendRegistration>;
+using BackendRegistrar = arcoll::Registrar<BackendRegistration>;
+
 inline constexpr const char* kGlooAlgorithms[] = {"ring", "ring_chunked", "halving_doubling",
                                                   "bcube"};
 
@@ -74,25 +87,13 @@ void check_backend_built(const std::string& name);
 // True when the backend needs its ranks started by mpirun.
 bool backend_needs_mpirun(const std::string& name);
 
-// Creates the backend on every rank (a collective call over `comm`, which the sweep also uses
-// for its own coordination). Throws BackendUnavailable or BackendUsageError as above.
+// The backend `name` on every rank (collective). Throws BackendUnavailable or
+// BackendUsageError as above.
 std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communicator& comm,
                                       const BackendOptions& options);
 
 // arcoll itself; with an algorithm ("ring", "auto"), that one, named "arcoll/<algorithm>".
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
                                              const std::string& algorithm = "");
-// Single-core memcpy by rank 0, the reference of --memcpy.
-std::unique_ptr<Backend> make_memcpy_backend(arcoll::Communicator& comm);
-#ifdef ARBENCH_WITH_MPI
-std::unique_ptr<Backend> make_mpi_backend(arcoll::Communicator& comm);
-#endif
-#ifdef ARBENCH_WITH_GLOO
-std::unique_ptr<Backend> make_gloo_backend(arcoll::Communicator& comm,
-                                           const BackendOptions& options);
-#endif
-#ifdef ARBENCH_WITH_NCCL
-std::unique_ptr<Backend> make_nccl_backend(arcoll::Communicator& comm);
-#endif
 
 }  // namespace arbench

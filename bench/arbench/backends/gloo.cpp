@@ -202,9 +202,9 @@ class GlooBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_gloo_backend(arcoll::Communicator& comm,
-                                           const BackendOptions& options) {
-  return std::make_unique<GlooBackend>(comm, options);
-}
+const BackendRegistrar kGlooRegistration{
+    {"gloo", false, [](arcoll::Communicator& comm, const BackendOptions& options) {
+       return std::unique_ptr<Backend>(std::make_unique<GlooBackend>(comm, options));
+     }}};
 
 }  // namespace arbench

@@ -47,8 +47,9 @@ class MemcpyBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_memcpy_backend(arcoll::Communicator& comm) {
-  return std::make_unique<MemcpyBackend>(comm);
-}
+const BackendRegistrar kMemcpyRegistration{
+    {"memcpy", false, [](arcoll::Communicator& comm, const BackendOptions&) {
+       return std::unique_ptr<Backend>(std::make_unique<MemcpyBackend>(comm));
+     }}};
 
 }  // namespace arbench

@@ -145,8 +145,10 @@ class MpiBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_mpi_backend(arcoll::Communicator& comm) {
-  return std::make_unique<MpiBackend>(comm);
-}
+// MPI's ranks must be started by mpirun: arbench re-runs itself under it.
+const BackendRegistrar kMpiRegistration{
+    {"mpi", true, [](arcoll::Communicator& comm, const BackendOptions&) {
+       return std::unique_ptr<Backend>(std::make_unique<MpiBackend>(comm));
+     }}};
 
 }  // namespace arbench

@@ -163,8 +163,9 @@ class NcclBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_nccl_backend(arcoll::Communicator& comm) {
-  return std::make_unique<NcclBackend>(comm);
-}
+const BackendRegistrar kNcclRegistration{
+    {"nccl", false, [](arcoll::Communicator& comm, const BackendOptions&) {
+       return std::unique_ptr<Backend>(std::make_unique<NcclBackend>(comm));
+     }}};
 
 }  // namespace arbench

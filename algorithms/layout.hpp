@@ -1,0 +1,49 @@
+// What the cost model knows of the ranks of a call (hosts, ranks per host, the costs of the
+// links within and between hosts), and the shape of a cost formula: each algorithm states its
+// predicted all-reduce time as one, registered next to its implementation (cost_model.hpp
+// uses them).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace arcoll {
+
+struct LinkCost {
+  double alpha = 0;  // seconds per message
+  double beta = 0;   // seconds per byte moved
+  double gamma = 0;  // seconds per byte reduced
+};
+
+// What the model knows of the ranks of a call.
+struct Layout {
+  int ranks = 1;
+  int hosts = 1;
+  int ranks_per_host = 1;  // 0 when hosts hold different numbers of ranks
+  LinkCost intra;          // between ranks of one host
+  LinkCost inter;          // between hosts (each host's link is shared by its ranks)
+  std::size_t chunk_bytes = 512 * 1024;  // the configured pipeline chunk
+  int channels = 2;                      // rings of the multi-channel ring
+  // Flat algorithms are as fast as the slowest link they cross.
+  const LinkCost& flat() const { return hosts > 1 ? inter : intra; }
+  // Ranks of one host that cross its link at the same time in algorithms whose partners are
+  // spread over hosts: they share the link's bandwidth.
+  int link_sharers() const { return hosts > 1 && ranks_per_host > 1 ? ranks_per_host : 1; }
+};
+
+// One prediction: for `bytes` of all-reduce, this algorithm with this chunk takes `seconds`.
+struct Plan {
+  std::string algorithm;
+  std::size_t chunk_bytes = 0;
+  double seconds = 0;
+};
+
+struct CostQuery {
+  const Layout& layout;
+  double bytes;
+  std::size_t chunk_bytes;
+};
+using CostFn = std::function<double(const CostQuery&)>;
+
+}  // namespace arcoll

@@ -1,0 +1,70 @@
+// The communicator's point-to-point interface, as algorithms see it during one collective
+// call: non-blocking sends and receives to ranks, waits bounded by the call's deadline, and
+// scratch memory. Algorithms never see a transport.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "base/request.hpp"
+
+namespace arcoll {
+
+struct Layout;
+
+// Messages of one collective travel on channels: concurrent streams of one algorithm (the
+// rings of a multi-channel ring) use distinct channels so that their messages to the same
+// peer never match each other's receives.
+inline constexpr int kMaxChannels = 64;
+
+class PointToPoint {
+ public:
+  virtual ~PointToPoint() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The host each rank runs on (0 .. hosts-1, numbered by lowest rank).
+  virtual int node_of(int rank) const = 0;
+  // The NUMA node each rank ran on when it joined (-1 unknown).
+  virtual int numa_of(int rank) const = 0;
+  // Pipeline chunk size for this call (the cost model's choice under auto, else
+  // Options::chunk_bytes).
+  virtual std::size_t chunk_bytes() const = 0;
+  // Hosts, ranks and link costs of the whole communicator: what the cost model predicts with
+  // (hierarchical algorithms pick their inner parts with it).
+  virtual const Layout& layout() const = 0;
+
+  // Messages to one peer on one channel match the peer's receives in posting order.
+  virtual RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) = 0;
+  virtual RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) = 0;
+  // Receives `count` elements and reduces them as they arrive: buffer[i] = with[i] op
+  // message[i] (`with` may be `buffer`). Straight out of the transport where it can, else
+  // through a staging buffer reduced when the request is waited for.
+  virtual RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
+                                  DataType type, ReduceOp op, int channel) = 0;
+  RequestPtr isend(int peer, const void* buffer, std::size_t bytes) {
+    return isend(peer, buffer, bytes, 0);
+  }
+  RequestPtr irecv(int peer, void* buffer, std::size_t bytes) { return irecv(peer, buffer, bytes, 0); }
+  RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
+                          DataType type, ReduceOp op) {
+    return irecv_reduce(peer, buffer, with, count, type, op, 0);
+  }
+  // Block until the request completes; throws the transfer's error, or TimeoutError naming
+  // the peer when the collective's deadline passes.
+  virtual void wait(const RequestPtr& request) = 0;
+  void wait_all(std::span<const RequestPtr> requests) {
+    for (const auto& r : requests) wait(r);
+  }
+
+  // In mixed precision, rounds f32 data as the wire does (else nothing): a rank that keeps
+  // its own copy of what it sends then computes with exactly what its partner receives.
+  virtual void round_to_wire(void* data, std::size_t count, DataType type) = 0;
+
+  // A buffer of at least `bytes` owned by the communicator, reused across calls. Each slot
+  // (0, 1, ...) is a distinct buffer.
+  virtual void* scratch(std::size_t bytes, int slot = 0) = 0;
+};
+
+}  // namespace arcoll

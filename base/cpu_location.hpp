@@ -1,0 +1,11 @@
+// Where a CPU sits, from sysfs: the rendezvous records the NUMA node each rank joins from, the
+// topology views the package too.
+#pragma once
+
+namespace arcoll {
+
+// The NUMA node and the package (socket) of `cpu`; -1 when unknown.
+int numa_node_of_cpu(int cpu);
+int package_of_cpu(int cpu);
+
+}  // namespace arcoll

@@ -1,0 +1,123 @@
+#include "arcoll/options.hpp"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "arcoll/error.hpp"
+#include "base/env.hpp"
+
+namespace arcoll {
+
+namespace env {
+
+std::optional<std::string> get(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::optional<long long> get_int(const char* name) {
+  auto text = get(name);
+  if (!text) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  long long value = std::strtoll(text->c_str(), &end, 10);
+  if (errno != 0 || end == text->c_str() || *end != '\0')
+    throw ConfigurationError("environment",
+                             std::string(name) + "='" + *text + "' is not an integer");
+  return value;
+}
+
+}  // namespace env
+
+std::optional<std::size_t> parse_byte_size(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 19) return std::nullopt;
+  unsigned long long value =
+      std::strtoull(std::string(text.substr(0, digits)).c_str(), nullptr, 10);
+  std::string suffix(text.substr(digits));
+  for (auto& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (suffix.ends_with("IB"))
+    suffix.resize(suffix.size() - 2);
+  else if (suffix.size() > 1 && suffix.ends_with("B"))
+    suffix.resize(suffix.size() - 1);
+  else if (suffix == "B")
+    suffix.clear();
+  unsigned shift = 0;
+  if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  else if (!suffix.empty())
+    return std::nullopt;
+  if (value > (std::numeric_limits<std::size_t>::max() >> shift)) return std::nullopt;
+  return static_cast<std::size_t>(value << shift);
+}
+
+namespace {
+
+// A 0/1 switch from the environment; nullopt when unset.
+std::optional<bool> env_switch(const char* name) {
+  auto v = env::get(name);
+  if (!v) return std::nullopt;
+  if (*v != "0" && *v != "1")
+    throw ConfigurationError("environment", std::string(name) + "='" + *v + "' must be 0 or 1");
+  return *v == "1";
+}
+
+}  // namespace
+
+Options Options::from_env() {
+  Options options;
+  if (auto text = env::get("ARCOLL_TIMEOUT")) {
+    char* end = nullptr;
+    double seconds = std::strtod(text->c_str(), &end);
+    if (end == text->c_str() || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))
+      throw ConfigurationError(
+          "environment", "ARCOLL_TIMEOUT='" + *text + "' must be a positive number of seconds");
+    options.timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+  }
+  if (auto v = env::get("ARCOLL_ALGO")) options.algorithm = *v;
+  if (auto v = env::get("ARCOLL_TRANSPORT")) options.transport = *v;
+  if (auto v = env::get("ARCOLL_SOCKET_IFNAME")) options.socket_ifname = *v;
+  if (auto v = env::get_int("ARCOLL_SOCKETS_PER_PEER")) {
+    if (*v < 1 || *v > 64)
+      throw ConfigurationError("environment", "ARCOLL_SOCKETS_PER_PEER must be within 1..64");
+    options.sockets_per_peer = static_cast<int>(*v);
+  }
+  if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
+    options.busy_poll = std::chrono::microseconds(*v);
+  if (auto v = env_switch("ARCOLL_SHM_SINGLE_COPY")) options.shm_single_copy = *v;
+  if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
+    auto bytes = parse_byte_size(*v);
+    if (!bytes || *bytes == 0)
+      throw ConfigurationError("environment",
+                               "ARCOLL_CHUNK_BYTES='" + *v + "' is not a size like 512K or 1M");
+    options.chunk_bytes = *bytes;
+  }
+  if (auto v = env::get_int("ARCOLL_CHANNELS")) {
+    if (*v < 1 || *v > 64)
+      throw ConfigurationError("environment", "ARCOLL_CHANNELS must be within 1..64");
+    options.channels = static_cast<int>(*v);
+  }
+  if (auto v = env::get("ARCOLL_WIRE")) {
+    auto type = parse_data_type(*v);
+    if (!type || (*type != DataType::f32 && *type != DataType::f16 && *type != DataType::bf16))
+      throw ConfigurationError("environment", "ARCOLL_WIRE='" + *v + "' must be f32, f16 or bf16");
+    options.wire = *type;
+  }
+  if (auto v = env_switch("ARCOLL_WIRE_ERROR_FEEDBACK")) options.wire_error_feedback = *v;
+  if (auto v = env_switch("ARCOLL_CHECKSUM")) options.checksum = *v;
+  if (auto v = env::get("ARCOLL_TUNING_FILE")) options.tuning_file = *v;
+  return options;
+}
+
+}  // namespace arcoll

@@ -1,0 +1,30 @@
+#include "arbench/tune_command.hpp"
+
+#include "arbench/files.hpp"
+#include "arbench/text.hpp"
+#include "arcoll/communicator.hpp"
+#include "arcoll/tuning.hpp"
+
+namespace arbench {
+
+int run_tune_command(const TuneFlags& flags) {
+  const std::string& output = flags.output;
+  return run_tool(
+      "tune", flags.tool, 2, 2, [&] { return check_writable("-o/--output", output); },
+      [&](arcoll::Communicator& comm) {
+        const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
+        if (comm.rank() != 0) return 0;
+        print("# arbench tune: " + tuning.measured_on + "\n# " +
+              printf_string("%-10s %14s %16s %14s", "transport", "latency (us)",
+                                     "bandwidth (GB/s)", "reduce (GB/s)") +
+              "\n");
+        for (const auto& [name, c] : tuning.transports)
+          print(printf_string("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
+                                       c.bandwidth_gbs, c.reduce_gbs));
+        arcoll::save_tuning(tuning, output);
+        print("# written to " + output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
+        return 0;
+      });
+}
+
+}  // namespace arbench

@@ -1,0 +1,159 @@
+// The message engine: the one path of every point-to-point message of a communicator, from
+// the algorithms (which see it as their PointToPoint) and send/recv down to the transports.
+// It routes each peer to the transport the registry picks for the pair, stages what must be
+// transformed on the way (f32 narrowed to a 16-bit wire format, messages checked against their
+// checksum), waits with the call's deadline while watching for abort(), and words the
+// transports' failures for the call in progress.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "algorithms/layout.hpp"
+#include "algorithms/point_to_point.hpp"
+#include "arcoll/error.hpp"
+#include "arcoll/options.hpp"
+#include "arcoll/tuning.hpp"
+#include "base/request.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll {
+
+struct Rendezvous;
+
+// ARCOLL_FAULT_CORRUPT=<rank>:<n>, for testing the checksum: rank <rank> flips a bit of the
+// n-th non-empty message it checks, as a faulty link would. The n for `rank`, 0 for none;
+// ConfigurationError when malformed.
+std::uint64_t corruption_fault(int rank);
+
+class Engine final : public PointToPoint {
+ public:
+  // Sets up a transport for every peer through `rendezvous`'s store. `options` must outlive
+  // the engine; `corrupt_at` is corruption_fault()'s answer.
+  Engine(const Rendezvous& rendezvous, const Options& options, std::uint64_t corrupt_at);
+  ~Engine() override;
+
+  // PointToPoint, as algorithms see it during a collective.
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int node_of(int rank) const override;
+  int numa_of(int rank) const override;
+  std::size_t chunk_bytes() const override { return call_.chunk_bytes; }
+  const Layout& layout() const override { return layout_; }
+  RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
+  RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
+  RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
+                          DataType type, ReduceOp op, int channel) override;
+  void wait(const RequestPtr& request) override;
+  void* scratch(std::size_t bytes, int slot) override;
+  void round_to_wire(void* data, std::size_t count, DataType type) override;
+
+  // The call its messages belong to until the next begin(): how errors name it, its deadline,
+  // and what its messages carry.
+  struct Call {
+    std::string_view kind;          // "allreduce", "send"
+    std::uint64_t sequence = 0;     // collectives count from 1; 0: point-to-point, unnumbered
+    std::uint64_t signature = 0;    // core/call_signature.hpp; 0 for point-to-point
+    DataType wire = DataType::f32;  // f32 elements travel as this (f32: as they are)
+    std::size_t chunk_bytes = 0;
+  };
+  void begin(const Call& call, std::chrono::milliseconds timeout);
+  // "allreduce #12", "send".
+  std::string call_name() const;
+  // A message of a point-to-point call (send, recv, sendrecv), with the user's tag.
+  RequestPtr post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                         std::uint32_t tag);
+
+  // After an error in a call: every peer is told (so that it fails too instead of waiting),
+  // and `e` is thrown as `operation`'s.
+  [[noreturn]] void fail(const Error& e, const std::string& operation);
+  // Tells every peer that this rank gives up, for `reason`, outside a call.
+  void abort_links(const std::string& reason);
+  // The first failure any transport saw, or null.
+  std::exception_ptr transport_failure() const;
+
+  // abort() may come from another thread while a call blocks: its waits fail within
+  // moments. False when an abort was requested before.
+  bool request_abort(const std::string& reason);
+  bool abort_requested() const { return abort_requested_.load(std::memory_order_acquire); }
+  std::string abort_text() const;
+
+  // f32 data rounded as the 16-bit `wire` format rounds it.
+  void round_through_wire(void* data, std::size_t count, DataType wire);
+
+  // The transports in use, joined by '+'; the one that reaches `peer` ("self" for this rank).
+  const std::string& transport_name() const { return transport_name_; }
+  std::string transport_to(int peer) const;
+  // The cost model's link costs, from `tuning` where it has the transport that carries
+  // messages within (across) hosts, else its built-in figures.
+  void apply_tuning(const Tuning& tuning);
+
+ private:
+  RequestPtr post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                  std::uint32_t tag, std::optional<Request::Landing> landing);
+  RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                   std::uint32_t tag, std::optional<Request::Landing> landing);
+  std::uint32_t collective_tag(int channel) const;
+  [[noreturn]] void raise(const std::exception_ptr& failure) const;
+  void finish_staged(const Request& request);
+  // ARCOLL_CHECKSUM: throws naming the link when a received message does not match the
+  // checksum its sender computed.
+  void verify_checksum(const Request& request, std::uint32_t sent);
+  // After a collective's wait timed out: the ranks that did not also time out in this call
+  // (hung, dead, or in another call), as "; ranks not waiting in this call: 1, 4", found
+  // through the store in a short survey; empty when all were or the store cannot tell.
+  std::string ranks_absent_from_call();
+  std::vector<char> staging_buffer(std::size_t bytes);
+
+  const Options& options_;
+  int rank_;
+  int size_;
+  std::vector<int> host_of_;
+  std::vector<int> numa_of_;
+  StoreClient* store_;
+  Layout layout_;
+  // Several transports when ranks share some hosts but not all.
+  std::vector<std::unique_ptr<Transport>> transports_;
+  std::vector<Transport*> route_;  // which transport reaches each rank
+  const TransportInfo* within_host_;
+  const TransportInfo* across_hosts_;
+  std::string transport_name_;
+
+  Call call_;
+  std::uint32_t tag_ = 0;
+  net::Clock::time_point deadline_{};
+  std::chrono::milliseconds timeout_{0};
+
+  std::vector<std::vector<char>> scratch_;
+  // Messages staged on their way, finished when waited for: sends narrowed to the wire format
+  // (from `staging`), and under ARCOLL_CHECKSUM the CRC32C of every message (`checksum`,
+  // travelling as `trailer`) with the receives that must be checked before they land (into
+  // `staging`, landed in `destination` as `landing` says once checked).
+  struct Staged {
+    std::vector<char> staging;
+    void* destination = nullptr;
+    std::optional<Request::Landing> landing;
+    std::uint32_t checksum = 0;
+    RequestPtr trailer;
+  };
+  std::unordered_map<const Request*, Staged> staged_;
+  std::vector<std::vector<char>> staging_free_;  // reused across calls
+  std::vector<std::uint16_t> wire_block_;        // round_through_wire's 16-bit values
+
+  std::atomic<bool> abort_requested_{false};
+  mutable std::mutex abort_mutex_;  // guards abort_reason_
+  std::string abort_reason_;
+
+  std::uint64_t corrupt_at_;
+  std::uint64_t checked_messages_ = 0;
+};
+
+}  // namespace arcoll

@@ -1,0 +1,222 @@
+#include "core/rendezvous.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "arcoll/error.hpp"
+#include "base/cpu_location.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
+
+namespace arcoll {
+namespace {
+
+using net::Clock;
+
+// Emulated hosts are named "<machine>#<index>"; real host names never hold the separator.
+constexpr char kEmulatedHostSeparator = '#';
+
+// The machine behind a host name: emulated hosts of one machine share its cores.
+std::string machine_of(const std::string& host) {
+  return host.substr(0, host.find(kEmulatedHostSeparator));
+}
+
+// Marks the rendezvous entry of a rank that failed before it could join, followed by why.
+const std::string kFailedToJoin =
+    "\x01"
+    "failed: ";
+
+// The settings that shape messages, which every rank must share; rank 0's are published and
+// the others compare theirs.
+std::vector<std::pair<std::string, std::string>> shared_settings(const Options& o) {
+  return {{"ARCOLL_CHECKSUM", o.checksum ? "1" : "0"},
+          {"ARCOLL_WIRE", std::string(to_string(o.wire))},
+          {"ARCOLL_CHUNK_BYTES", std::to_string(o.chunk_bytes)},
+          {"ARCOLL_CHANNELS", std::to_string(o.channels)}};
+}
+
+void check_shared_settings(StoreClient& store, const Options& options, int rank,
+                           Clock::time_point deadline) {
+  std::string mine;
+  for (const auto& [name, value] : shared_settings(options)) mine += name + "=" + value + "\n";
+  if (rank == 0) store.set("settings", mine);
+  auto theirs = store.get("settings", deadline);
+  if (!theirs) throw TimeoutError("rendezvous", "rank 0 did not publish its settings", rank, 0);
+  if (*theirs == mine) return;
+  for (const auto& [name, value] : shared_settings(options)) {
+    const std::string key = name + "=";
+    const std::size_t at = theirs->find(key);
+    const std::string other =
+        at == std::string::npos
+            ? "unset"
+            : theirs->substr(at + key.size(), theirs->find('\n', at) - at - key.size());
+    if (other != value)
+      throw ConfigurationError("rendezvous",
+                               name + " is " + value + " on this rank but " + other +
+                                   " on rank 0: every rank must use the same",
+                               rank, 0);
+  }
+}
+
+// Every rank's host name, and into `r.numa_of` the NUMA node each runs on.
+std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
+                                      std::chrono::milliseconds timeout,
+                                      Clock::time_point deadline) {
+  StoreClient& store = *r.store;
+  store.set("node/" + std::to_string(r.rank),
+            host + '\n' + std::to_string(numa_node_of_cpu(::sched_getcpu())));
+  std::vector<std::string> hosts(static_cast<std::size_t>(r.size));
+  r.numa_of.assign(static_cast<std::size_t>(r.size), -1);
+  std::vector<int> missing;
+  std::optional<PeerError> failed;  // the first rank that said it could not join
+  int present = 0;                  // other ranks that published their host
+  bool store_gone = false;          // rank 0 gave up first: what was not published stays missing
+  for (int p = 0; p < r.size; ++p) {
+    // After the first rank is found missing or failed, only look at what the others already
+    // published.
+    const bool waiting = missing.empty() && !failed;
+    std::optional<std::string> value;
+    if (!store_gone) try {
+        value = store.get("node/" + std::to_string(p), waiting ? deadline : Clock::now());
+      } catch (const PeerError&) {
+        store_gone = true;
+      }
+    if (value && value->starts_with(kFailedToJoin)) {
+      if (!failed)
+        failed.emplace(
+            "rendezvous",
+            "rank " + std::to_string(p) + " could not join: " + value->substr(kFailedToJoin.size()),
+            r.rank, p);
+      continue;
+    }
+    if (value) {
+      const std::size_t end = value->rfind('\n');
+      hosts[static_cast<std::size_t>(p)] = value->substr(0, end);
+      if (end != std::string::npos)
+        r.numa_of[static_cast<std::size_t>(p)] = std::atoi(value->c_str() + end + 1);
+      present += p != r.rank;
+    } else
+      missing.push_back(p);
+  }
+  // Rank 0 holds the store: when the rendezvous failed, it keeps the store until the others
+  // have read why (or a short while), so that they report the cause and not its absence.
+  if (r.rank != 0 && !store_gone) try {
+      store.add("rendezvous/read", 1);
+    } catch (const PeerError&) {
+    }
+  if (r.rank == 0 && (failed || !missing.empty())) {
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (Clock::now() < until && store.add("rendezvous/read", 0) < present)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (failed) throw *failed;
+  if (!missing.empty()) {
+    std::string list;
+    for (int p : missing) list += (list.empty() ? "" : ", ") + std::to_string(p);
+    throw TimeoutError(
+        "rendezvous",
+        "rank(s) " + list + " of " + std::to_string(r.size) +
+            " did not join within the timeout (" + seconds_text(timeout) +
+            ", ARCOLL_TIMEOUT): did they start, with the same master address?" +
+            (store_gone ? " (rank 0 gave up first and closed the rendezvous store)" : ""),
+        r.rank, missing.front());
+  }
+  return hosts;
+}
+
+}  // namespace
+
+std::string seconds_text(std::chrono::milliseconds timeout) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(timeout.count()) / 1000.0);
+  return text;
+}
+
+std::string host_name_of(int rank, int size) {
+  std::string name;
+  if (auto id = env::get("ARCOLL_NODE_ID")) {
+    name = *id;
+  } else {
+    char host[256] = {};
+    name = ::gethostname(host, sizeof host - 1) == 0 ? host : "localhost";
+  }
+  if (auto hosts = env::get("ARCOLL_EMULATED_HOSTS")) {
+    const int n = std::atoi(hosts->c_str());
+    if (n < 1)
+      throw InvalidArgument("communicator",
+                            "ARCOLL_EMULATED_HOSTS='" + *hosts + "' is not a number of hosts >= 1",
+                            rank);
+    name += kEmulatedHostSeparator +
+            std::to_string(static_cast<long long>(rank) * std::min(n, size) / size);
+  }
+  return name;
+}
+
+Rendezvous join(const LaunchInfo& launch, const Options& options, const std::string& host,
+                Clock::time_point deadline) {
+  Rendezvous r;
+  r.rank = launch.rank;
+  r.size = launch.world_size;
+  r.job_token = launch.job_token;
+  r.hosts = {host};
+  if (r.size > 1) {
+    net::Endpoint master{launch.master_addr, launch.master_port};
+    if (r.rank == 0) {
+      net::Fd listener = launch.store_listen_fd >= 0
+                             ? net::Fd(launch.store_listen_fd)
+                             : net::listen_on(net::numeric_address(master.host), master.port);
+      r.server = std::make_unique<StoreServer>(std::move(listener), launch.job_token);
+      master = r.server->endpoint();
+    }
+    r.store = std::make_unique<StoreClient>(master, deadline, r.rank, launch.job_token);
+    if (r.rank == 0 && launch.job_token.empty())
+      log::warn(
+          "no job token (ARCOLL_JOB_TOKEN): connections to this job are checked for being "
+          "arcoll's, not for being this job's; launchers other than arcoll's and mpirun "
+          "should set one");
+    if (r.rank == 0) {
+      std::random_device device;
+      std::uint64_t job = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+      r.store->set("job", std::to_string(job));
+    }
+    auto job = r.store->get("job", deadline);
+    if (!job) throw TimeoutError("rendezvous", "rank 0 did not publish the job id", r.rank, 0);
+    r.job_id = std::stoull(*job);
+    try {
+      check_shared_settings(*r.store, options, r.rank, deadline);
+    } catch (const Error& e) {
+      // In place of this rank's host name: the others stop waiting for it, naming the cause.
+      r.store->set("node/" + std::to_string(r.rank), kFailedToJoin + e.what());
+      throw;
+    }
+    r.listen_address = options.socket_ifname.empty()
+                           ? net::address_reaching(master.host)
+                           : net::interface_address(options.socket_ifname);
+    r.hosts = gather_hosts(r, host, options.timeout, deadline);
+  } else {
+    r.numa_of = {numa_node_of_cpu(::sched_getcpu())};
+  }
+  std::vector<std::string> order;  // hosts numbered by their lowest rank
+  for (const auto& h : r.hosts)
+    if (std::find(order.begin(), order.end(), h) == order.end()) order.push_back(h);
+  for (const auto& h : r.hosts)
+    r.host_of.push_back(static_cast<int>(std::find(order.begin(), order.end(), h) - order.begin()));
+  r.host_count = static_cast<int>(order.size());
+  r.host_id = r.host_of[static_cast<std::size_t>(r.rank)];
+  r.local_size = static_cast<int>(std::count(r.hosts.begin(), r.hosts.end(), host));
+  r.local_rank = static_cast<int>(std::count(r.hosts.begin(), r.hosts.begin() + r.rank, host));
+  const long on_machine = std::count_if(r.hosts.begin(), r.hosts.end(), [&](const std::string& h) {
+    return machine_of(h) == machine_of(host);
+  });
+  r.oversubscribed = on_machine > ::sysconf(_SC_NPROCESSORS_ONLN);
+  return r;
+}
+
+}  // namespace arcoll

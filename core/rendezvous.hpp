@@ -1,0 +1,55 @@
+// Joining a job: rank 0 hosts the store the ranks meet at; they agree on a job id and on the
+// settings that shape messages, and learn where every rank runs. A rank that cannot join says
+// why in the store, so that the others name it and its reason instead of waiting out their
+// timeout.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arcoll/launch.hpp"
+#include "arcoll/options.hpp"
+#include "base/socket.hpp"
+#include "base/store.hpp"
+
+namespace arcoll {
+
+struct Rendezvous {
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<StoreServer> server;  // rank 0's
+  std::unique_ptr<StoreClient> store;   // null in a world of one
+  std::uint64_t job_id = 0;
+  std::string job_token;
+  std::string listen_address;  // where this rank's transports listen
+  std::vector<std::string> hosts;  // the host name of each rank
+  std::vector<int> host_of;        // each rank's host, hosts numbered by their lowest rank
+  std::vector<int> numa_of;        // the NUMA node each rank joined from; -1 unknown
+  int host_count = 1;
+  int host_id = 0;
+  int local_rank = 0;
+  int local_size = 1;
+  // The ranks on this machine outnumber its cores (emulated hosts of a machine share them).
+  bool oversubscribed = false;
+
+  bool same_host(int a, int b) const {
+    return host_of[static_cast<std::size_t>(a)] == host_of[static_cast<std::size_t>(b)];
+  }
+};
+
+// The host this rank runs on: its host name (ARCOLL_NODE_ID when set), split into pretend
+// hosts of consecutive ranks under ARCOLL_EMULATED_HOSTS=N.
+std::string host_name_of(int rank, int size);
+
+// Meets the other ranks of `launch`, waiting for them until `deadline`; this rank runs on
+// `host`. Throws naming the ranks that did not come or could not join.
+Rendezvous join(const LaunchInfo& launch, const Options& options, const std::string& host,
+                net::Clock::time_point deadline);
+
+// "60 s": a timeout as messages give it.
+std::string seconds_text(std::chrono::milliseconds timeout);
+
+}  // namespace arcoll

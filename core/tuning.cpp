@@ -1,0 +1,63 @@
+#include "arcoll/tuning.hpp"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "arcoll/error.hpp"
+#include "base/json_file.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll {
+namespace {
+
+using Json = json_file::Json;
+
+constexpr const char* kFormat = "arcoll-tuning";
+constexpr int kVersion = 1;
+
+}  // namespace
+
+Tuning default_tuning() {
+  Tuning t;
+  t.measured_on = "built-in defaults";
+  for (const TransportInfo* info : TransportRegistry::instance().all())
+    t.transports[info->name] = info->default_costs;
+  return t;
+}
+
+void save_tuning(const Tuning& tuning, const std::string& path) {
+  Json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["measured_on"] = tuning.measured_on;
+  for (const auto& [name, c] : tuning.transports)
+    j["transports"][name] = {{"latency_us", c.latency_us},
+                             {"bandwidth_gbs", c.bandwidth_gbs},
+                             {"reduce_gbs", c.reduce_gbs}};
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw ConfigurationError("tuning file", path + ": cannot be written");
+}
+
+Tuning load_tuning(const std::string& path) {
+  const json_file::Source source{"tuning file", path};
+  const Json j = json_file::parse_object(json_file::read(source), source);
+  if (!j.contains("format") || j["format"] != kFormat)
+    json_file::bad(source, "format", std::string("must be \"") + kFormat + "\"");
+  if (!j.contains("version") || j["version"] != kVersion)
+    json_file::bad(source, "version", "must be " + std::to_string(kVersion));
+  Tuning tuning;
+  if (j.contains("measured_on") && j["measured_on"].is_string())
+    tuning.measured_on = j["measured_on"].get<std::string>();
+  if (!j.contains("transports") || !j["transports"].is_object() || j["transports"].empty())
+    json_file::bad(source, "transports", "must be an object with one entry per transport");
+  for (const auto& [name, entry] : j["transports"].items()) {
+    const std::string at = "transports." + name;
+    tuning.transports[name.data()] = {json_file::positive(entry, source, at, "latency_us"),
+                                      json_file::positive(entry, source, at, "bandwidth_gbs"),
+                                      json_file::positive(entry, source, at, "reduce_gbs")};
+  }
+  return tuning;
+}
+
+}  // namespace arcoll

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The installed arcoll as a downstream project sees it: `cmake --install` into a fresh prefix,
+# then examples/ configured and built as a project of its own against that prefix, through
+# find_package(arcoll CONFIG) with the shared and with the static library and through
+# pkg-config, every program run on 2 ranks and its sums checked; the installed arbench runs
+# too, and the installed headers include nothing that is not installed.
+#
+# Usage: bash install.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=${1:?usage: install.sh BUILD_DIR SOURCE_DIR}
+source_dir=${2:?usage: install.sh BUILD_DIR SOURCE_DIR}
+# shellcheck source=../arbench/lib/common.sh
+source "$source_dir/tests/arbench/lib/common.sh"
+
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" ||
+  fail "cmake --install failed: $(cat "$work/install.log")"
+for file in include/arcoll/communicator.hpp include/arcoll/arcoll.h bin/arbench \
+  lib/libarcoll.a lib/pkgconfig/arcoll.pc lib/cmake/arcoll/arcollConfig.cmake; do
+  [[ -e $prefix/$file ]] || fail "not installed: $file ($(cd "$prefix" && find . -type f | sort | tr '\n' ' '))"
+done
+ls "$prefix"/lib/libarcoll.so* >/dev/null || fail "no shared library installed"
+
+# Public headers only: each compiles on its own with nothing but the prefix to include from.
+for header in "$prefix"/include/arcoll/*; do
+  printf '#include <arcoll/%s>\n' "$(basename "$header")" >"$work/header.cpp"
+  c++ -std=c++20 -fsyntax-only -I"$prefix/include" "$work/header.cpp" 2>"$work/header.err" ||
+    fail "$(basename "$header") does not compile alone: $(cat "$work/header.err")"
+  if grep -q '#include "' "$header"; then
+    grep '#include "' "$header" | grep -v '"arcoll/' &&
+      fail "$(basename "$header") includes a header that is not installed"
+  fi
+done
+
+# Runs `program` as ranks 0 and 1 of a job and checks rank 0's sums: rank r contributes r + i.
+port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+run_two_ranks() {
+  local program=$1 master_port pids=() rank status
+  master_port=$(port)
+  for rank in 0 1; do
+    ARCOLL_RANK=$rank ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 \
+      ARCOLL_MASTER_PORT=$master_port ARCOLL_JOB_TOKEN=install-test \
+      timeout 60 "$program" >"$work/rank$rank.out" 2>&1 &
+    pids+=($!)
+  done
+  for rank in 0 1; do
+    status=0
+    wait "${pids[$rank]}" || status=$?
+    ((status == 0)) || fail "$program: rank $rank exited with $status: $(cat "$work/rank$rank.out")"
+  done
+  grep -q "sum over 2 ranks.*: 1 3 5 7 9 11 13 15$" "$work/rank0.out" ||
+    fail "$program printed wrong sums: $(cat "$work/rank0.out")"
+}
+
+# CMake: shared, then static.
+for static in OFF ON; do
+  dir=$work/cmake-static-$static
+  cmake -S "$source_dir/examples" -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+    -DARCOLL_EXAMPLES_STATIC=$static >"$work/configure.log" 2>&1 ||
+    fail "examples do not configure against the install: $(cat "$work/configure.log")"
+  cmake --build "$dir" >"$work/build.log" 2>&1 ||
+    fail "examples do not build against the install (static $static): $(cat "$work/build.log")"
+  for program in example_allreduce example_allreduce_c; do
+    run_two_ranks "$dir/$program"
+  done
+done
+
+# pkg-config, as a Makefile would use it.
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+cflags=$(pkg-config --cflags arcoll) || fail "pkg-config does not find arcoll"
+libs=$(pkg-config --libs arcoll)
+libdir=$(pkg-config --variable=libdir arcoll)
+# shellcheck disable=SC2086
+c++ -std=c++20 $cflags "$source_dir/examples/allreduce.cpp" -o "$work/allreduce" $libs \
+  -Wl,-rpath,"$libdir" || fail "the C++ example does not build with pkg-config"
+# shellcheck disable=SC2086
+cc $cflags "$source_dir/examples/allreduce.c" -o "$work/allreduce_c" $libs -Wl,-rpath,"$libdir" ||
+  fail "the C example does not build with pkg-config"
+run_two_ranks "$work/allreduce"
+run_two_ranks "$work/allreduce_c"
+
+timeout 120 "$prefix/bin/arbench" --np 2 -b 8 -e 1K -f 8 -w 1 -n 2 >"$work/arbench.out" 2>&1 ||
+  fail "the installed arbench failed: $(cat "$work/arbench.out")"
+grep -q "Out of bounds values : 0 OK" "$work/arbench.out" ||
+  fail "the installed arbench: $(cat "$work/arbench.out")"
+echo "install: ok"

@@ -1,0 +1,190 @@
+// measure_tuning (arcoll/tuning.hpp): link costs measured over a communicator, as collectives
+// load the links. A user of the public API, above the core that reads the figures.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <vector>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/tuning.hpp"
+#include "base/reduce.hpp"
+
+namespace arcoll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kSmallBytes = 8;
+constexpr int kSmallRounds = 200;
+constexpr std::size_t kLargeBytes = 16 << 20;
+constexpr int kLargeRounds = 16;
+constexpr int kTag = 7001;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Mean one-way time of `rounds` round trips of `bytes` between this rank and `peer`; the
+// lower rank of the pair sends first.
+double one_way_seconds(Communicator& comm, int peer, std::size_t bytes, int rounds) {
+  std::vector<char> buffer(bytes);
+  const bool first = comm.rank() < peer;
+  auto round_trip = [&] {
+    if (first) {
+      comm.send(buffer.data(), bytes, peer, kTag);
+      comm.recv(buffer.data(), bytes, peer, kTag);
+    } else {
+      comm.recv(buffer.data(), bytes, peer, kTag);
+      comm.send(buffer.data(), bytes, peer, kTag);
+    }
+  };
+  for (int i = 0; i < std::max(2, rounds / 10); ++i) round_trip();  // warm-up
+  const auto start = Clock::now();
+  for (int i = 0; i < rounds; ++i) round_trip();
+  return seconds_since(start) / rounds / 2;
+}
+
+// What exchanges cost the cores, without a partner: copies in and out of a buffer of `bytes`
+// for `seconds`, for a rank left alone while the others measure.
+void copy_load(std::size_t bytes, double seconds) {
+  std::vector<char> out(bytes, 1), in(bytes);
+  const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+  constexpr std::size_t kPiece = 1 << 20;  // the clock is read between pieces
+  for (std::size_t at = 0; Clock::now() < until; at = (at + kPiece) % bytes) {
+    const std::size_t n = std::min(kPiece, bytes - at);
+    std::memcpy(in.data() + at, out.data() + at, n);
+    std::memcpy(out.data() + at, in.data() + at, n);
+  }
+}
+
+// Median time of `rounds` exchanges of `bytes` each way with `peer`, both directions at once:
+// a step of a collective, where every rank sends and receives. The median, as a loaded host
+// deschedules a rank now and then.
+double exchange_seconds(Communicator& comm, int peer, std::size_t bytes, int rounds) {
+  std::vector<char> out(bytes), in(bytes);
+  auto exchange = [&] { comm.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTag); };
+  for (int i = 0; i < std::max(2, rounds / 10); ++i) exchange();  // warm-up
+  std::vector<double> times;
+  for (int i = 0; i < rounds; ++i) {
+    const auto start = Clock::now();
+    exchange();
+    times.push_back(seconds_since(start));
+  }
+  std::nth_element(times.begin(), times.begin() + rounds / 2, times.end());
+  return times[static_cast<std::size_t>(rounds / 2)];
+}
+
+// GB/s of an f32 sum over buffers larger than the caches: the median of a few runs, as the
+// other ranks of a loaded host reduce at the same time.
+double reduce_gbs() {
+  const std::size_t count = (32u << 20) / sizeof(float);
+  std::vector<float> a(count, 1.0f), b(count, 2.0f);
+  std::vector<double> times;
+  for (int i = 0; i < 5; ++i) {
+    const auto start = Clock::now();
+    kernels::reduce(a.data(), a.data(), b.data(), count, DataType::f32, ReduceOp::sum);
+    times.push_back(seconds_since(start));
+  }
+  std::nth_element(times.begin(), times.begin() + 2, times.end());
+  return static_cast<double>(count * sizeof(float)) / times[2] / 1e9;
+}
+
+std::string today() {
+  char text[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
+  return text;
+}
+
+// What a rank does in one round of measurement, as a ring step loads the links: `partner` to
+// exchange with (-1: none), and whether its figures count.
+struct Role {
+  int partner = -1;
+  bool counted = false;
+};
+
+// Within hosts (`across` false): local ranks 0-1, 2-3, ... all counted. Across hosts: local
+// rank 0 of host 0 with that of host 1, host 2 with 3, ... counted; as in a ring step, one
+// rank per host crosses, while the host's other ranks exchange among themselves (1-2, 3-4,
+// ...), loading the cores as the step's shared-memory transfers do.
+std::vector<Role> roles(const std::vector<std::int32_t>& node_of, bool across) {
+  const int size = static_cast<int>(node_of.size());
+  std::vector<int> local(node_of.size());
+  for (int r = 0; r < size; ++r)
+    local[static_cast<std::size_t>(r)] = static_cast<int>(
+        std::count(node_of.begin(), node_of.begin() + r, node_of[static_cast<std::size_t>(r)]));
+  std::vector<Role> role(node_of.size());
+  for (int r = 0; r < size; ++r)
+    for (int s = 0; s < size; ++s) {
+      const auto [nr, ns] =
+          std::pair(node_of[static_cast<std::size_t>(r)], node_of[static_cast<std::size_t>(s)]);
+      const auto [lr, ls] =
+          std::pair(local[static_cast<std::size_t>(r)], local[static_cast<std::size_t>(s)]);
+      const bool crossing = across && lr == 0 && ls == 0 && (nr ^ 1) == ns;
+      const bool within =
+          nr == ns && (across ? lr > 0 && ls > 0 && ((lr - 1) ^ 1) == ls - 1 : (lr ^ 1) == ls);
+      if (crossing || within) role[static_cast<std::size_t>(r)] = {s, !across || crossing};
+    }
+  return role;
+}
+
+}  // namespace
+
+Tuning measure_tuning(Communicator& comm) {
+  // Collectives keep every rank busy at once, each sending and receiving in every step: on a
+  // host with fewer cores than ranks, or over transports whose copies take the ranks' own
+  // cores, a one-way ping-pong of two ranks alone sees costs the collectives never get. So
+  // the ranks measure at the same time, in pairs (see roles), bandwidth from exchanges both
+  // ways at once; the figures are the means over the counted pairs. Across hosts one pair
+  // per host crosses: the cost model itself divides a host's link among ranks that cross
+  // together.
+  std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
+  const std::int32_t mine = comm.node_id();
+  comm.allgather(&mine, node_of.data(), 1, DataType::i32);
+  const double gamma_gbs = reduce_gbs();  // all at once too
+
+  Tuning tuning;
+  for (const bool across : {false, true}) {
+    const Role role = roles(node_of, across)[static_cast<std::size_t>(comm.rank())];
+    // Summed over the counted pairs: latency (us), bandwidth (GB/s), reduction (GB/s), ranks.
+    double figures[4] = {0, 0, 0, 0};
+    // Across hosts, ranks left alone copy for as long as the pairs measure: a probe of two
+    // exchanges tells them how long that is. (Within hosts every rank but an odd one is paired.)
+    double probe = 0;
+    if (across) {
+      if (role.partner >= 0) probe = exchange_seconds(comm, role.partner, kLargeBytes, 2);
+      comm.allreduce(&probe, 1, DataType::f64, ReduceOp::max);
+    }
+    if (role.partner >= 0) {
+      const double alpha = one_way_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
+      const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
+      if (role.counted) {
+        figures[0] = alpha * 1e6;
+        figures[1] = static_cast<double>(kLargeBytes) / std::max(large - alpha, 1e-9) / 1e9;
+        figures[2] = gamma_gbs;
+        figures[3] = 1;
+      }
+    } else if (across) {
+      copy_load(kLargeBytes, probe * (kLargeRounds + 2));
+    }
+    comm.allreduce(figures, 4, DataType::f64, ReduceOp::sum);
+    if (figures[3] == 0) continue;  // one host, or one rank per host
+    // Every counted pair of a round crosses the same kind of link: that of the lowest
+    // counted rank, told to the others by a broadcast of the name.
+    std::array<char, 32> name{};
+    if (role.counted) comm.transport_to(role.partner).copy(name.data(), name.size() - 1);
+    std::int32_t holder = role.counted ? comm.rank() : comm.size();
+    comm.allreduce(&holder, 1, DataType::i32, ReduceOp::min);
+    comm.broadcast(name.data(), name.size(), DataType::u8, holder);
+    tuning.transports[name.data()] = {figures[0] / figures[3], figures[1] / figures[3],
+                                      figures[2] / figures[3]};
+  }
+  tuning.measured_on = std::to_string(comm.size()) + " ranks on " +
+                       std::to_string(comm.node_count()) + " host(s), rank 0 on " +
+                       comm.node_name() + ", " + today();
+  return tuning;
+}
+
+}  // namespace arcoll

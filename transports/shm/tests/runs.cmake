@@ -1,0 +1,6 @@
+# Large shm messages copied through the rings instead of read across processes (worlds of
+# 2, 3, 5 and 8 ranks).
+gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "shm-staged." DISCOVERY_TIMEOUT 60
+                     TEST_FILTER "*AlgorithmWorld*/ring_*:*AlgorithmWorld*/tree_*:*CollectiveWorld*:*PointToPoint*-*_1ranks:*_4ranks:*_6ranks:*_7ranks"
+                     PROPERTIES TIMEOUT 300
+                     ENVIRONMENT "ARCOLL_TRANSPORT=shm;ARCOLL_SHM_SINGLE_COPY=0")
