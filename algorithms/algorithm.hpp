@@ -15,13 +15,27 @@
 
 namespace arcoll {
 
-enum class Collective : std::uint8_t { allreduce, reduce_scatter, allgather, broadcast, barrier };
+enum class Collective : std::uint8_t {
+  allreduce,
+  reduce_scatter,
+  allgather,
+  broadcast,
+  barrier,
+  reduce,
+  gather,
+  scatter,
+  alltoall,
+  alltoallv,
+};
 std::string_view to_string(Collective collective);
 
 // Arguments of one collective call, already validated by the communicator.
-// allreduce: count elements in send and recv. reduce_scatter: count = elements each rank
-// receives (send holds size*count). allgather: count = elements each rank sends (recv holds
-// size*count). broadcast: recv is the buffer, count its elements, root the source.
+// allreduce, reduce: count elements in send and recv (reduce: recv on the root only).
+// reduce_scatter, scatter: count = elements each rank receives (send holds size*count; scatter:
+// on the root only). allgather, gather: count = elements each rank sends (recv holds
+// size*count; gather: on the root only). broadcast: recv is the buffer, count its elements.
+// alltoall: count elements to and from each rank (size*count in send and recv). alltoallv:
+// the blocks' counts and offsets (elements), size() of each; count unused.
 // ReduceOp::avg never reaches an algorithm: it runs as sum and the communicator divides.
 struct CollectiveArgs {
   const void* send = nullptr;
@@ -30,6 +44,10 @@ struct CollectiveArgs {
   DataType type = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   int root = 0;
+  const std::size_t* send_counts = nullptr;
+  const std::size_t* send_offsets = nullptr;
+  const std::size_t* recv_counts = nullptr;
+  const std::size_t* recv_offsets = nullptr;
 };
 
 using CollectiveFn = std::function<void(PointToPoint&, const CollectiveArgs&)>;

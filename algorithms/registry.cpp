@@ -16,6 +16,16 @@ std::string_view to_string(Collective collective) {
       return "broadcast";
     case Collective::barrier:
       return "barrier";
+    case Collective::reduce:
+      return "reduce";
+    case Collective::gather:
+      return "gather";
+    case Collective::scatter:
+      return "scatter";
+    case Collective::alltoall:
+      return "alltoall";
+    case Collective::alltoallv:
+      return "alltoallv";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
 // Ring algorithms: all-reduce as a reduce-scatter and an all-gather around the ring
-// (bandwidth-optimal: each rank sends 2(p-1)/p of the data); broadcast as a pipelined chain.
+// (bandwidth-optimal: each rank sends 2(p-1)/p of the data); reduce as the reduce-scatter and
+// a gather to the root; broadcast as a pipelined chain.
 #include "algorithms/ring.hpp"
 
 #include <algorithm>
@@ -282,6 +283,33 @@ void ring_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   allgather(p2p, Segments::uniform(a.count, p2p.size()), a.type, out)->run();
 }
 
+// Reduce to the root: the ring's reduce-scatter, then every rank sends the segment it finished
+// to the root, which so receives (p-1)/p of the data once, as the bandwidth bound asks.
+void ring_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t elem = size_of(a.type);
+  const int p = p2p.size(), rank = p2p.rank();
+  const bool root = rank == a.root;
+  if (p == 1 || a.count == 0) {
+    if (root) copy_if_distinct(a.recv, a.send, a.count * elem);
+    return;
+  }
+  const Segments segments = Segments::balanced(a.count, p);
+  char* out = root ? static_cast<char*>(a.recv) : static_cast<char*>(p2p.scratch(a.count * elem, 1));
+  reduce_scatter(p2p, segments, a.type, a.op, static_cast<const char*>(a.send),
+                 [&](int s) { return out + segments.begin(s) * elem; })
+      ->run();
+  if (!root) {
+    p2p.wait(p2p.isend(a.root, out + segments.begin(rank) * elem, segments.count(rank) * elem));
+    return;
+  }
+  std::vector<RequestPtr> receives;
+  for (int r = 0; r < p; ++r)
+    if (r != rank)
+      receives.push_back(
+          p2p.irecv(r, out + segments.begin(r) * elem, segments.count(r) * elem));
+  p2p.wait_all(receives);
+}
+
 // Pipelined chain from `root` around the ring.
 void chain_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
   const int p = p2p.size();
@@ -303,11 +331,13 @@ void chain_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
 
 const AlgorithmRegistrar kRing{AlgorithmInfo{
     "ring",
-    "reduce-scatter + all-gather around the ring, chunk-pipelined; broadcast as a chain",
+    "reduce-scatter + all-gather around the ring, chunk-pipelined; reduce as its reduce-scatter "
+    "and a gather; broadcast as a chain",
     {{Collective::allreduce, ring_allreduce},
      {Collective::reduce_scatter, ring_reduce_scatter},
      {Collective::allgather, ring_allgather},
-     {Collective::broadcast, chain_broadcast}},
+     {Collective::broadcast, chain_broadcast},
+     {Collective::reduce, ring_reduce}},
     [](const CostQuery& q) {
       return allreduce_cost(q.layout.ranks, q.bytes, q.layout.flat(),
                             q.layout.chunk_bytes);

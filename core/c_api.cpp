@@ -10,6 +10,7 @@
 #include <mutex>
 #include <new>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,9 +20,14 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
 #include "arcoll/types.hpp"
+#include "arcoll/work.hpp"
 
 struct arcoll_comm {
   std::unique_ptr<arcoll::Communicator> impl;
+};
+
+struct arcoll_work {
+  arcoll::WorkPtr impl;
 };
 
 namespace {
@@ -105,41 +111,76 @@ arcoll_result_t guarded(const char* function, Body&& body) noexcept {
   throw arcoll::InvalidArgument(function, std::move(message));
 }
 
-// The handles arcoll_comm_init* returned and arcoll_comm_destroy has not freed: a call with
-// any other pointer (destroyed, or never ours) is an error instead of a use after free. A
-// freed handle whose address a later init reuses is live again: the check catches stale
-// handles, not every one.
+// The handles arcoll made and has not freed: a call with any other pointer (freed, or never
+// ours) is an error instead of a use after free. A freed handle whose address a later one
+// reuses is live again: the check catches stale handles, not every one.
+template <class Handle>
 class LiveHandles {
  public:
-  void add(const arcoll_comm* comm) {
+  void add(const Handle* handle) {
     std::lock_guard lock(mutex_);
-    handles_.insert(comm);
+    handles_.insert(handle);
   }
-  bool remove(const arcoll_comm* comm) {
+  bool remove(const Handle* handle) {
     std::lock_guard lock(mutex_);
-    return handles_.erase(comm) == 1;
+    return handles_.erase(handle) == 1;
   }
-  bool contains(const arcoll_comm* comm) const {
+  bool contains(const Handle* handle) const {
     std::lock_guard lock(mutex_);
-    return handles_.count(comm) == 1;
+    return handles_.count(handle) == 1;
   }
 
  private:
   mutable std::mutex mutex_;
-  std::set<const arcoll_comm*> handles_;
+  std::set<const Handle*> handles_;
 };
 
-LiveHandles& live_handles() {
-  static LiveHandles handles;
+template <class Handle>
+LiveHandles<Handle>& live_handles() {
+  static LiveHandles<Handle> handles;
   return handles;
 }
 
 arcoll::Communicator& get(const char* function, const arcoll_comm_t* comm) {
   if (comm == nullptr) invalid(function, "the communicator is NULL");
-  if (!live_handles().contains(comm))
+  if (!live_handles<arcoll_comm>().contains(comm))
     invalid(function,
             "not a live communicator: destroyed already, or not made by arcoll_comm_init*");
   return *comm->impl;
+}
+
+arcoll::Work& get(const char* function, const arcoll_work_t* work) {
+  if (work == nullptr) invalid(function, "the work handle is NULL");
+  if (!live_handles<arcoll_work>().contains(work))
+    invalid(function, "not a live work handle: freed already, or not made by arcoll_i*");
+  return *work->impl;
+}
+
+// A non-blocking call: `issue` checks and queues it; *out gets its handle (NULL on failure).
+template <class Issue>
+arcoll_result_t issue(const char* function, arcoll_work_t** out, Issue&& issue_call) noexcept {
+  if (out == nullptr)
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, function, ": the work output pointer is NULL");
+  *out = nullptr;
+  return guarded(function, [&] {
+    auto work = std::make_unique<arcoll_work>();
+    work->impl = issue_call();
+    live_handles<arcoll_work>().add(work.get());
+    *out = work.release();
+  });
+}
+
+// The result of a completed call's error (null: success), recorded as this thread's last error.
+arcoll_result_t result_of(const std::exception_ptr& error) noexcept {
+  if (!error) return ARCOLL_SUCCESS;
+  return guarded("arcoll_work_wait", [&] { std::rethrow_exception(error); });
+}
+
+// Count and offset arrays of an all-to-all-v: size() entries each.
+std::span<const std::size_t> per_rank(const char* function, const arcoll::Communicator& comm,
+                                      const size_t* values, const char* name) {
+  if (values == nullptr) invalid(function, std::string(name) + " is NULL");
+  return {values, static_cast<std::size_t>(comm.size())};
 }
 
 DataType data_type(const char* function, arcoll_datatype_t type) {
@@ -174,7 +215,7 @@ arcoll_result_t create(const char* function, arcoll_comm_t** out,
   return guarded(function, [&] {
     auto comm = std::make_unique<arcoll_comm>();
     comm->impl = make();
-    live_handles().add(comm.get());
+    live_handles<arcoll_comm>().add(comm.get());
     *out = comm.release();
   });
 }
@@ -255,7 +296,7 @@ arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int world_size,
 
 arcoll_result_t arcoll_comm_destroy(arcoll_comm_t* comm) {
   if (comm == nullptr) return ARCOLL_SUCCESS;
-  if (!live_handles().remove(comm))
+  if (!live_handles<arcoll_comm>().remove(comm))
     return fail(ARCOLL_ERROR_INVALID_ARGUMENT,
                 "arcoll_comm_destroy: not a live communicator: destroyed already, or not made "
                 "by arcoll_comm_init*");
@@ -346,6 +387,190 @@ arcoll_result_t arcoll_broadcast(arcoll_comm_t* comm, void* buffer, size_t count
 arcoll_result_t arcoll_barrier(arcoll_comm_t* comm) {
   static constexpr const char* kFunction = "arcoll_barrier";
   return guarded(kFunction, [&] { get(kFunction, comm).barrier(); });
+}
+
+arcoll_result_t arcoll_reduce(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
+                              arcoll_datatype_t type, arcoll_op_t op, int root) {
+  static constexpr const char* kFunction = "arcoll_reduce";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm)
+        .reduce(send, recv, count, data_type(kFunction, type), reduce_op(kFunction, op), root);
+  });
+}
+
+arcoll_result_t arcoll_gather(arcoll_comm_t* comm, const void* send, void* recv, size_t send_count,
+                              arcoll_datatype_t type, int root) {
+  static constexpr const char* kFunction = "arcoll_gather";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm).gather(send, recv, send_count, data_type(kFunction, type), root);
+  });
+}
+
+arcoll_result_t arcoll_scatter(arcoll_comm_t* comm, const void* send, void* recv,
+                               size_t recv_count, arcoll_datatype_t type, int root) {
+  static constexpr const char* kFunction = "arcoll_scatter";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm).scatter(send, recv, recv_count, data_type(kFunction, type), root);
+  });
+}
+
+arcoll_result_t arcoll_alltoall(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
+                                arcoll_datatype_t type) {
+  static constexpr const char* kFunction = "arcoll_alltoall";
+  return guarded(kFunction, [&] {
+    get(kFunction, comm).alltoall(send, recv, count, data_type(kFunction, type));
+  });
+}
+
+arcoll_result_t arcoll_alltoallv(arcoll_comm_t* comm, const void* send, const size_t* send_counts,
+                                 const size_t* send_offsets, void* recv, const size_t* recv_counts,
+                                 const size_t* recv_offsets, arcoll_datatype_t type) {
+  static constexpr const char* kFunction = "arcoll_alltoallv";
+  return guarded(kFunction, [&] {
+    arcoll::Communicator& c = get(kFunction, comm);
+    c.alltoallv(send, per_rank(kFunction, c, send_counts, "send_counts"),
+                per_rank(kFunction, c, send_offsets, "send_offsets"), recv,
+                per_rank(kFunction, c, recv_counts, "recv_counts"),
+                per_rank(kFunction, c, recv_offsets, "recv_offsets"), data_type(kFunction, type));
+  });
+}
+
+arcoll_result_t arcoll_iallreduce(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
+                                  arcoll_datatype_t type, arcoll_op_t op, arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_iallreduce";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm)
+        .iallreduce(send, recv, count, data_type(kFunction, type), reduce_op(kFunction, op));
+  });
+}
+
+arcoll_result_t arcoll_ireduce_scatter(arcoll_comm_t* comm, const void* send, void* recv,
+                                       size_t recv_count, arcoll_datatype_t type, arcoll_op_t op,
+                                       arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ireduce_scatter";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm)
+        .ireduce_scatter(send, recv, recv_count, data_type(kFunction, type),
+                         reduce_op(kFunction, op));
+  });
+}
+
+arcoll_result_t arcoll_iallgather(arcoll_comm_t* comm, const void* send, void* recv,
+                                  size_t send_count, arcoll_datatype_t type,
+                                  arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_iallgather";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm).iallgather(send, recv, send_count, data_type(kFunction, type));
+  });
+}
+
+arcoll_result_t arcoll_ibroadcast(arcoll_comm_t* comm, void* buffer, size_t count,
+                                  arcoll_datatype_t type, int root, arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ibroadcast";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm).ibroadcast(buffer, count, data_type(kFunction, type), root);
+  });
+}
+
+arcoll_result_t arcoll_ireduce(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
+                               arcoll_datatype_t type, arcoll_op_t op, int root,
+                               arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ireduce";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm)
+        .ireduce(send, recv, count, data_type(kFunction, type), reduce_op(kFunction, op), root);
+  });
+}
+
+arcoll_result_t arcoll_igather(arcoll_comm_t* comm, const void* send, void* recv,
+                               size_t send_count, arcoll_datatype_t type, int root,
+                               arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_igather";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm).igather(send, recv, send_count, data_type(kFunction, type), root);
+  });
+}
+
+arcoll_result_t arcoll_iscatter(arcoll_comm_t* comm, const void* send, void* recv,
+                                size_t recv_count, arcoll_datatype_t type, int root,
+                                arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_iscatter";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm).iscatter(send, recv, recv_count, data_type(kFunction, type), root);
+  });
+}
+
+arcoll_result_t arcoll_ialltoall(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
+                                 arcoll_datatype_t type, arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ialltoall";
+  return issue(kFunction, work, [&] {
+    return get(kFunction, comm).ialltoall(send, recv, count, data_type(kFunction, type));
+  });
+}
+
+arcoll_result_t arcoll_ialltoallv(arcoll_comm_t* comm, const void* send, const size_t* send_counts,
+                                  const size_t* send_offsets, void* recv,
+                                  const size_t* recv_counts, const size_t* recv_offsets,
+                                  arcoll_datatype_t type, arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ialltoallv";
+  return issue(kFunction, work, [&] {
+    arcoll::Communicator& c = get(kFunction, comm);
+    return c.ialltoallv(send, per_rank(kFunction, c, send_counts, "send_counts"),
+                        per_rank(kFunction, c, send_offsets, "send_offsets"), recv,
+                        per_rank(kFunction, c, recv_counts, "recv_counts"),
+                        per_rank(kFunction, c, recv_offsets, "recv_offsets"),
+                        data_type(kFunction, type));
+  });
+}
+
+arcoll_result_t arcoll_ibarrier(arcoll_comm_t* comm, arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ibarrier";
+  return issue(kFunction, work, [&] { return get(kFunction, comm).ibarrier(); });
+}
+
+arcoll_result_t arcoll_work_wait(arcoll_work_t* work) {
+  static constexpr const char* kFunction = "arcoll_work_wait";
+  std::exception_ptr error;
+  const arcoll_result_t checked = guarded(kFunction, [&] {
+    arcoll::Work& w = get(kFunction, work);
+    try {
+      w.wait();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  return checked != ARCOLL_SUCCESS ? checked : result_of(error);
+}
+
+arcoll_result_t arcoll_work_test(arcoll_work_t* work, int* done) {
+  static constexpr const char* kFunction = "arcoll_work_test";
+  return guarded(kFunction, [&] {
+    const arcoll::Work& w = get(kFunction, work);
+    if (done == nullptr) invalid(kFunction, "the output pointer is NULL");
+    *done = w.test() ? 1 : 0;
+  });
+}
+
+arcoll_result_t arcoll_work_on_completion(arcoll_work_t* work,
+                                          void (*callback)(void* user, arcoll_result_t result),
+                                          void* user) {
+  static constexpr const char* kFunction = "arcoll_work_on_completion";
+  return guarded(kFunction, [&] {
+    arcoll::Work& w = get(kFunction, work);
+    if (callback == nullptr) invalid(kFunction, "the callback is NULL");
+    w.on_completion(
+        [callback, user](const arcoll::Work& done) { callback(user, result_of(done.exception())); });
+  });
+}
+
+arcoll_result_t arcoll_work_free(arcoll_work_t* work) {
+  if (work == nullptr) return ARCOLL_SUCCESS;
+  if (!live_handles<arcoll_work>().remove(work))
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT,
+                "arcoll_work_free: not a live work handle: freed already, or not made by "
+                "arcoll_i*");
+  delete work;
+  return ARCOLL_SUCCESS;
 }
 
 arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer, size_t bytes, int peer,

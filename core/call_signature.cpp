@@ -35,17 +35,20 @@ std::string describe_signature(std::uint64_t signature) {
   const auto op = static_cast<ReduceOp>(take(signature, kOpShift, 3));
   const auto algorithms = AlgorithmRegistry::instance().all();
   const unsigned algorithm = take(signature, kAlgorithmShift, 4);
-  std::string text = std::string(to_string(collective)) + " of " +
-                     std::to_string(signature & kCountMask) + " " + std::string(to_string(type));
-  if (collective == Collective::allreduce || collective == Collective::reduce_scatter)
-    text += " (" + std::string(to_string(op));
-  else
-    text += " (root " + std::to_string(take(signature, kRootShift, 9));
-  text +=
-      ", algorithm " +
-      (algorithm < algorithms.size() ? algorithms[algorithm]->name : std::to_string(algorithm)) +
-      ")";
-  return text;
+  const bool reduces = collective == Collective::allreduce ||
+                       collective == Collective::reduce_scatter || collective == Collective::reduce;
+  const bool rooted = collective == Collective::broadcast || collective == Collective::reduce ||
+                      collective == Collective::gather || collective == Collective::scatter;
+  std::string text =
+      std::string(to_string(collective)) + " of " +
+      (collective == Collective::alltoallv ? std::string("blocks of ")
+                                           : std::to_string(signature & kCountMask) + " ") +
+      std::string(to_string(type)) + " (";
+  if (reduces) text += std::string(to_string(op)) + ", ";
+  if (rooted) text += "root " + std::to_string(take(signature, kRootShift, 9)) + ", ";
+  return text + "algorithm " +
+         (algorithm < algorithms.size() ? algorithms[algorithm]->name : std::to_string(algorithm)) +
+         ")";
 }
 
 std::string describe(const CallMismatch& m) {

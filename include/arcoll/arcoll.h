@@ -29,6 +29,9 @@ extern "C" {
 /* A communicator: a group of ranks that run collectives together. Opaque. */
 typedef struct arcoll_comm arcoll_comm_t;
 
+/* A non-blocking call in flight (arcoll_i*): wait for it, test it, free it. Opaque. */
+typedef struct arcoll_work arcoll_work_t;
+
 /* Element types. Values equal those of arcoll::DataType. */
 typedef enum arcoll_datatype {
   ARCOLL_F32 = 0,
@@ -152,8 +155,93 @@ ARCOLL_C_API arcoll_result_t arcoll_allgather(arcoll_comm_t* comm, const void* s
 ARCOLL_C_API arcoll_result_t arcoll_broadcast(arcoll_comm_t* comm, void* buffer, size_t count,
                                               arcoll_datatype_t type, int root);
 
+/* The reduction of every rank's send lands in recv on `root` (recv may be NULL elsewhere).
+ * send == recv on the root is the in-place form. */
+ARCOLL_C_API arcoll_result_t arcoll_reduce(arcoll_comm_t* comm, const void* send, void* recv,
+                                           size_t count, arcoll_datatype_t type, arcoll_op_t op,
+                                           int root);
+
+/* On `root`, recv holds size*send_count elements, block r from rank r (recv may be NULL
+ * elsewhere). In place when send == recv + root*send_count elements on the root. */
+ARCOLL_C_API arcoll_result_t arcoll_gather(arcoll_comm_t* comm, const void* send, void* recv,
+                                           size_t send_count, arcoll_datatype_t type, int root);
+
+/* On `root`, send holds size*recv_count elements, block r going to rank r (send may be NULL
+ * elsewhere). In place when recv == send + root*recv_count elements on the root. */
+ARCOLL_C_API arcoll_result_t arcoll_scatter(arcoll_comm_t* comm, const void* send, void* recv,
+                                            size_t recv_count, arcoll_datatype_t type, int root);
+
+/* Block r of send (count elements) goes to rank r; block r of recv comes from rank r. send
+ * and recv hold size*count elements each and do not overlap. */
+ARCOLL_C_API arcoll_result_t arcoll_alltoall(arcoll_comm_t* comm, const void* send, void* recv,
+                                             size_t count, arcoll_datatype_t type);
+
+/* Blocks of their own sizes: send_counts[r] elements at send_offsets[r] go to rank r, and
+ * recv_counts[r] elements at recv_offsets[r] come from rank r (offsets in elements; each
+ * array holds size entries). What rank a sends to b is what b expects from a. */
+ARCOLL_C_API arcoll_result_t arcoll_alltoallv(arcoll_comm_t* comm, const void* send,
+                                              const size_t* send_counts,
+                                              const size_t* send_offsets, void* recv,
+                                              const size_t* recv_counts,
+                                              const size_t* recv_offsets, arcoll_datatype_t type);
+
 /* Returns once every rank has entered the barrier. */
 ARCOLL_C_API arcoll_result_t arcoll_barrier(arcoll_comm_t* comm);
+
+/* ---- Non-blocking collectives ------------------------------------------------------------ *
+ * The same calls, checked at once (a bad call fails here and starts nothing), then run on the
+ * communicator's progress thread after every call issued before them, while the caller goes
+ * on. *work receives a handle to free with arcoll_work_free (NULL on failure). Buffers and
+ * count arrays must stay valid until the call has completed. A call that fails fails every
+ * later one; destroying the communicator fails the calls that have not completed. */
+
+ARCOLL_C_API arcoll_result_t arcoll_iallreduce(arcoll_comm_t* comm, const void* send, void* recv,
+                                               size_t count, arcoll_datatype_t type,
+                                               arcoll_op_t op, arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ireduce_scatter(arcoll_comm_t* comm, const void* send,
+                                                    void* recv, size_t recv_count,
+                                                    arcoll_datatype_t type, arcoll_op_t op,
+                                                    arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_iallgather(arcoll_comm_t* comm, const void* send, void* recv,
+                                               size_t send_count, arcoll_datatype_t type,
+                                               arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ibroadcast(arcoll_comm_t* comm, void* buffer, size_t count,
+                                               arcoll_datatype_t type, int root,
+                                               arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ireduce(arcoll_comm_t* comm, const void* send, void* recv,
+                                            size_t count, arcoll_datatype_t type, arcoll_op_t op,
+                                            int root, arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_igather(arcoll_comm_t* comm, const void* send, void* recv,
+                                            size_t send_count, arcoll_datatype_t type, int root,
+                                            arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_iscatter(arcoll_comm_t* comm, const void* send, void* recv,
+                                             size_t recv_count, arcoll_datatype_t type, int root,
+                                             arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ialltoall(arcoll_comm_t* comm, const void* send, void* recv,
+                                              size_t count, arcoll_datatype_t type,
+                                              arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ialltoallv(arcoll_comm_t* comm, const void* send,
+                                               const size_t* send_counts,
+                                               const size_t* send_offsets, void* recv,
+                                               const size_t* recv_counts,
+                                               const size_t* recv_offsets, arcoll_datatype_t type,
+                                               arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ibarrier(arcoll_comm_t* comm, arcoll_work_t** work);
+
+/* Waits until the call has completed and returns its result (its message in
+ * arcoll_last_error() when it failed). May be called again: the same result. */
+ARCOLL_C_API arcoll_result_t arcoll_work_wait(arcoll_work_t* work);
+/* *done = 1 once the call has completed (arcoll_work_wait then returns at once), else 0. */
+ARCOLL_C_API arcoll_result_t arcoll_work_test(arcoll_work_t* work, int* done);
+/* Calls callback(user, result) once the call has completed: on the progress thread, or at
+ * once on this one when it has completed already. The callback must not call this
+ * communicator. */
+ARCOLL_C_API arcoll_result_t arcoll_work_on_completion(arcoll_work_t* work,
+                                                       void (*callback)(void* user,
+                                                                        arcoll_result_t result),
+                                                       void* user);
+/* Frees the handle; a call not completed yet still runs to its end. NULL is accepted. */
+ARCOLL_C_API arcoll_result_t arcoll_work_free(arcoll_work_t* work);
 
 /* ---- Point-to-point ---------------------------------------------------------------------- *
  * Sizes are in bytes; peer is another rank (not this one) and tag is >= 0. Messages between

@@ -1,25 +1,34 @@
 // The communicator: a group of ranks that run collectives together.
 //
-// A communicator is used by one thread at a time; every rank calls the same collectives in
-// the same order (as with NCCL and MPI). Every call honours Options::timeout and throws an
+// A communicator is used by one thread at a time (its progress thread runs the non-blocking
+// calls; abort() may come from any thread); every rank calls the same collectives in the same
+// order (as with NCCL and MPI). Every call honours Options::timeout and throws an
 // arcoll::Error naming the operation and the ranks involved instead of hanging.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
 #include "arcoll/types.hpp"
+#include "arcoll/work.hpp"
 
 namespace arcoll {
 
-// What the cost model predicts for one all-reduce.
 struct Tuning;
 
+// One buffer of a coalesced call: `count` elements at `data`.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0;
+};
+
+// What the cost model predicts for one all-reduce.
 struct AllreducePrediction {
   std::string algorithm;
   std::size_t chunk_bytes = 0;  // the pipeline chunk it would run with
@@ -85,6 +94,9 @@ class Communicator {
   void allreduce(void* buffer, std::size_t count, DataType type, ReduceOp op) {
     allreduce(buffer, buffer, count, type, op);
   }
+  // Several buffers reduced in one call, their elements carried as one message stream (as a
+  // training framework's bucket of gradients): each in place.
+  void allreduce_coalesced(std::span<const Buffer> buffers, DataType type, ReduceOp op);
   // send holds size()*recv_count elements; rank r receives block r of the reduction.
   // In place when recv == send + rank()*recv_count elements.
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
@@ -93,7 +105,49 @@ class Communicator {
   // In place when send == recv + rank()*send_count elements.
   void allgather(const void* send, void* recv, std::size_t send_count, DataType type);
   void broadcast(void* buffer, std::size_t count, DataType type, int root);
+  // The reduction of every rank's send lands in recv on `root` only (recv is not used, and
+  // may be null, elsewhere). send == recv on the root is the in-place form.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root);
+  // On `root`, recv holds size()*send_count elements, block r from rank r (recv is not used
+  // elsewhere). In place when send == recv + root*send_count elements on the root.
+  void gather(const void* send, void* recv, std::size_t send_count, DataType type, int root);
+  // On `root`, send holds size()*recv_count elements and rank r receives block r (send is not
+  // used elsewhere). In place when recv == send + root*recv_count elements on the root.
+  void scatter(const void* send, void* recv, std::size_t recv_count, DataType type, int root);
+  // Block r of send (count elements) goes to rank r; block r of recv comes from rank r. send
+  // and recv hold size()*count elements each and must not overlap.
+  void alltoall(const void* send, void* recv, std::size_t count, DataType type);
+  // Blocks of their own sizes: send_counts[r] elements at send_offsets[r] of send go to rank r,
+  // recv_counts[r] at recv_offsets[r] of recv come from rank r (offsets in elements; each span
+  // holds size() entries). What rank a sends to b must be what b expects from a.
+  void alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                 std::span<const std::size_t> send_offsets, void* recv,
+                 std::span<const std::size_t> recv_counts,
+                 std::span<const std::size_t> recv_offsets, DataType type);
   void barrier();
+
+  // Non-blocking forms: the same checks at once, then the call runs on this communicator's
+  // progress thread, after every call issued before it (blocking ones included), while this
+  // thread goes on; the Work says when it is over (work.hpp). Buffers, and the count and
+  // offset arrays, must stay valid until then. A call that fails fails every later one with
+  // its cause; destroying the communicator fails what has not run.
+  WorkPtr iallreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  WorkPtr iallreduce_coalesced(std::span<const Buffer> buffers, DataType type, ReduceOp op);
+  WorkPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type,
+                          ReduceOp op);
+  WorkPtr iallgather(const void* send, void* recv, std::size_t send_count, DataType type);
+  WorkPtr ibroadcast(void* buffer, std::size_t count, DataType type, int root);
+  WorkPtr ireduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                  int root);
+  WorkPtr igather(const void* send, void* recv, std::size_t send_count, DataType type, int root);
+  WorkPtr iscatter(const void* send, void* recv, std::size_t recv_count, DataType type, int root);
+  WorkPtr ialltoall(const void* send, void* recv, std::size_t count, DataType type);
+  WorkPtr ialltoallv(const void* send, std::span<const std::size_t> send_counts,
+                     std::span<const std::size_t> send_offsets, void* recv,
+                     std::span<const std::size_t> recv_counts,
+                     std::span<const std::size_t> recv_offsets, DataType type);
+  WorkPtr ibarrier();
 
   // Point-to-point. Messages between a pair of ranks with the same tag arrive in order, and a
   // receive must name the same number of bytes as its send (a mismatch is an error).
@@ -104,6 +158,10 @@ class Communicator {
   // exchanges and shifts that would deadlock as a send then a receive on every rank.
   void sendrecv(const void* send_buffer, std::size_t send_bytes, int destination, void* recv_buffer,
                 std::size_t recv_bytes, int source, int tag = 0);
+  // Non-blocking forms, run in order with the collectives: a large send completes once its
+  // receive is posted, so a pair that must overlap (an exchange) takes a sendrecv.
+  WorkPtr isend(const void* buffer, std::size_t bytes, int peer, int tag = 0);
+  WorkPtr irecv(void* buffer, std::size_t bytes, int peer, int tag = 0);
 
   class Impl;
 

@@ -459,6 +459,135 @@ static int test_broadcast(arcoll_comm_t* comm, int rank) {
   return 1;
 }
 
+/* Reduce, gather and scatter to and from root 1, all-to-all with equal and unequal blocks. */
+static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size) {
+  enum { kRoot = 1, kCount = 6 };
+  int32_t send[kWorld * kCount], recv[kWorld * kCount];
+  for (int i = 0; i < kCount; ++i) send[i] = rank * 10 + i;
+  if (!check_result(arcoll_reduce(comm, send, rank == kRoot ? recv : NULL, kCount, ARCOLL_I32,
+                                  ARCOLL_MAX, kRoot),
+                    ARCOLL_SUCCESS, "reduce i32 max to root 1"))
+    return 0;
+  if (rank == kRoot) {
+    int ok = 1;
+    for (int i = 0; i < kCount; ++i)
+      if (recv[i] != (size - 1) * 10 + i) ok = 0;
+    check(ok, "reduce: the root holds the maximum");
+  }
+  if (!check_result(arcoll_gather(comm, send, rank == kRoot ? recv : NULL, kCount, ARCOLL_I32,
+                                  kRoot),
+                    ARCOLL_SUCCESS, "gather i32 to root 1"))
+    return 0;
+  if (rank == kRoot) {
+    int ok = 1;
+    for (int q = 0; q < size; ++q)
+      for (int i = 0; i < kCount; ++i)
+        if (recv[q * kCount + i] != q * 10 + i) ok = 0;
+    check(ok, "gather: block r from rank r");
+  }
+  for (int i = 0; i < size * kCount; ++i) send[i] = 1000 + i;
+  if (!check_result(arcoll_scatter(comm, rank == kRoot ? send : NULL, recv, kCount, ARCOLL_I32,
+                                   kRoot),
+                    ARCOLL_SUCCESS, "scatter i32 from root 1"))
+    return 0;
+  int ok = 1;
+  for (int i = 0; i < kCount; ++i)
+    if (recv[i] != 1000 + rank * kCount + i) ok = 0;
+  check(ok, "scatter: rank r gets block r");
+
+  for (int q = 0; q < size; ++q)
+    for (int i = 0; i < kCount; ++i) send[q * kCount + i] = rank * 100 + q * 10 + i;
+  if (!check_result(arcoll_alltoall(comm, send, recv, kCount, ARCOLL_I32), ARCOLL_SUCCESS,
+                    "alltoall i32 block 6"))
+    return 0;
+  ok = 1;
+  for (int q = 0; q < size; ++q)
+    for (int i = 0; i < kCount; ++i)
+      if (recv[q * kCount + i] != q * 100 + rank * 10 + i) ok = 0;
+  check(ok, "alltoall: block q of rank q's send comes to block q");
+
+  /* Rank a sends (a + b) % 3 elements to rank b, packed. */
+  size_t send_counts[kWorld], send_offsets[kWorld], recv_counts[kWorld], recv_offsets[kWorld];
+  size_t at_send = 0, at_recv = 0;
+  for (int q = 0; q < size; ++q) {
+    send_counts[q] = (size_t)((rank + q) % 3);
+    send_offsets[q] = at_send;
+    at_send += send_counts[q];
+    recv_counts[q] = (size_t)((q + rank) % 3);
+    recv_offsets[q] = at_recv;
+    at_recv += recv_counts[q];
+  }
+  for (size_t i = 0; i < at_send; ++i) send[i] = rank * 100 + (int)i;
+  if (!check_result(arcoll_alltoallv(comm, send, send_counts, send_offsets, recv, recv_counts,
+                                     recv_offsets, ARCOLL_I32),
+                    ARCOLL_SUCCESS, "alltoallv i32 unequal blocks"))
+    return 0;
+  ok = 1;
+  for (int q = 0; q < size; ++q) {
+    /* Rank q's block for this rank starts after its blocks for ranks 0 .. rank-1. */
+    size_t start = 0;
+    for (int b = 0; b < rank; ++b) start += (size_t)((q + b) % 3);
+    for (size_t i = 0; i < recv_counts[q]; ++i)
+      if (recv[recv_offsets[q] + i] != q * 100 + (int)(start + i)) ok = 0;
+  }
+  check(ok, "alltoallv: each block from its rank, at its offset");
+  return 1;
+}
+
+static int completions = 0;
+static void count_completion(void* user, arcoll_result_t result) {
+  if (result == ARCOLL_SUCCESS) ++*(int*)user;
+}
+
+/* Many non-blocking all-reduces and others outstanding at once, a callback each, then waited
+ * for; a bad call fails at once with no handle; the handles are freed, a freed one refused. */
+static int test_nonblocking(arcoll_comm_t* comm, int rank, int size) {
+  enum { kCalls = 12, kCount = 1001 };
+  static float buffers[kCalls][kCount];
+  arcoll_work_t* works[kCalls + 2] = {NULL};
+  for (int c = 0; c < kCalls; ++c) {
+    for (int i = 0; i < kCount; ++i) buffers[c][i] = (float)(rank + c + i % 7);
+    char what[64];
+    snprintf(what, sizeof what, "iallreduce %d", c);
+    if (!check_result(arcoll_iallreduce(comm, buffers[c], buffers[c], kCount, ARCOLL_F32,
+                                        ARCOLL_SUM, &works[c]),
+                      ARCOLL_SUCCESS, what))
+      return 0;
+    check_result(arcoll_work_on_completion(works[c], count_completion, &completions),
+                 ARCOLL_SUCCESS, "arcoll_work_on_completion");
+  }
+  int32_t value = rank, gathered[kWorld];
+  if (!check_result(arcoll_iallgather(comm, &value, gathered, 1, ARCOLL_I32, &works[kCalls]),
+                    ARCOLL_SUCCESS, "iallgather") ||
+      !check_result(arcoll_ibarrier(comm, &works[kCalls + 1]), ARCOLL_SUCCESS, "ibarrier"))
+    return 0;
+  arcoll_work_t* rejected = (arcoll_work_t*)1;
+  check_result(arcoll_iallreduce(comm, NULL, buffers[0], 8, ARCOLL_F32, ARCOLL_SUM, &rejected),
+               ARCOLL_ERROR_INVALID_ARGUMENT, "iallreduce from a NULL buffer");
+  check(rejected == NULL, "a rejected call gives no work handle");
+  int ok = 1;
+  for (int c = 0; c < kCalls + 2; ++c)
+    if (arcoll_work_wait(works[c]) != ARCOLL_SUCCESS) ok = 0;
+  check(ok, "every non-blocking call succeeded: %s", ok ? "" : arcoll_last_error());
+  int done = 0;
+  check_result(arcoll_work_test(works[0], &done), ARCOLL_SUCCESS, "arcoll_work_test");
+  check(done == 1, "a waited call tests complete");
+  check(completions == kCalls, "%d of %d completion callbacks ran", completions, kCalls);
+  for (int c = 0; c < kCalls; ++c)
+    for (int i = 0; i < kCount; ++i) {
+      double want = 0;
+      for (int q = 0; q < size; ++q) want += q + c + i % 7;
+      if ((double)buffers[c][i] != want) ok = 0;
+    }
+  check(ok, "non-blocking all-reduces: right sums");
+  for (int q = 0; q < size; ++q) ok = ok && gathered[q] == q;
+  check(ok, "non-blocking all-gather: right blocks");
+  for (int c = 0; c < kCalls + 2; ++c) arcoll_work_free(works[c]);
+  check_result(arcoll_work_wait(works[0]), ARCOLL_ERROR_INVALID_ARGUMENT, "wait on a freed handle");
+  check_result(arcoll_work_free(NULL), ARCOLL_SUCCESS, "arcoll_work_free(NULL)");
+  return ok;
+}
+
 static int test_point_to_point(arcoll_comm_t* comm, int rank) {
   enum { kSmall = 1000, kLarge = 4 << 20 };
   if (rank > 1) return 1;
@@ -577,7 +706,8 @@ static void run_rank(int rank, int size) {
 
   /* Each test returns 0 when a call failed: the ranks are then out of step, so stop. */
   if (test_allreduce(comm, rank, size) && test_reduce_scatter(comm, rank, size) &&
-      test_allgather(comm, rank, size) && test_broadcast(comm, rank)) {
+      test_allgather(comm, rank, size) && test_broadcast(comm, rank) &&
+      test_rooted_and_alltoall(comm, rank, size) && test_nonblocking(comm, rank, size)) {
     REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier");
     if (test_point_to_point(comm, rank)) {
       REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier after point-to-point");

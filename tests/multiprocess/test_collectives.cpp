@@ -96,7 +96,114 @@ TEST_P(CollectiveWorld, ReduceScatterAllgatherBroadcastBarrier) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3, 5, 8));
+// Reduce, gather and scatter from roots that vary with the case, and all-to-all with equal and
+// unequal blocks (some empty), for every type (and every op of reduce), against the reference.
+TEST_P(CollectiveWorld, ReduceGatherScatterAlltoall) {
+  run_ranks(GetParam(), [](Communicator& comm) {
+    const int p = comm.size(), rank = comm.rank();
+    const auto P = static_cast<std::size_t>(p);
+    const std::size_t counts[] = {0, 1, 7, 5003};
+    int root = 0;
+    auto next_root = [&] { return root = (root + 1) % p; };
+    int cases = 0;
+    for (DataType t : kAllDataTypes) {
+      const std::size_t e = size_of(t);
+      for (ReduceOp op : kAllReduceOps) {
+        if (!is_supported(t, op)) continue;
+        for (std::size_t count : counts) {
+          const int r = next_root();
+          auto input = make_input(t, op, rank, count, 13);
+          std::vector<unsigned char> out(count * e);
+          // In place on the root every other case.
+          const bool in_place = ++cases % 2 == 0;
+          comm.reduce(input.data(), rank == r ? (in_place ? input.data() : out.data()) : nullptr,
+                      count, t, op, r);
+          if (rank == r) {
+            EXPECT_EQ(count_wrong(in_place ? input.data() : out.data(), t, op, p, count, 13), 0u)
+                << "reduce to root " << r << " " << label(t, op, count, in_place);
+          }
+        }
+      }
+      for (std::size_t count : counts) {
+        const std::size_t block = count * e;
+        auto block_of = [&](int owner) { return make_input(t, ReduceOp::max, owner, count, 17); };
+        // gather: block q of the root's buffer is rank q's input; in place every other case.
+        const int r = next_root();
+        const bool in_place = ++cases % 2 == 0;
+        std::vector<unsigned char> all(P * block);
+        auto mine = block_of(rank);
+        if (in_place && rank == r) std::copy(mine.begin(), mine.end(), all.begin() + r * block);
+        comm.gather(in_place && rank == r ? all.data() + r * block : mine.data(),
+                    rank == r ? all.data() : nullptr, count, t, r);
+        if (rank == r) {
+          for (int q = 0; q < p; ++q)
+            EXPECT_TRUE(std::equal(all.begin() + q * block, all.begin() + (q + 1) * block,
+                                   block_of(q).begin()))
+                << "gather to root " << r << " block " << q << " " << to_string(t) << " count "
+                << count << (in_place ? " in place" : "");
+        }
+        // scatter: rank q gets block q of the root's buffer; in place on the root as gather.
+        const int s = next_root();
+        std::vector<unsigned char> source(P * block), got(block);
+        for (int q = 0; q < p; ++q) {
+          auto b = block_of(q + 100);
+          std::copy(b.begin(), b.end(), source.begin() + q * block);
+        }
+        comm.scatter(rank == s ? source.data() : nullptr,
+                     in_place && rank == s ? source.data() + s * block : got.data(), count, t, s);
+        const unsigned char* landed = in_place && rank == s ? source.data() + s * block : got.data();
+        EXPECT_TRUE(std::equal(landed, landed + block, block_of(rank + 100).begin()))
+            << "scatter from root " << s << " " << to_string(t) << " count " << count
+            << (in_place ? " in place" : "");
+        // alltoall: block q of rank a's input goes to block a of rank q's output.
+        std::vector<unsigned char> send(P * block), recv(P * block);
+        for (int q = 0; q < p; ++q) {
+          auto b = block_of(rank * p + q);
+          std::copy(b.begin(), b.end(), send.begin() + q * block);
+        }
+        comm.alltoall(send.data(), recv.data(), count, t);
+        for (int q = 0; q < p; ++q)
+          EXPECT_TRUE(std::equal(recv.begin() + q * block, recv.begin() + (q + 1) * block,
+                                 block_of(q * p + rank).begin()))
+              << "alltoall block from rank " << q << " count " << count;
+      }
+      // alltoallv: rank a sends (a + 2b + salt) % 5 * 211 elements to rank b (some empty), the
+      // blocks laid out with gaps and in reverse rank order on the receiving side.
+      for (std::size_t salt : {std::size_t{0}, std::size_t{3}}) {
+        auto amount = [&](int from, int to) {
+          return static_cast<std::size_t>((from + 2 * to + static_cast<int>(salt)) % 5) * 211;
+        };
+        std::vector<std::size_t> send_counts(P), send_offsets(P), recv_counts(P), recv_offsets(P);
+        std::size_t send_total = 0, recv_total = 0;
+        for (int q = 0; q < p; ++q) {
+          send_counts[q] = amount(rank, q);
+          send_offsets[q] = send_total + 3;  // a gap before each block
+          send_total += send_counts[q] + 3;
+        }
+        for (int q = p - 1; q >= 0; --q) {
+          recv_counts[q] = amount(q, rank);
+          recv_offsets[q] = recv_total;
+          recv_total += recv_counts[q] + 1;
+        }
+        std::vector<unsigned char> send(send_total * e), recv(recv_total * e);
+        for (int q = 0; q < p; ++q) {
+          auto b = make_input(t, ReduceOp::max, rank * p + q, send_counts[q], salt);
+          std::copy(b.begin(), b.end(), send.begin() + send_offsets[q] * e);
+        }
+        comm.alltoallv(send.data(), send_counts, send_offsets, recv.data(), recv_counts,
+                       recv_offsets, t);
+        for (int q = 0; q < p; ++q) {
+          auto want = make_input(t, ReduceOp::max, q * p + rank, recv_counts[q], salt);
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), recv.begin() + recv_offsets[q] * e))
+              << "alltoallv block from rank " << q << " (" << recv_counts[q] << " "
+              << to_string(t) << ")";
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
 
 TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
   run_ranks(3, [](Communicator& comm) {

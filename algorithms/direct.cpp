@@ -1,0 +1,85 @@
+// Direct exchanges: every block goes straight from the rank that has it to the rank that needs
+// it, all posted at once. Gather and scatter (the root talks to each rank: it moves (p-1)/p
+// of the data once, which no tree beats in bytes) and all-to-all (each pair exchanges its two
+// blocks; rank r starts with rank r+1 so that no rank is everyone's first partner).
+#include <cstring>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+
+namespace arcoll {
+namespace {
+
+void copy_block(void* dst, const void* src, std::size_t bytes) {
+  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
+}
+
+// Block r of a rooted call's buffer: `count` elements at r * count.
+char* block(void* buffer, int r, std::size_t bytes) {
+  return static_cast<char*>(buffer) + static_cast<std::size_t>(r) * bytes;
+}
+
+void direct_gather(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  if (p2p.rank() != a.root) {
+    p2p.wait(p2p.isend(a.root, a.send, bytes));
+    return;
+  }
+  std::vector<RequestPtr> receives;
+  for (int r = 0; r < p2p.size(); ++r)
+    if (r != a.root) receives.push_back(p2p.irecv(r, block(a.recv, r, bytes), bytes));
+  copy_block(block(a.recv, a.root, bytes), a.send, bytes);
+  p2p.wait_all(receives);
+}
+
+void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  if (p2p.rank() != a.root) {
+    p2p.wait(p2p.irecv(a.root, a.recv, bytes));
+    return;
+  }
+  std::vector<RequestPtr> sends;
+  auto* send = const_cast<void*>(a.send);
+  for (int r = 0; r < p2p.size(); ++r)
+    if (r != a.root) sends.push_back(p2p.isend(r, block(send, r, bytes), bytes));
+  copy_block(a.recv, block(send, a.root, bytes), bytes);
+  p2p.wait_all(sends);
+}
+
+// all-to-all as all-to-all-v with blocks of `count` elements.
+void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
+  const int p = p2p.size(), rank = p2p.rank();
+  const std::size_t elem = size_of(a.type);
+  auto place = [&](const std::size_t* offsets, int r) {
+    return (offsets != nullptr ? offsets[r] : static_cast<std::size_t>(r) * a.count) * elem;
+  };
+  auto bytes = [&](const std::size_t* counts, int r) {
+    return (counts != nullptr ? counts[r] : a.count) * elem;
+  };
+  const auto* send = static_cast<const char*>(a.send);
+  auto* recv = static_cast<char*>(a.recv);
+  std::vector<RequestPtr> requests;
+  for (int k = 1; k < p; ++k) {
+    const int from = (rank - k + p) % p;
+    requests.push_back(
+        p2p.irecv(from, recv + place(a.recv_offsets, from), bytes(a.recv_counts, from)));
+  }
+  for (int k = 1; k < p; ++k) {
+    const int to = (rank + k) % p;
+    requests.push_back(p2p.isend(to, send + place(a.send_offsets, to), bytes(a.send_counts, to)));
+  }
+  copy_block(recv + place(a.recv_offsets, rank), send + place(a.send_offsets, rank),
+             bytes(a.send_counts, rank));
+  p2p.wait_all(requests);
+}
+
+const AlgorithmRegistrar kDirect{AlgorithmInfo{
+    "direct",
+    "every block straight to the rank that needs it: gather, scatter, all-to-all",
+    {{Collective::gather, direct_gather},
+     {Collective::scatter, direct_scatter},
+     {Collective::alltoall, direct_alltoallv},
+     {Collective::alltoallv, direct_alltoallv}}}};
+
+}  // namespace
+}  // namespace arcoll

@@ -1,0 +1,50 @@
+// A communicator's non-blocking calls: run one after another, in the order they were issued,
+// on a thread of their own that starts with the first of them (as MPI's and NCCL's calls are
+// ordered per communicator), each completing its Work (arcoll/work.hpp).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "arcoll/work.hpp"
+
+namespace arcoll {
+
+class QueuedWork;
+
+class WorkQueue {
+ public:
+  WorkQueue() = default;
+  // Runs what is queued to its end (the owner makes it fail fast first), then stops.
+  ~WorkQueue();
+  WorkQueue(const WorkQueue&) = delete;
+  WorkQueue& operator=(const WorkQueue&) = delete;
+
+  // Queues `call`, which runs the call and throws its error; its Work completes when it has.
+  WorkPtr submit(std::string description, std::function<void()> call);
+  // Nothing queued or running: a blocking call may then run on the caller's own thread.
+  bool idle() const;
+  // Waits until every call issued so far has completed.
+  void drain();
+  // Calls queued or running.
+  std::size_t pending() const;
+
+ private:
+  void serve();
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;     // the thread: work queued, or stop
+  std::condition_variable drained_;  // drain(): nothing pending
+  std::deque<std::pair<std::shared_ptr<QueuedWork>, std::function<void()>>> queue_;
+  std::atomic<std::size_t> pending_{0};  // changed under mutex_, read without it by idle()
+  bool stopping_ = false;
+  std::thread thread_;  // started by the first submit
+};
+
+}  // namespace arcoll
