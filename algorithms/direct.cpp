@@ -46,7 +46,8 @@ void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   p2p.wait_all(sends);
 }
 
-// all-to-all as all-to-all-v with blocks of `count` elements.
+// all-to-all as all-to-all-v with blocks of `count` elements. In place (all-to-all's send ==
+// recv), the blocks go from a copy, as the receives overwrite them.
 void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
   const int p = p2p.size(), rank = p2p.rank();
   const std::size_t elem = size_of(a.type);
@@ -58,6 +59,12 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
   };
   const auto* send = static_cast<const char*>(a.send);
   auto* recv = static_cast<char*>(a.recv);
+  if (send == recv && a.count != 0) {
+    const std::size_t whole = static_cast<std::size_t>(p) * a.count * elem;
+    auto* copy = static_cast<char*>(p2p.scratch(whole, 0));
+    std::memcpy(copy, send, whole);
+    send = copy;
+  }
   std::vector<RequestPtr> requests;
   for (int k = 1; k < p; ++k) {
     const int from = (rank - k + p) % p;

@@ -62,6 +62,11 @@ bool reduces(Collective collective) {
          collective == Collective::reduce;
 }
 
+bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
 // "allreduce of 1024 f32": a queued call's description.
 std::string describe(Collective collective, const CollectiveArgs& args) {
   if (collective == Collective::barrier) return "barrier";
@@ -369,9 +374,22 @@ void Communicator::Impl::run_transfers(const char* operation, const std::vector<
   engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
   try {
     std::vector<RequestPtr> posted;
-    for (const Transfer& t : transfers)
-      posted.push_back(engine_->post_tagged(t.kind, t.peer, t.buffer, t.bytes,
+    for (const Transfer& t : transfers) {
+      void* buffer = t.buffer;
+      // A send whose bytes a receive of the same call overwrites goes from a copy.
+      const bool overwritten =
+          t.kind == Request::Kind::send &&
+          std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& r) {
+            return r.kind == Request::Kind::recv && overlap(r.buffer, r.bytes, t.buffer, t.bytes);
+          });
+      if (overwritten) {
+        send_copy_.assign(static_cast<const char*>(t.buffer),
+                          static_cast<const char*>(t.buffer) + t.bytes);
+        buffer = send_copy_.data();
+      }
+      posted.push_back(engine_->post_tagged(t.kind, t.peer, buffer, t.bytes,
                                             static_cast<std::uint32_t>(tag)));
+    }
     for (const RequestPtr& r : posted) engine_->wait(r);
   } catch (const Error& e) {
     fail(e, operation);

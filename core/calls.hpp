@@ -92,6 +92,7 @@ class Communicator::Impl {
   std::uint64_t sequence_ = 0;                        // collectives started
   std::string broken_;           // why the communicator can no longer be used
   std::vector<char> coalesced_;  // the buffers of a coalesced call, one after another
+  std::vector<char> send_copy_;  // a send whose buffer the call's receive overwrites
   // The thread that runs a call holds call_mutex_ for the whole call; abort() from another
   // thread takes it once the call has failed (its waits watch for the request).
   std::mutex call_mutex_;

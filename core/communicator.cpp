@@ -111,7 +111,7 @@ CollectiveArgs alltoall_args(const Impl& impl, const void* send, void* recv, std
   const auto blocks = static_cast<std::size_t>(impl.rendezvous_.size);
   impl.check_buffer("alltoall", send, count, type, blocks);
   impl.check_buffer("alltoall", recv, count, type, blocks);
-  impl.check_overlap("alltoall", send, count * blocks, recv, count * blocks, type, std::nullopt);
+  impl.check_overlap("alltoall", send, count * blocks, recv, count * blocks, type, 0);
   return {send, recv, count, type, ReduceOp::sum, 0};
 }
 

@@ -36,7 +36,14 @@ std::optional<TraceOp> op_named(const std::string& name) {
       {"_reduce_scatter_base", TraceOp::reduce_scatter},
       {"reduce_scatter_tensor", TraceOp::reduce_scatter},
       {"broadcast", TraceOp::broadcast},
-      {"barrier", TraceOp::barrier}};
+      {"barrier", TraceOp::barrier},
+      {"reduce", TraceOp::reduce},
+      {"gather", TraceOp::gather},
+      {"scatter", TraceOp::scatter},
+      {"all_to_all", TraceOp::alltoall},
+      {"alltoall", TraceOp::alltoall},
+      {"all_to_all_single", TraceOp::alltoall},
+      {"alltoall_base", TraceOp::alltoall}};
   auto it = kOps.find(name);
   return it == kOps.end() ? std::nullopt : std::optional(it->second);
 }
@@ -137,16 +144,23 @@ CommsTrace load_comms_trace(const std::string& file, int world_size) {
       const auto out_count = static_cast<std::size_t>(count_field(e, file, where, "out_msg_size"));
       const auto p = static_cast<std::size_t>(world_size);
       // Gathers and scatters move one block per rank: the whole buffer is the block times the
-      // world, on the output side of a gather and the input side of a scatter.
-      const bool gather = call.op == TraceOp::allgather;
-      const bool blocks = gather || call.op == TraceOp::reduce_scatter;
-      const std::size_t block = gather || !blocks ? in_count : out_count;
+      // world, on the output side of a gather and the input side of a scatter; an all-to-all
+      // has it on both sides.
+      const bool gather = call.op == TraceOp::allgather || call.op == TraceOp::gather;
+      const bool all_to_all = call.op == TraceOp::alltoall;
+      const bool blocks = gather || all_to_all || call.op == TraceOp::reduce_scatter ||
+                          call.op == TraceOp::scatter;
       const std::size_t whole = gather ? out_count : in_count;
-      if (blocks && whole != block * p)
+      const std::size_t block = !blocks ? in_count : gather ? in_count : all_to_all ? whole / p
+                                                                                    : out_count;
+      if (blocks && (whole != block * p || (all_to_all && out_count != whole)))
         bad(file, where,
             call.name + " of blocks of " + std::to_string(block) + " elements needs " +
                 std::to_string(block * p) + " on " + std::to_string(world_size) + " ranks, not " +
-                (gather ? "out_msg_size " : "in_msg_size ") + std::to_string(whole));
+                (gather ? "out_msg_size " : "in_msg_size ") + std::to_string(whole) +
+                (all_to_all ? " and out_msg_size " + std::to_string(out_count) +
+                                  " (equal blocks; all_to_allv is left out)"
+                            : ""));
       call.count = block;
     }
     if (e.contains("root")) {
@@ -167,8 +181,10 @@ std::vector<double> run_comms_trace(Communicator& comm, const CommsTrace& trace,
   const auto p = static_cast<std::size_t>(comm.size());
   std::size_t largest = 0;
   for (const TraceCall& c : trace.calls) {
-    const std::size_t elements =
-        c.op == TraceOp::allgather || c.op == TraceOp::reduce_scatter ? c.count * p : c.count;
+    const bool blocks = c.op == TraceOp::allgather || c.op == TraceOp::reduce_scatter ||
+                        c.op == TraceOp::gather || c.op == TraceOp::scatter ||
+                        c.op == TraceOp::alltoall;
+    const std::size_t elements = blocks ? c.count * p : c.count;
     largest = std::max(largest, elements * size_of(c.type));
   }
   std::vector<char> send(largest, 0), recv(largest, 0);
@@ -201,6 +217,18 @@ std::vector<double> run_comms_trace(Communicator& comm, const CommsTrace& trace,
         break;
       case TraceOp::barrier:
         comm.barrier();
+        break;
+      case TraceOp::reduce:
+        comm.reduce(send.data(), recv.data(), c.count, c.type, ReduceOp::sum, c.root);
+        break;
+      case TraceOp::gather:
+        comm.gather(send.data(), recv.data(), c.count, c.type, c.root);
+        break;
+      case TraceOp::scatter:
+        comm.scatter(send.data(), recv.data(), c.count, c.type, c.root);
+        break;
+      case TraceOp::alltoall:
+        comm.alltoall(send.data(), recv.data(), c.count, c.type);
         break;
     }
     latencies.push_back(std::chrono::duration<double>(Clock::now() - start).count());

@@ -17,12 +17,23 @@
 
 namespace arcoll::replay {
 
-enum class TraceOp { allreduce, allgather, reduce_scatter, broadcast, barrier };
+enum class TraceOp {
+  allreduce,
+  allgather,
+  reduce_scatter,
+  broadcast,
+  barrier,
+  reduce,
+  gather,
+  scatter,
+  alltoall,
+};
 
 struct TraceCall {
   std::string name;  // as PARAM names it: all_reduce, all_gather, reduce_scatter, ...
   TraceOp op = TraceOp::allreduce;
-  std::size_t count = 0;  // elements: of the all-reduce or broadcast, each rank's block otherwise
+  std::size_t count = 0;  // elements: of the all-reduce, reduce or broadcast, each rank's block
+                          // otherwise
   DataType type = DataType::f32;
   int root = 0;
   std::optional<std::int64_t> start_ns;
@@ -31,7 +42,7 @@ struct TraceCall {
 struct CommsTrace {
   std::string source;  // the file
   std::vector<TraceCall> calls;
-  // Entries left out, by reason ("all_to_all: arcoll has no all-to-all").
+  // Entries left out, by reason ("send: arcoll has no such collective").
   std::vector<std::pair<std::string, std::size_t>> skipped;
 };
 

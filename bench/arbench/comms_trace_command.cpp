@@ -23,6 +23,9 @@ double call_bytes(const rp::TraceCall& c, int ranks) {
   switch (c.op) {
     case rp::TraceOp::allgather:
     case rp::TraceOp::reduce_scatter:
+    case rp::TraceOp::gather:
+    case rp::TraceOp::scatter:
+    case rp::TraceOp::alltoall:
       return block * ranks;
     case rp::TraceOp::barrier:
       return 0;

@@ -1,4 +1,4 @@
-// arbench: allreduce benchmark with nccl-tests' all_reduce_perf columns.
+// arbench: collective benchmark with nccl-tests' columns (all_reduce_perf and the others).
 //
 // Without a launcher it forks --np ranks on this host; under mpirun, srun, torchrun or with
 // ARCOLL_RANK set it runs as the rank the environment describes. The plain sweep is the
@@ -51,6 +51,11 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       ->capture_default_str();
   add("--min-busbw", flags.min_busbw, "GB/s",
       "Fail (exit 1, a FAILED line) when the average bus bandwidth is below this: a health gate");
+  add("--coll", flags.coll, "NAME",
+      "Collective: allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall, gather, "
+      "scatter or sendrecv (nccl-tests' names too: all_reduce, all_gather), a comma-separated "
+      "list, or all; sizes, busbw and checks as nccl-tests' binary of that name")
+      ->capture_default_str();
   add("-d,--datatype", flags.datatype, "TYPE",
       "f32 f64 f16 bf16 i8 u8 i32 i64 (or nccl-tests' names), a comma-separated list, or all")
       ->capture_default_str();
@@ -106,7 +111,7 @@ struct Subcommand {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"arbench: allreduce benchmark with nccl-tests' all_reduce_perf columns"};
+  CLI::App app{"arbench: collective benchmark with nccl-tests' columns"};
   app.set_version_flag("--version", "arbench " + std::string(arcoll::version()) + " (git " +
                                         std::string(arcoll::git_commit()) + ")");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last one wins

@@ -259,13 +259,35 @@ Pattern::Errors Pattern::errors(const void* result, std::size_t count) const {
   return e;
 }
 
-void Pattern::fill_input(void* buffer, std::size_t count) const {
-  auto* out = static_cast<std::byte*>(buffer);
-  for (std::size_t done = 0; done < count;) {
-    const std::size_t n = std::min(kPeriod, count - done);
-    std::memcpy(out + done * element_size_, input_.data(), n * element_size_);
-    done += n;
+template <class Piece>
+void Pattern::by_period(std::size_t count, std::size_t first, Piece&& piece) {
+  for (std::size_t i = 0; i < count;) {
+    const std::size_t j = (first + i) % kPeriod;
+    const std::size_t n = std::min(kPeriod - j, count - i);
+    piece(i, j, n);
+    i += n;
   }
+}
+
+void Pattern::fill_input(void* buffer, std::size_t count, std::size_t first) const {
+  auto* out = static_cast<std::byte*>(buffer);
+  by_period(count, first, [&](std::size_t i, std::size_t j, std::size_t n) {
+    std::memcpy(out + i * element_size_, input_.data() + j * element_size_, n * element_size_);
+  });
+}
+
+std::int64_t Pattern::count_unlike_input(const void* result, std::size_t count,
+                                         std::size_t first) const {
+  const auto* got = static_cast<const std::byte*>(result);
+  std::int64_t wrong = 0;
+  by_period(count, first, [&](std::size_t i, std::size_t j, std::size_t n) {
+    const std::byte* block = got + i * element_size_;
+    const std::byte* want = input_.data() + j * element_size_;
+    if (std::memcmp(block, want, n * element_size_) == 0) return;
+    for (std::size_t k = 0; k < n; ++k)
+      wrong += std::memcmp(block + k * element_size_, want + k * element_size_, element_size_) != 0;
+  });
+  return wrong;
 }
 
 void Pattern::poison(void* buffer, std::size_t count) const {
@@ -274,17 +296,17 @@ void Pattern::poison(void* buffer, std::size_t count) const {
   std::memset(buffer, 0xff, count * element_size_);
 }
 
-std::int64_t Pattern::count_wrong(const void* result, std::size_t count) const {
+std::int64_t Pattern::count_wrong(const void* result, std::size_t count, std::size_t first) const {
   const auto* got = static_cast<const std::byte*>(result);
   std::int64_t wrong = 0;
-  for (std::size_t done = 0; done < count; done += kPeriod) {
-    const std::size_t n = std::min(kPeriod, count - done);
-    const std::byte* block = got + done * element_size_;
-    if (std::memcmp(block, expected_.data(), n * element_size_) == 0) continue;
+  by_period(count, first, [&](std::size_t i, std::size_t j0, std::size_t n) {
+    const std::byte* block = got + i * element_size_;
+    if (std::memcmp(block, expected_.data() + j0 * element_size_, n * element_size_) == 0) return;
     wrong += with_type(type_, [&]<typename T>() {
       std::int64_t differing = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        const T value = load<T>(block, j);
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t j = j0 + k;
+        const T value = load<T>(block, k);
         if constexpr (kIsFloating<T>) {
           const double v = Floating<T>::to_double(value);
           const double want = expected_value_[j];
@@ -296,7 +318,7 @@ std::int64_t Pattern::count_wrong(const void* result, std::size_t count) const {
       }
       return differing;
     });
-  }
+  });
   return wrong;
 }
 

@@ -46,7 +46,9 @@ decltype(auto) with_type(arcoll::DataType type, F&& f) {
   throw std::invalid_argument("arbench: unknown data type");
 }
 
-// One rank's input and the expected allreduce result for one type and operator.
+// One rank's input and the expected reduction over every rank's input, for one type and
+// operator. Element i of either is element i % kPeriod of the pattern; the calls below start
+// at pattern element `first` (block r of a reduce-scatter starts at r * count).
 //
 // Values are chosen so that results are exact whatever the reduction order: small integers
 // for sum and avg (so that every partial sum is representable), {1, 2, -1} for prod on
@@ -73,13 +75,18 @@ class Pattern {
   Pattern(arcoll::DataType type, arcoll::ReduceOp op, int rank, int world_size,
           arcoll::DataType wire = arcoll::DataType::f32);
 
-  // Writes this rank's first `count` input elements to `buffer`.
-  void fill_input(void* buffer, std::size_t count) const;
+  // Writes `count` of this rank's input elements, from element `first`, to `buffer`.
+  void fill_input(void* buffer, std::size_t count, std::size_t first = 0) const;
   // Overwrites `count` elements with a value that no correct result equals everywhere, so that
   // an allreduce which writes nothing is caught.
   void poison(void* buffer, std::size_t count) const;
-  // Number of the first `count` elements of `result` that differ from the expected result.
-  std::int64_t count_wrong(const void* result, std::size_t count) const;
+  // Number of the `count` elements of `result` that differ from the expected reduction's,
+  // from element `first`.
+  std::int64_t count_wrong(const void* result, std::size_t count, std::size_t first = 0) const;
+  // Number of the `count` elements of `result` that differ from this rank's input from element
+  // `first`: what a collective that moves data (all-gather, all-to-all...) must deliver.
+  std::int64_t count_unlike_input(const void* result, std::size_t count,
+                                  std::size_t first = 0) const;
 
   // Whether the inputs are the wire's reals (see above).
   bool rounded_by_wire() const { return !magnitude_.empty(); }
@@ -95,6 +102,10 @@ class Pattern {
 
  private:
   void fill_wire_reals(int rank, int world_size, double unit_roundoff);
+  // Calls piece(i, j, n) over `count` elements from pattern element `first`: n elements at i
+  // are pattern elements j .. j+n-1.
+  template <class Piece>
+  static void by_period(std::size_t count, std::size_t first, Piece&& piece);
 
   arcoll::DataType type_;
   arcoll::ReduceOp op_;

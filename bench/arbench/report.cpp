@@ -36,6 +36,17 @@ std::vector<std::string> op_names(const SweepSettings& sweep) {
   return names;
 }
 
+// nccl-tests' redop column: the operator, "none" for collectives that do not reduce.
+std::string op_text(const Row& row) {
+  return reduces(row.coll) ? std::string(arcoll::to_string(row.op)) : "none";
+}
+
+std::string colls_text(const SweepSettings& sweep) {
+  std::vector<std::string> names;
+  for (Coll coll : sweep.colls) names.emplace_back(to_string(coll));
+  return join(names, ", ");
+}
+
 std::string wrong_text(const GroupResult& g) {
   return g.wrong ? std::to_string(*g.wrong) : std::string("N/A");
 }
@@ -115,8 +126,8 @@ std::string format_time_us(double us) {
 
 std::string table_header(const RunInfo& info) {
   std::string out;
-  out += printf_string("# arbench %s (arcoll git %s): allreduce\n", info.arcoll_version.c_str(),
-                       info.git_commit.c_str());
+  out += printf_string("# arbench %s (arcoll git %s): %s\n", info.arcoll_version.c_str(),
+                       info.git_commit.c_str(), colls_text(info.sweep).c_str());
   const bool by_factor = info.step_factor.has_value();
   out += printf_string(
       "# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d\n",
@@ -176,7 +187,7 @@ std::string table_header(const RunInfo& info) {
 std::string table_row(const Row& row) {
   std::string out = printf_string("%12zu  %12zu  %8s  %6s  %6d", row.size_bytes, row.count,
                                   std::string(arcoll::to_string(row.type)).c_str(),
-                                  std::string(arcoll::to_string(row.op)).c_str(), row.root);
+                                  op_text(row).c_str(), row.root);
   for (const GroupResult* g : {&row.out_of_place, &row.in_place})
     out += printf_string("  %7s  %6.2f  %6.2f  %5s", format_time_us(g->time_us).c_str(),
                          g->algbw_gbs, g->busbw_gbs, wrong_text(*g).c_str());
@@ -214,7 +225,7 @@ std::string algorithms_row(const Row& row) {
     wrong = std::to_string(*row.out_of_place.wrong + *row.in_place.wrong);
   return printf_string("%12zu  %12zu  %6s  %6s  %-20s  %9s  %9s  %7s  %7.2f  %6s", row.size_bytes,
                        row.count, std::string(arcoll::to_string(row.type)).c_str(),
-                       std::string(arcoll::to_string(row.op)).c_str(), algorithm.c_str(),
+                       op_text(row).c_str(), algorithm.c_str(),
                        predicted.c_str(), format_time_us(measured).c_str(), error.c_str(),
                        row.out_of_place.busbw_gbs, wrong.c_str()) +
          wire_error_text(row) + "\n";
@@ -251,7 +262,7 @@ std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
   const Row& first = rows.front();
   std::string out = printf_string("%12zu  %12zu  %6s  %6s", first.size_bytes, first.count,
                                   std::string(arcoll::to_string(first.type)).c_str(),
-                                  std::string(arcoll::to_string(first.op)).c_str());
+                                  op_text(first).c_str());
   const Row* reference = nullptr;
   for (std::size_t i = 0; i < info.backends.size(); ++i) {
     const Row* row = nullptr;
@@ -292,11 +303,15 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
   return out;
 }
 
-std::string skipped_line(const std::string& backend, arcoll::DataType type, arcoll::ReduceOp op,
-                         const std::string& reason) {
-  return printf_string("# %s: %s %s skipped: %s\n", backend.c_str(),
-                       std::string(arcoll::to_string(type)).c_str(),
-                       std::string(arcoll::to_string(op)).c_str(), reason.c_str());
+std::string skipped_line(const std::string& backend, Coll coll, arcoll::DataType type,
+                         arcoll::ReduceOp op, const std::string& reason) {
+  std::string what = std::string(to_string(coll)) + " " + std::string(arcoll::to_string(type));
+  if (reduces(coll)) what += " " + std::string(arcoll::to_string(op));
+  return printf_string("# %s: %s skipped: %s\n", backend.c_str(), what.c_str(), reason.c_str());
+}
+
+std::string collective_line(Coll coll) {
+  return "# " + std::string(to_string(coll)) + "\n";
 }
 
 std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary) {
@@ -316,7 +331,7 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"os", info.host.os},
       {"arcoll_version", info.arcoll_version},
       {"git_commit", info.git_commit},
-      {"collective", "allreduce"},
+      {"collective", colls_text(info.sweep)},
       {"transport", info.transport},
       {"algorithm", info.algorithm},
       {"world_size", info.world_size},
@@ -353,10 +368,11 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
   json json_rows = json::array();
   for (const Row& row : rows)
     json_rows.push_back({{"backend", row.backend},
+                         {"collective", to_string(row.coll)},
                          {"size_bytes", row.size_bytes},
                          {"count", row.count},
                          {"type", arcoll::to_string(row.type)},
-                         {"op", arcoll::to_string(row.op)},
+                         {"op", op_text(row)},
                          {"root", row.root},
                          {"out_of_place", group_json(row.out_of_place)},
                          {"in_place", group_json(row.in_place)},
@@ -391,7 +407,7 @@ std::string csv_report(const RunInfo& info, const std::vector<Row>& rows) {
       info.command_line,
   };
   std::string out =
-      "size_bytes,count,type,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,"
+      "collective,size_bytes,count,type,op,root,placement,time_us,algbw_gbs,busbw_gbs,wrong,"
       "hostname,cpu_model,cores,memory_bytes,kernel,os,arcoll_version,git_commit,transport,"
       "algorithm,world_size,nodes,ranks_per_node,date,iters,warmup_iters,check,command_line\n";
   std::string metadata_fields;
@@ -403,10 +419,11 @@ std::string csv_report(const RunInfo& info, const std::vector<Row>& rows) {
     const std::pair<const char*, const GroupResult*> groups[] = {
         {"out_of_place", &row.out_of_place}, {"in_place", &row.in_place}};
     for (auto [placement, g] : groups) {
-      const std::string fields[] = {std::to_string(row.size_bytes),
+      const std::string fields[] = {std::string(to_string(row.coll)),
+                                    std::to_string(row.size_bytes),
                                     std::to_string(row.count),
                                     std::string(arcoll::to_string(row.type)),
-                                    std::string(arcoll::to_string(row.op)),
+                                    op_text(row),
                                     std::to_string(row.root),
                                     placement,
                                     exact_number(g->time_us),

@@ -80,8 +80,10 @@ std::string format_time_us(double us);
 std::string compare_header(const RunInfo& info);
 std::string compare_row(const RunInfo& info, const std::vector<Row>& rows);
 std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows);
-std::string skipped_line(const std::string& backend, arcoll::DataType type, arcoll::ReduceOp op,
-                         const std::string& reason);
+std::string skipped_line(const std::string& backend, Coll coll, arcoll::DataType type,
+                         arcoll::ReduceOp op, const std::string& reason);
+// "# allgather": where a collective's rows begin when a sweep has several.
+std::string collective_line(Coll coll);
 
 std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const Summary& summary);
 std::string csv_report(const RunInfo& info, const std::vector<Row>& rows);

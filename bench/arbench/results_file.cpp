@@ -44,7 +44,8 @@ std::string ResultRow::key() const {
 }
 
 std::string ResultRow::series() const {
-  return backend + (backend == "arcoll" ? " (" + algorithm + ")" : "") + " " + transport + " " +
+  return (collective == "allreduce" ? "" : collective + " ") + backend +
+         (backend == "arcoll" ? " (" + algorithm + ")" : "") + " " + transport + " " +
          type + " " + op + " np=" + std::to_string(world_size);
 }
 
@@ -85,6 +86,9 @@ ResultsFile load_results(const std::string& path) {
     const ResultsJson& r = rows[i];
     ResultRow row;
     row.backend = field(r, "backend", path, where, string, "a string").get<std::string>();
+    // Files from before arbench measured other collectives hold all-reduces.
+    if (r.contains("collective"))
+      row.collective = field(r, "collective", path, where, string, "a string").get<std::string>();
     row.algorithm = algorithm;
     row.transport = transport;
     row.world_size = world;

@@ -25,14 +25,15 @@ struct GroupFigures {
 // A sweep row and what identifies it across files.
 struct ResultRow {
   std::string backend;    // "arcoll", "arcoll/ring", "mpi", ...
+  std::string collective = "allreduce";
   std::string algorithm;  // the run's algorithm (metadata), for arcoll rows
   std::string transport;
   std::string type, op;
   int world_size = 0;
   std::size_t size_bytes = 0;
   GroupFigures out_of_place, in_place;
-  // (backend, algorithm, transport, type, op, world size, size): rows of two runs that measure
-  // the same thing have the same key.
+  // (collective, backend, algorithm, transport, type, op, world size, size): rows of two runs
+  // that measure the same thing have the same key.
   std::string key() const;
   // The same without the size: one line of a plot.
   std::string series() const;

@@ -40,18 +40,76 @@ struct LocalResult {
   Pattern::Errors errors;
 };
 
+// The patterns of a row: this rank's (inputs, and the expected reduction) and, for the
+// collectives that move data, every rank's inputs, which land in this rank's output.
+struct RowPatterns {
+  RowPatterns(Coll coll, DataType type, ReduceOp op, int rank, int ranks, DataType wire)
+      : mine(type, op, rank, ranks, narrowed(coll) ? wire : DataType::f32) {
+    if (reduces(coll)) return;
+    for (int q = 0; q < ranks; ++q) everyone.emplace_back(type, op, q, ranks);
+  }
+  // The collectives arcoll carries in a 16-bit wire format.
+  static bool narrowed(Coll coll) { return coll == Coll::allreduce || coll == Coll::reduce_scatter; }
+  const Pattern& of(int rank) const { return everyone[static_cast<std::size_t>(rank)]; }
+
+  Pattern mine;
+  std::vector<Pattern> everyone;
+};
+
+// Elements of a call's result that differ from what it must deliver on this rank (root 0).
+std::int64_t count_wrong(const Call& c, const RowPatterns& p, int rank, int ranks) {
+  const std::size_t block = c.count;
+  const auto* recv = static_cast<const std::byte*>(c.recv);
+  const std::size_t bytes = block * arcoll::size_of(c.type);
+  auto blocks = [&](auto&& wrong_in) {
+    std::int64_t wrong = 0;
+    for (int q = 0; q < ranks; ++q) wrong += wrong_in(q, recv + static_cast<std::size_t>(q) * bytes);
+    return wrong;
+  };
+  const auto r = static_cast<std::size_t>(rank);
+  switch (c.coll) {
+    case Coll::allreduce:
+      return p.mine.count_wrong(recv, block);
+    case Coll::reduce_scatter:
+      return p.mine.count_wrong(recv, block, r * block);
+    case Coll::reduce:
+      return rank == c.root ? p.mine.count_wrong(recv, block) : 0;
+    case Coll::allgather:
+      return blocks([&](int q, const std::byte* b) { return p.of(q).count_unlike_input(b, block); });
+    case Coll::gather:
+      if (rank != c.root) return 0;
+      return blocks([&](int q, const std::byte* b) { return p.of(q).count_unlike_input(b, block); });
+    case Coll::alltoall:
+      return blocks(
+          [&](int q, const std::byte* b) { return p.of(q).count_unlike_input(b, block, r * block); });
+    case Coll::broadcast:
+      return p.of(c.root).count_unlike_input(recv, block);
+    case Coll::scatter:
+      return p.of(c.root).count_unlike_input(recv, block, r * block);
+    case Coll::sendrecv:
+      return p.of((rank + ranks - 1) % ranks).count_unlike_input(recv, block);
+  }
+  return 0;
+}
+
 // One group: warm-up, `iters` timed iterations, then (when checking) one iteration on fresh
 // inputs whose result is compared with the reference. In place, the timed iterations feed on
 // their own results; only the checked iteration starts from the inputs again.
-LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_buffer,
-                      std::byte* recv_buffer, std::size_t count, bool in_place,
-                      const SweepSettings& settings) {
-  std::byte* send = in_place ? recv_buffer : send_buffer;
-  const std::size_t bytes = count * arcoll::size_of(pattern.type());
-  auto once = [&] { backend.allreduce(send, recv_buffer, count, pattern.type(), pattern.op()); };
+LocalResult run_group(Backend& backend, Coll coll, const RowPatterns& patterns,
+                      std::byte* send_buffer, std::byte* recv_buffer, std::size_t count,
+                      bool in_place, const SweepSettings& settings, int rank, int ranks) {
+  const Pattern& pattern = patterns.mine;
+  const std::size_t e = arcoll::size_of(pattern.type());
+  const CollShape s = shape(coll, count, ranks, rank, /*root=*/0);
+  Call call{coll, send_buffer, recv_buffer, s.block, pattern.type(), pattern.op(), 0};
+  if (in_place && s.in_recv) call.send = recv_buffer + s.send_in_recv * e;
+  if (in_place && !s.in_recv) call.recv = send_buffer + s.recv_in_send * e;
+  auto* send = static_cast<std::byte*>(const_cast<void*>(call.send));
+  const std::size_t bytes = std::max(s.send, s.recv) * e;
+  auto once = [&] { backend.run(call); };
 
-  pattern.fill_input(send, count);
-  backend.stage_in(send, recv_buffer, bytes);
+  pattern.fill_input(send, s.send);
+  backend.stage_in(send, call.recv, bytes);
   for (int i = 0; i < settings.warmup_iters; ++i) once();
   LocalResult result;
   for (int r = 0; r < settings.repeat; ++r) {
@@ -62,13 +120,13 @@ LocalResult run_group(Backend& backend, const Pattern& pattern, std::byte* send_
     result.seconds.push_back(std::chrono::duration<double>(elapsed).count() / settings.iters);
   }
   if (settings.check && backend.reduces()) {
-    pattern.fill_input(send, count);
-    if (!in_place) pattern.poison(recv_buffer, count);
-    backend.stage_in(send, recv_buffer, bytes);
+    if (!in_place) pattern.poison(call.recv, s.recv);
+    pattern.fill_input(send, s.send);
+    backend.stage_in(send, call.recv, bytes);
     once();
-    backend.stage_out(recv_buffer, bytes);
-    result.wrong = pattern.count_wrong(recv_buffer, count);
-    if (pattern.rounded_by_wire()) result.errors = pattern.errors(recv_buffer, count);
+    backend.stage_out(call.recv, bytes);
+    result.wrong = count_wrong(call, patterns, rank, ranks);
+    if (pattern.rounded_by_wire()) result.errors = pattern.errors(call.recv, s.recv);
   }
   return result;
 }
@@ -96,11 +154,18 @@ GroupResult finish(const std::vector<double>& repetitions, std::size_t bytes, do
   return g;
 }
 
-std::vector<std::pair<DataType, ReduceOp>> combinations(const SweepSettings& settings) {
+// The types and operators of a collective's rows: every pair for reductions, every type once
+// (as sum, printed "none") for the collectives that move data.
+std::vector<std::pair<DataType, ReduceOp>> combinations(Coll coll, const SweepSettings& settings) {
   std::vector<std::pair<DataType, ReduceOp>> out;
-  for (DataType type : settings.types)
+  for (DataType type : settings.types) {
+    if (!reduces(coll)) {
+      out.emplace_back(type, ReduceOp::sum);
+      continue;
+    }
     for (ReduceOp op : settings.ops)
       if (arcoll::is_supported(type, op)) out.emplace_back(type, op);
+  }
   return out;
 }
 
@@ -128,7 +193,9 @@ std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_byte
 }
 
 std::size_t row_count(const SweepSettings& settings) {
-  return combinations(settings).size() * settings.sizes.size();
+  std::size_t rows = 0;
+  for (Coll coll : settings.colls) rows += combinations(coll, settings).size() * settings.sizes.size();
+  return rows;
 }
 
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
@@ -139,68 +206,73 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& sett
 
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
                            const SweepSettings& settings, const SweepCallbacks& callbacks) {
+  // Both buffers hold a row's whole size, whatever the collective makes of them.
   std::size_t max_bytes = 0;
   for (std::size_t size : settings.sizes) max_bytes = std::max(max_bytes, size);
   Buffer send = allocate(max_bytes);
   Buffer recv = allocate(max_bytes);
 
-  const int n = comm.size();
+  const int n = comm.size(), rank = comm.rank();
   std::size_t total = 0;
-  for (auto [type, op] : combinations(settings))
-    for (Backend* backend : backends)
-      if (!backend->unsupported(type, op)) total += settings.sizes.size();
+  for (Coll coll : settings.colls)
+    for (auto [type, op] : combinations(coll, settings))
+      for (Backend* backend : backends)
+        if (!backend->unsupported(coll, type, op)) total += settings.sizes.size();
   std::vector<Row> rows;
   rows.reserve(total);
-  for (auto [type, op] : combinations(settings)) {
-    const Pattern pattern(type, op, comm.rank(), n, settings.wire);
-    std::vector<Backend*> running;
-    for (Backend* backend : backends) {
-      if (auto reason = backend->unsupported(type, op)) {
-        if (callbacks.skipped) callbacks.skipped(backend->name(), type, op, *reason);
-      } else {
-        running.push_back(backend);
-      }
-    }
-    for (std::size_t size : settings.sizes)
-      for (Backend* backend : running) {
-        Row row;
-        row.backend = backend->name();
-        row.type = type;
-        row.op = op;
-        row.count = size / arcoll::size_of(type);
-        row.size_bytes = row.count * arcoll::size_of(type);
-        if (callbacks.before) callbacks.before(row, rows.size(), total);
-
-        const LocalResult out = run_group(*backend, pattern, send.get(), recv.get(), row.count,
-                                          /*in_place=*/false, settings);
-        const LocalResult in = run_group(*backend, pattern, send.get(), recv.get(), row.count,
-                                         /*in_place=*/true, settings);
-        std::vector<double> seconds = out.seconds;  // out of place, then in place
-        seconds.insert(seconds.end(), in.seconds.begin(), in.seconds.end());
-        comm.allreduce(seconds.data(), seconds.size(), DataType::f64, ReduceOp::max);
-        const auto middle = seconds.begin() + static_cast<std::ptrdiff_t>(out.seconds.size());
-        row.out_of_place =
-            finish({seconds.begin(), middle}, row.size_bytes, backend->bus_factor(n));
-        row.in_place = finish({middle, seconds.end()}, row.size_bytes, backend->bus_factor(n));
-        if (settings.check && backend->reduces()) {
-          std::int64_t wrong[2] = {out.wrong, in.wrong};
-          comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
-          row.out_of_place.wrong = wrong[0];
-          row.in_place.wrong = wrong[1];
-          if (pattern.rounded_by_wire()) {
-            double errors[4] = {out.errors.max_abs, out.errors.max_rel, in.errors.max_abs,
-                                in.errors.max_rel};
-            comm.allreduce(errors, 4, DataType::f64, ReduceOp::max);
-            row.out_of_place.max_abs_error = errors[0];
-            row.out_of_place.max_rel_error = errors[1];
-            row.in_place.max_abs_error = errors[2];
-            row.in_place.max_rel_error = errors[3];
-          }
+  for (Coll coll : settings.colls)
+    for (auto [type, op] : combinations(coll, settings)) {
+      const RowPatterns patterns(coll, type, op, rank, n, settings.wire);
+      std::vector<Backend*> running;
+      for (Backend* backend : backends) {
+        if (auto reason = backend->unsupported(coll, type, op)) {
+          if (callbacks.skipped) callbacks.skipped(backend->name(), coll, type, op, *reason);
+        } else {
+          running.push_back(backend);
         }
-        rows.push_back(row);
-        if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);
       }
-  }
+      for (std::size_t size : settings.sizes)
+        for (Backend* backend : running) {
+          Row row;
+          row.backend = backend->name();
+          row.coll = coll;
+          row.type = type;
+          row.op = op;
+          row.root = rooted(coll) ? 0 : -1;
+          row.count = row_elements(coll, size / arcoll::size_of(type), n);
+          row.size_bytes = row.count * arcoll::size_of(type);
+          if (callbacks.before) callbacks.before(row, rows.size(), total);
+
+          const LocalResult out = run_group(*backend, coll, patterns, send.get(), recv.get(),
+                                            row.count, /*in_place=*/false, settings, rank, n);
+          const LocalResult in = run_group(*backend, coll, patterns, send.get(), recv.get(),
+                                           row.count, /*in_place=*/true, settings, rank, n);
+          std::vector<double> seconds = out.seconds;  // out of place, then in place
+          seconds.insert(seconds.end(), in.seconds.begin(), in.seconds.end());
+          comm.allreduce(seconds.data(), seconds.size(), DataType::f64, ReduceOp::max);
+          const auto middle = seconds.begin() + static_cast<std::ptrdiff_t>(out.seconds.size());
+          const double factor = backend->bus_factor(coll, n);
+          row.out_of_place = finish({seconds.begin(), middle}, row.size_bytes, factor);
+          row.in_place = finish({middle, seconds.end()}, row.size_bytes, factor);
+          if (settings.check && backend->reduces()) {
+            std::int64_t wrong[2] = {out.wrong, in.wrong};
+            comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
+            row.out_of_place.wrong = wrong[0];
+            row.in_place.wrong = wrong[1];
+            if (patterns.mine.rounded_by_wire()) {
+              double errors[4] = {out.errors.max_abs, out.errors.max_rel, in.errors.max_abs,
+                                  in.errors.max_rel};
+              comm.allreduce(errors, 4, DataType::f64, ReduceOp::max);
+              row.out_of_place.max_abs_error = errors[0];
+              row.out_of_place.max_rel_error = errors[1];
+              row.in_place.max_abs_error = errors[2];
+              row.in_place.max_rel_error = errors[3];
+            }
+          }
+          rows.push_back(row);
+          if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);
+        }
+    }
   return rows;
 }
 

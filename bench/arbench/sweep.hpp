@@ -1,4 +1,5 @@
-// The allreduce sweep: sizes, timing and the correctness check, nccl-tests' way.
+// The sweep: for each collective, type and operator, every size timed and checked,
+// nccl-tests' way.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "arbench/collectives.hpp"
 #include "arcoll/communicator.hpp"
 #include "arcoll/types.hpp"
 
@@ -16,9 +18,11 @@ namespace arbench {
 class Backend;
 
 struct SweepSettings {
+  std::vector<Coll> colls = {Coll::allreduce};
   std::vector<std::size_t> sizes;  // bytes; each row uses size / sizeof(type) elements
   std::vector<arcoll::DataType> types;
-  std::vector<arcoll::ReduceOp> ops;  // pairs that arcoll::is_supported rejects are skipped
+  std::vector<arcoll::ReduceOp> ops;  // pairs that arcoll::is_supported rejects are skipped;
+                                      // collectives that do not reduce run one row ("none")
   int warmup_iters = 5;
   int iters = 20;
   // Timings of `iters` iterations per group (after one warm-up): a row's time is their
@@ -55,11 +59,12 @@ struct GroupResult {
 
 struct Row {
   std::string backend = "arcoll";  // Backend::name() of what ran it
+  Coll coll = Coll::allreduce;
   std::size_t size_bytes = 0;      // count * sizeof(type)
   std::size_t count = 0;
   arcoll::DataType type = arcoll::DataType::f32;
   arcoll::ReduceOp op = arcoll::ReduceOp::sum;
-  int root = -1;  // allreduce has no root
+  int root = -1;  // -1: the collective has no root
   GroupResult out_of_place;
   GroupResult in_place;
   // --algo all: the cost model's time for this size and algorithm, and what auto would run.
@@ -80,20 +85,21 @@ struct SweepCallbacks {
   // the number of rows. `before` sees the row's size, count, type and op only.
   std::function<void(const Row&, std::size_t index, std::size_t total)> before;
   std::function<void(const Row&, std::size_t index, std::size_t total)> after;
-  // Called on every rank, once per type and operator a backend cannot run, before its sizes.
-  std::function<void(const std::string& backend, arcoll::DataType, arcoll::ReduceOp,
+  // Called on every rank, once per collective, type and operator a backend cannot run, before
+  // its sizes.
+  std::function<void(const std::string& backend, Coll, arcoll::DataType, arcoll::ReduceOp,
                      const std::string& reason)>
       skipped;
 };
 
-// Every rank calls this with the same settings. Rows come in nccl-tests' order (type, then op,
-// then size). Errors of the library propagate as arcoll::Error.
+// Every rank calls this with the same settings. Rows come in nccl-tests' order (collective,
+// then type, then op, then size). Errors of the library propagate as arcoll::Error.
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
                            const SweepCallbacks& callbacks = {});
 
-// The same sweep through each of `backends`, interleaved: for every type, op and size, each
-// backend in turn (rows in that order; a backend that cannot run a type and op has no rows for
-// it). `comm` carries arbench's own coordination (the slowest rank's time, the #wrong sum).
+// The same sweep through each of `backends`, interleaved: for every collective, type, op and
+// size, each backend in turn (rows in that order; a backend that cannot run a collective with a
+// type and op has no rows for it). `comm` carries arbench's own coordination (the slowest rank's time, the #wrong sum).
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
                            const SweepSettings& settings, const SweepCallbacks& callbacks = {});
 

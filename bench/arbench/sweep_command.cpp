@@ -95,7 +95,7 @@ std::vector<T> parse_names(const char* flag, const std::string& text, Parse pars
     auto value = parse(name);
     if (!value) {
       std::string known;
-      for (T v : all) known += std::string(arcoll::to_string(v)) + ", ";
+      for (T v : all) known += std::string(to_string(v)) + ", ";
       throw UsageError(std::string(flag) + ": unknown name " + quoted(name) + " (known: " + known +
                        "all)");
     }
@@ -150,6 +150,7 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   }
   plan.sweep.check = parse_integer("-c/--check", flags.check, 0, 1) == 1;
 
+  plan.sweep.colls = parse_names("--coll", flags.coll, parse_coll, kAllColls);
   plan.sweep.types =
       parse_names("-d/--datatype", flags.datatype, arcoll::parse_data_type, arcoll::kAllDataTypes);
   plan.sweep.ops = parse_names("-o/--op", flags.op, arcoll::parse_reduce_op, arcoll::kAllReduceOps);
@@ -237,6 +238,10 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (flags.memcpy) compare += compare.empty() ? "memcpy" : ",memcpy";
   if (!compare.empty() && !plan.algorithms.empty())
     throw UsageError("--algo all and --compare make different tables; give one of them");
+  if (!plan.algorithms.empty() &&
+      (plan.sweep.colls.size() != 1 || plan.sweep.colls.front() != Coll::allreduce))
+    throw UsageError("--algo with a list compares all-reduce algorithms: it takes --coll "
+                     "allreduce only");
   if (!compare.empty()) {
     if (flags.backend != "arcoll")
       throw UsageError("--compare runs arcoll against the backends it names; drop --backend " +
@@ -368,20 +373,28 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
 
   Progress progress(root && ::isatty(STDERR_FILENO) == 1);
   SweepCallbacks callbacks;
+  Coll previous_coll = Coll::allreduce;
   if (root) {
     callbacks.before = [&](const Row& row, std::size_t index, std::size_t total) {
       const int width = static_cast<int>(std::to_string(total).size());
       char prefix[64];
       std::snprintf(prefix, sizeof prefix, "[%*zu/%zu] ", width, index + 1, total);
+      // Where each collective's rows begin, when the sweep has several.
+      if (plan.sweep.colls.size() > 1 && (index == 0 || row.coll != previous_coll)) {
+        progress.clear();
+        print(collective_line(row.coll));
+      }
+      previous_coll = row.coll;
       progress.show(prefix + (plan.compare ? row.backend + " " : std::string()) +
+                    std::string(to_string(row.coll)) + " " +
                     std::string(arcoll::to_string(row.type)) + " " +
                     std::string(arcoll::to_string(row.op)) + " " +
                     format_bytes(static_cast<double>(row.size_bytes)));
     };
-    callbacks.skipped = [&](const std::string& backend, arcoll::DataType type, arcoll::ReduceOp op,
-                            const std::string& reason) {
+    callbacks.skipped = [&](const std::string& backend, Coll coll, arcoll::DataType type,
+                            arcoll::ReduceOp op, const std::string& reason) {
       progress.clear();
-      print(skipped_line(backend, type, op, reason));
+      print(skipped_line(backend, coll, type, op, reason));
     };
     if (info.algorithms) {
       callbacks.after = [&](const Row& row, std::size_t, std::size_t) {
@@ -400,7 +413,7 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
         pending.push_back(row);
         std::size_t running = 0;
         for (Backend* backend : backends)
-          if (!backend->unsupported(row.type, row.op)) ++running;
+          if (!backend->unsupported(row.coll, row.type, row.op)) ++running;
         if (pending.size() < running) return;
         progress.clear();
         print(compare_row(info, pending));

@@ -18,6 +18,7 @@ struct SweepFlags {
   std::string iters = "20";
   std::string repeat = "1";
   std::string min_busbw;
+  std::string coll = "allreduce";
   std::string datatype = "f32";
   std::string op = "sum";
   std::string algo;

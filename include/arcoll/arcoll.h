@@ -172,7 +172,7 @@ ARCOLL_C_API arcoll_result_t arcoll_scatter(arcoll_comm_t* comm, const void* sen
                                             size_t recv_count, arcoll_datatype_t type, int root);
 
 /* Block r of send (count elements) goes to rank r; block r of recv comes from rank r. send
- * and recv hold size*count elements each and do not overlap. */
+ * and recv hold size*count elements each; send == recv is the in-place form. */
 ARCOLL_C_API arcoll_result_t arcoll_alltoall(arcoll_comm_t* comm, const void* send, void* recv,
                                              size_t count, arcoll_datatype_t type);
 

@@ -116,7 +116,7 @@ class Communicator {
   // used elsewhere). In place when recv == send + root*recv_count elements on the root.
   void scatter(const void* send, void* recv, std::size_t recv_count, DataType type, int root);
   // Block r of send (count elements) goes to rank r; block r of recv comes from rank r. send
-  // and recv hold size()*count elements each and must not overlap.
+  // and recv hold size()*count elements each; send == recv is the in-place form.
   void alltoall(const void* send, void* recv, std::size_t count, DataType type);
   // Blocks of their own sizes: send_counts[r] elements at send_offsets[r] of send go to rank r,
   // recv_counts[r] at recv_offsets[r] of recv come from rank r (offsets in elements; each span
@@ -155,7 +155,8 @@ class Communicator {
   void send(const void* buffer, std::size_t bytes, int peer, int tag = 0);
   void recv(void* buffer, std::size_t bytes, int peer, int tag = 0);
   // Sends to `destination` and receives from `source` at the same time (as MPI_Sendrecv):
-  // exchanges and shifts that would deadlock as a send then a receive on every rank.
+  // exchanges and shifts that would deadlock as a send then a receive on every rank. With one
+  // buffer for both (as MPI_Sendrecv_replace), what goes out is what it held before.
   void sendrecv(const void* send_buffer, std::size_t send_bytes, int destination, void* recv_buffer,
                 std::size_t recv_bytes, int source, int tag = 0);
   // Non-blocking forms, run in order with the collectives: a large send completes once its

@@ -48,7 +48,7 @@ done
 if [[ " ${backends[*]} " == *" mpi "* ]]; then
   timeout 120 "$arbench" --np 2 --backend mpi -d f16,f32 -b 1K -e 1K -w 0 -n 1 \
     >"$work/mpi_f16.txt" 2>&1 || fail "--backend mpi -d f16,f32 exited $? ($(cat "$work/mpi_f16.txt"))"
-  grep -q "^# mpi: f16 sum skipped: " "$work/mpi_f16.txt" || fail "no skip line for f16 under MPI"
+  grep -q "^# mpi: allreduce f16 sum skipped: " "$work/mpi_f16.txt" || fail "no skip line for f16 under MPI"
 fi
 
 # --compare: one line per size with every backend's columns and ratios, and JSON rows per backend.

@@ -1,6 +1,8 @@
 // arcoll's own Communicator: what arbench measures by default.
 #include "arbench/backends/backend.hpp"
 
+#include <cstring>
+
 namespace arbench {
 namespace {
 
@@ -16,11 +18,35 @@ class ArcollBackend final : public Backend {
     return "arcoll " + (algorithm_.empty() ? comm_.algorithm_name() : algorithm_) + " over " +
            comm_.transport_name();
   }
-  void allreduce(const void* send, void* recv, std::size_t count, arcoll::DataType type,
-                 arcoll::ReduceOp op) override {
+  void run(const Call& c) override {
     if (!algorithm_.empty() && comm_.options().algorithm != algorithm_)
       comm_.set_algorithm(algorithm_);
-    comm_.allreduce(send, recv, count, type, op);
+    const std::size_t bytes = c.count * arcoll::size_of(c.type);
+    switch (c.coll) {
+      case Coll::allreduce:
+        return comm_.allreduce(c.send, c.recv, c.count, c.type, c.op);
+      case Coll::allgather:
+        return comm_.allgather(c.send, c.recv, c.count, c.type);
+      case Coll::reduce_scatter:
+        return comm_.reduce_scatter(c.send, c.recv, c.count, c.type, c.op);
+      case Coll::broadcast:
+        // arcoll broadcasts one buffer: out of place, the root copies its input there first.
+        if (c.send != c.recv && comm_.rank() == c.root && bytes != 0)
+          std::memcpy(c.recv, c.send, bytes);
+        return comm_.broadcast(c.recv, c.count, c.type, c.root);
+      case Coll::reduce:
+        return comm_.reduce(c.send, c.recv, c.count, c.type, c.op, c.root);
+      case Coll::alltoall:
+        return comm_.alltoall(c.send, c.recv, c.count, c.type);
+      case Coll::gather:
+        return comm_.gather(c.send, c.recv, c.count, c.type, c.root);
+      case Coll::scatter:
+        return comm_.scatter(c.send, c.recv, c.count, c.type, c.root);
+      case Coll::sendrecv: {
+        const int n = comm_.size(), rank = comm_.rank();
+        return comm_.sendrecv(c.send, bytes, (rank + 1) % n, c.recv, bytes, (rank + n - 1) % n);
+      }
+    }
   }
   void barrier() override { comm_.barrier(); }
 

@@ -5,7 +5,7 @@
 
 namespace arbench {
 
-std::optional<std::string> Backend::unsupported(arcoll::DataType, arcoll::ReduceOp) const {
+std::optional<std::string> Backend::unsupported(Coll, arcoll::DataType, arcoll::ReduceOp) const {
   return std::nullopt;
 }
 

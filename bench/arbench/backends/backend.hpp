@@ -1,5 +1,5 @@
-// What the sweep measures: one allreduce implementation behind a small interface, so that the
-// same timing loop and the same check run through arcoll, MPI, Gloo or NCCL.
+// What the sweep measures: one implementation of the collectives behind a small interface, so
+// that the same timing loop and the same check run through arcoll, MPI, Gloo or NCCL.
 #pragma once
 
 #include <cstddef>
@@ -10,11 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "arbench/collectives.hpp"
 #include "arcoll/communicator.hpp"
 #include "arcoll/types.hpp"
 #include "base/registry.hpp"
 
 namespace arbench {
+
+// One call of a collective on this rank's buffers (their shapes: collectives.hpp). `count` is
+// the call's count argument: elements per rank's block for the collectives that split a row.
+// send == recv, or one inside the other at its block, is the collective's in-place form.
+struct Call {
+  Coll coll = Coll::allreduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  arcoll::DataType type = arcoll::DataType::f32;
+  arcoll::ReduceOp op = arcoll::ReduceOp::sum;
+  int root = 0;
+};
 
 class Backend {
  public:
@@ -24,22 +38,21 @@ class Backend {
   virtual std::string name() const = 0;
   // One line for the table's header: what exactly runs ("MPI_Allreduce, Open MPI v4.1.4").
   virtual std::string description() const = 0;
-  // Why `type` with `op` cannot run through this backend, or nullopt when it can. Every rank
-  // gets the same answer.
-  virtual std::optional<std::string> unsupported(arcoll::DataType type, arcoll::ReduceOp op) const;
+  // Why `coll` with `type` and `op` cannot run through this backend, or nullopt when it can.
+  // Every rank gets the same answer.
+  virtual std::optional<std::string> unsupported(Coll coll, arcoll::DataType type,
+                                                 arcoll::ReduceOp op) const;
 
-  // recv[i] = op over ranks of send[i]; send == recv is the in-place form. The pointers are
-  // the host buffers of the sweep (see stage_in).
-  virtual void allreduce(const void* send, void* recv, std::size_t count, arcoll::DataType type,
-                         arcoll::ReduceOp op) = 0;
+  // Runs the call. The pointers are the host buffers of the sweep (see stage_in).
+  virtual void run(const Call& call) = 0;
   // All ranks of this backend meet.
   virtual void barrier() = 0;
 
   // False for a reference that copies without reducing (memcpy): its rows are not checked.
   virtual bool reduces() const { return true; }
-  // busbw / algbw: nccl-tests' 2(n-1)/n for an allreduce.
-  virtual double bus_factor(int world_size) const {
-    return 2.0 * (world_size - 1) / world_size;
+  // busbw / algbw: nccl-tests' factor of the collective (collectives.hpp).
+  virtual double bus_factor(Coll coll, int world_size) const {
+    return arbench::bus_factor(coll, world_size);
   }
 
   // Backends that compute in other memory (a GPU) copy the host inputs there before the timed

@@ -1,18 +1,28 @@
-// Gloo's classic allreduce algorithms (ring, ring_chunked, halving_doubling, bcube) over its
-// TCP transport. Ranks meet through a gloo::rendezvous::FileStore in a fresh directory that
+// Gloo over its TCP transport: the classic allreduce algorithms (ring, ring_chunked,
+// halving_doubling, bcube) and the collectives of its newer interface (allgather, broadcast,
+// reduce, alltoall, gather, scatter; Gloo has no reduce-scatter of this kind and no sendrecv
+// collective). Ranks meet through a gloo::rendezvous::FileStore in a fresh directory that
 // rank 0 creates under TMPDIR (or /tmp) and broadcasts through arcoll; it is removed once the
 // full mesh is connected, so it must be visible to every rank (one host, or a shared TMPDIR).
 //
-// Gloo's algorithms work in place: the out-of-place form copies send to recv first, inside
-// the timed call. avg runs as sum followed by a local division by the world size. bf16 has no
-// Gloo type and is skipped; f16 uses gloo::float16.
+// Gloo's allreduce works in place: the out-of-place form copies send to recv first, inside
+// the timed call; its other collectives work out of place: their in-place form copies the
+// input aside first. avg runs as sum followed by a local division by the world size. bf16
+// has no Gloo type and is skipped; f16 uses gloo::float16.
 #include <unistd.h>
 
 #include <gloo/algorithm.h>
 #include <gloo/allreduce_bcube.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
+#include <gloo/allgather.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/alltoall.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
 #include <gloo/barrier_all_to_all.h>
 #include <gloo/config.h>
 #include <gloo/rendezvous/context.h>
@@ -26,6 +36,7 @@
 #include <filesystem>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "arbench/backends/backend.hpp"
 
@@ -63,6 +74,47 @@ std::unique_ptr<gloo::Algorithm> make_algorithm(const std::string& name,
   if (name == "halving_doubling")
     return std::make_unique<gloo::AllreduceHalvingDoubling<T>>(context, ptrs, count, fn);
   return std::make_unique<gloo::AllreduceBcube<T>>(context, ptrs, count, fn);
+}
+
+// Calls f.template operator()<T>() with T Gloo's type for `type` (bf16 has none).
+template <typename F>
+decltype(auto) with_gloo_type(DataType type, F&& f) {
+  switch (type) {
+    case DataType::f32:
+      return f.template operator()<float>();
+    case DataType::f64:
+      return f.template operator()<double>();
+    case DataType::f16:
+      return f.template operator()<gloo::float16>();
+    case DataType::i8:
+      return f.template operator()<std::int8_t>();
+    case DataType::u8:
+      return f.template operator()<std::uint8_t>();
+    case DataType::i32:
+      return f.template operator()<std::int32_t>();
+    case DataType::i64:
+      return f.template operator()<std::int64_t>();
+    case DataType::bf16:
+      break;
+  }
+  throw std::runtime_error("gloo backend: no bf16");
+}
+
+template <typename T>
+gloo::ReduceOptions::Func reduce_function(ReduceOp op) {
+  using Fn = void (*)(void*, const void*, const void*, std::size_t);
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return static_cast<Fn>(&gloo::sum<T>);
+    case ReduceOp::prod:
+      return static_cast<Fn>(&gloo::product<T>);
+    case ReduceOp::min:
+      return static_cast<Fn>(&gloo::min<T>);
+    case ReduceOp::max:
+      return static_cast<Fn>(&gloo::max<T>);
+  }
+  return nullptr;
 }
 
 template <typename T>
@@ -137,14 +189,118 @@ class GlooBackend final : public Backend {
   std::string description() const override {
     return "Gloo " + std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) +
            "." + std::to_string(GLOO_VERSION_PATCH) + " " + algorithm_ +
-           " over tcp (in place: out-of-place copies send to recv first)";
+           " over tcp (allreduce in place, out of place copies send to recv first; the other "
+           "collectives' in-place forms copy the input aside first)";
   }
-  std::optional<std::string> unsupported(DataType type, ReduceOp) const override {
+  std::optional<std::string> unsupported(Coll coll, DataType type, ReduceOp) const override {
     if (type == DataType::bf16) return std::string("Gloo has no bf16 type");
+    if (coll == Coll::reduce_scatter || coll == Coll::sendrecv)
+      return "Gloo has no " + std::string(to_string(coll)) + " of this kind";
     return std::nullopt;
   }
-  void allreduce(const void* send, void* recv, std::size_t count, DataType type,
-                 ReduceOp op) override {
+  void run(const Call& c) override {
+    if (c.coll == Coll::allreduce) return allreduce(c.send, c.recv, c.count, c.type, c.op);
+    with_gloo_type(c.type, [&]<typename T>() { run_typed<T>(c); });
+  }
+  void barrier() override { barrier_->run(); }
+
+ private:
+  // The newer interface's collectives, out of place: an in-place call's input is copied aside
+  // first.
+  template <typename T>
+  void run_typed(const Call& c) {
+    const std::size_t elements = c.count;
+    if (elements == 0) return;  // Gloo divides by the bytes to move
+    const std::size_t bytes = elements * sizeof(T);
+    const std::size_t whole = elements * static_cast<std::size_t>(size_);
+    const int rank = context_->rank;
+    const bool root = rank == c.root;
+    auto* recv = static_cast<T*>(c.recv);
+    const auto* recv_bytes = static_cast<const char*>(c.recv);
+    auto input = [&](const void* send, std::size_t n) {
+      const auto* from = static_cast<const char*>(send);
+      const bool aliased = n != 0 && from >= recv_bytes && from < recv_bytes + whole * sizeof(T);
+      return aliased ? input_copy<T>(send, n) : static_cast<T*>(const_cast<void*>(send));
+    };
+    switch (c.coll) {
+      case Coll::allgather: {
+        gloo::AllgatherOptions o(context_);
+        o.setInput(input(c.send, elements), elements);
+        o.setOutput(recv, whole);
+        gloo::allgather(o);
+        break;
+      }
+      case Coll::broadcast: {
+        gloo::BroadcastOptions o(context_);
+        if (root && c.send != c.recv) o.setInput(static_cast<T*>(const_cast<void*>(c.send)), elements);
+        o.setOutput(recv, elements);
+        o.setRoot(c.root);
+        gloo::broadcast(o);
+        break;
+      }
+      case Coll::reduce: {
+        gloo::ReduceOptions o(context_);
+        o.setInput(input(c.send, elements), elements);
+        o.setOutput(root ? recv : output_aside<T>(elements), elements);
+        o.setRoot(c.root);
+        o.setReduceFunction(reduce_function<T>(c.op));
+        gloo::reduce(o);
+        if (c.op == ReduceOp::avg && root) divide_result(recv, elements, c.type);
+        break;
+      }
+      case Coll::alltoall: {
+        gloo::AlltoallOptions o(context_);
+        o.setInput(input(c.send, whole), whole);
+        o.setOutput(recv, whole);
+        gloo::alltoall(o);
+        break;
+      }
+      case Coll::gather: {
+        gloo::GatherOptions o(context_);
+        o.setInput(input(c.send, elements), elements);
+        if (root) o.setOutput(recv, whole);
+        o.setRoot(c.root);
+        gloo::gather(o);
+        break;
+      }
+      case Coll::scatter: {
+        gloo::ScatterOptions o(context_);
+        std::vector<T*> blocks;
+        if (root) {
+          // In place, the root's own block stays where it is: the blocks go from a copy.
+          const auto* send_bytes = static_cast<const char*>(c.send);
+          T* source = recv_bytes == send_bytes + static_cast<std::size_t>(rank) * bytes
+                          ? input_copy<T>(c.send, whole)
+                          : static_cast<T*>(const_cast<void*>(c.send));
+          for (int r = 0; r < size_; ++r) blocks.push_back(source + static_cast<std::size_t>(r) * elements);
+          o.setInputs(blocks, elements);
+        }
+        o.setOutput(recv, elements);
+        o.setRoot(c.root);
+        gloo::scatter(o);
+        break;
+      }
+      default:
+        throw std::runtime_error("gloo backend: no " + std::string(to_string(c.coll)));
+    }
+  }
+  template <typename T>
+  T* input_copy(const void* send, std::size_t n) {
+    aside_.resize(n * sizeof(T));
+    std::memcpy(aside_.data(), send, n * sizeof(T));
+    return reinterpret_cast<T*>(aside_.data());
+  }
+  template <typename T>
+  T* output_aside(std::size_t n) {
+    output_aside_.resize(n * sizeof(T));
+    return reinterpret_cast<T*>(output_aside_.data());
+  }
+  void divide_result(void* buffer, std::size_t count, DataType type) const {
+    if (type == DataType::f32) divide<float>(buffer, count, size_);
+    if (type == DataType::f64) divide<double>(buffer, count, size_);
+    if (type == DataType::f16) divide_half(buffer, count, size_);
+  }
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     if (send != recv && count > 0) std::memcpy(recv, send, count * arcoll::size_of(type));
     if (count == 0) return;
     if (count > static_cast<std::size_t>(INT_MAX))
@@ -181,15 +337,9 @@ class GlooBackend final : public Backend {
       key_ = key;
     }
     cached_->run();
-    if (op == ReduceOp::avg) {
-      if (type == DataType::f32) divide<float>(recv, count, size_);
-      if (type == DataType::f64) divide<double>(recv, count, size_);
-      if (type == DataType::f16) divide_half(recv, count, size_);
-    }
+    if (op == ReduceOp::avg) divide_result(recv, count, type);
   }
-  void barrier() override { barrier_->run(); }
 
- private:
   std::string algorithm_;
   int size_;
   std::shared_ptr<gloo::Context> context_;
@@ -198,6 +348,8 @@ class GlooBackend final : public Backend {
   // repeats the same call.
   std::unique_ptr<gloo::Algorithm> cached_;
   std::tuple<void*, std::size_t, DataType, ReduceOp> key_{};
+  std::vector<char> aside_;         // an in-place call's input, copied aside
+  std::vector<char> output_aside_;  // reduce's output on ranks other than the root
 };
 
 }  // namespace

@@ -21,13 +21,16 @@ class MemcpyBackend final : public Backend {
     return "memcpy of the buffer by rank 0 alone, one core (a copy, not an allreduce)";
   }
   bool reduces() const override { return false; }
-  double bus_factor(int) const override { return 1.0; }
+  double bus_factor(Coll, int) const override { return 1.0; }
 
-  // Copies from a buffer of its own, so that the in-place group times a real copy too.
-  void allreduce(const void*, void* recv, std::size_t count, arcoll::DataType type,
-                 arcoll::ReduceOp) override {
+  // Copies a row's size from a buffer of its own into rank 0's receive buffer (the sweep's
+  // buffers hold a row whatever the collective), so that the in-place group times a real copy
+  // too.
+  void run(const Call& c) override {
     if (comm_.rank() != 0) return;
-    const std::size_t bytes = count * arcoll::size_of(type);
+    const std::size_t bytes = (splits_row(c.coll) ? c.count * static_cast<std::size_t>(comm_.size())
+                                                  : c.count) *
+                              arcoll::size_of(c.type);
     if (bytes > capacity_) {
       std::free(source_);
       source_ = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
@@ -35,7 +38,7 @@ class MemcpyBackend final : public Backend {
       std::memset(source_, 1, bytes);  // touched: page faults stay out of the timing
       capacity_ = bytes;
     }
-    std::memcpy(recv, source_, bytes);
+    std::memcpy(c.recv, source_, bytes);
   }
   void barrier() override { comm_.barrier(); }
 

@@ -1,12 +1,18 @@
-// MPI_Allreduce through the MPI library arbench was built with (Open MPI here). The ranks are
-// those of mpirun; arcoll's communicator runs in the same processes (it bootstraps through MPI).
+// The collectives of the MPI library arbench was built with (Open MPI here): MPI_Allreduce,
+// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast, MPI_Reduce, MPI_Alltoall, MPI_Gather,
+// MPI_Scatter and MPI_Sendrecv. The ranks are those of mpirun; arcoll's communicator runs in
+// the same processes (it bootstraps through MPI). In-place calls take MPI_IN_PLACE; MPI's
+// in-place reduce-scatter leaves the block at the start of the buffer, so it is moved to the
+// rank's block inside the timed call.
 //
 // avg: MPI has no average, so it runs as MPI_SUM followed by a local division by the world
 // size, inside the timed call (what a framework on MPI does). f16 and bf16 have no MPI type
 // and are skipped.
 #include <mpi.h>
 
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "arbench/backends/backend.hpp"
@@ -107,37 +113,117 @@ class MpiBackend final : public Backend {
 
   std::string name() const override { return "mpi"; }
   std::string description() const override {
-    return "MPI_Allreduce (" + library_ + "); avg = MPI_SUM then divide";
+    return "MPI's collectives (" + library_ + "); avg = MPI_SUM then divide";
   }
-  std::optional<std::string> unsupported(DataType type, ReduceOp) const override {
+  std::optional<std::string> unsupported(Coll, DataType type, ReduceOp) const override {
     if (mpi_type(type) == MPI_DATATYPE_NULL)
       return std::string("MPI has no ") + std::string(arcoll::to_string(type)) + " type";
     return std::nullopt;
   }
-  void allreduce(const void* send, void* recv, std::size_t count, DataType type,
-                 ReduceOp op) override {
-    const void* source = send == recv ? MPI_IN_PLACE : send;
-    // MPI counts are int: large buffers go in pieces.
-    constexpr std::size_t kMaxCount = 1u << 30;
-    const std::size_t element = arcoll::size_of(type);
-    for (std::size_t done = 0; done < count || (count == 0 && done == 0);) {
-      const std::size_t n = std::min(count - done, kMaxCount);
-      const void* s = source == MPI_IN_PLACE ? MPI_IN_PLACE
-                                             : static_cast<const std::byte*>(send) + done * element;
-      check(MPI_Allreduce(s, static_cast<std::byte*>(recv) + done * element, static_cast<int>(n),
-                          mpi_type(type), mpi_op(op), comm_),
-            "MPI_Allreduce");
-      done += n;
-      if (n == 0) break;
-    }
-    if (op == ReduceOp::avg) {
-      if (type == DataType::f32) divide<float>(recv, count, size_);
-      if (type == DataType::f64) divide<double>(recv, count, size_);
+  void run(const Call& c) override {
+    if (c.coll == Coll::allreduce) return allreduce(c);
+    if (c.count > static_cast<std::size_t>(INT_MAX))
+      throw std::runtime_error("mpi backend: more than INT_MAX elements in one call");
+    const int n = static_cast<int>(c.count);
+    const MPI_Datatype type = mpi_type(c.type);
+    const std::size_t bytes = c.count * arcoll::size_of(c.type);
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    auto at = [&](const void* base, int block) {
+      return static_cast<const std::byte*>(base) + static_cast<std::size_t>(block) * bytes;
+    };
+    switch (c.coll) {
+      case Coll::allreduce:
+        break;
+      case Coll::allgather: {
+        const bool in_place = c.send == at(c.recv, rank);
+        check(MPI_Allgather(in_place ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, comm_),
+              "MPI_Allgather");
+        break;
+      }
+      case Coll::reduce_scatter: {
+        if (c.recv == at(c.send, rank)) {
+          auto* buffer = const_cast<void*>(c.send);
+          check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, type, mpi_op(c.op), comm_),
+                "MPI_Reduce_scatter_block");
+          if (rank != 0 && bytes != 0) std::memmove(c.recv, buffer, bytes);
+        } else {
+          check(MPI_Reduce_scatter_block(c.send, c.recv, n, type, mpi_op(c.op), comm_),
+                "MPI_Reduce_scatter_block");
+        }
+        if (c.op == ReduceOp::avg) divide_result(c.recv, c.count, c.type);
+        break;
+      }
+      case Coll::broadcast:
+        if (c.send != c.recv && rank == c.root && bytes != 0) std::memcpy(c.recv, c.send, bytes);
+        check(MPI_Bcast(c.recv, n, type, c.root, comm_), "MPI_Bcast");
+        break;
+      case Coll::reduce: {
+        const bool in_place = rank == c.root && c.send == c.recv;
+        check(MPI_Reduce(in_place ? MPI_IN_PLACE : c.send, c.recv, n, type, mpi_op(c.op), c.root,
+                         comm_),
+              "MPI_Reduce");
+        if (c.op == ReduceOp::avg && rank == c.root) divide_result(c.recv, c.count, c.type);
+        break;
+      }
+      case Coll::alltoall:
+        check(MPI_Alltoall(c.send == c.recv ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type,
+                           comm_),
+              "MPI_Alltoall");
+        break;
+      case Coll::gather: {
+        const bool in_place = rank == c.root && c.send == at(c.recv, rank);
+        check(MPI_Gather(in_place ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, c.root, comm_),
+              "MPI_Gather");
+        break;
+      }
+      case Coll::scatter: {
+        const bool in_place = rank == c.root && c.recv == at(c.send, rank);
+        check(MPI_Scatter(c.send, n, type, in_place ? MPI_IN_PLACE : c.recv, n, type, c.root,
+                          comm_),
+              "MPI_Scatter");
+        break;
+      }
+      case Coll::sendrecv: {
+        const int next = (rank + 1) % size_, previous = (rank + size_ - 1) % size_;
+        if (c.send == c.recv)
+          check(MPI_Sendrecv_replace(c.recv, n, type, next, 0, previous, 0, comm_,
+                                     MPI_STATUS_IGNORE),
+                "MPI_Sendrecv_replace");
+        else
+          check(MPI_Sendrecv(c.send, n, type, next, 0, c.recv, n, type, previous, 0, comm_,
+                             MPI_STATUS_IGNORE),
+                "MPI_Sendrecv");
+        break;
+      }
     }
   }
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
  private:
+  void allreduce(const Call& c) {
+    const void* source = c.send == c.recv ? MPI_IN_PLACE : c.send;
+    // MPI counts are int: large buffers go in pieces.
+    constexpr std::size_t kMaxCount = 1u << 30;
+    const std::size_t element = arcoll::size_of(c.type);
+    for (std::size_t done = 0; done < c.count || (c.count == 0 && done == 0);) {
+      const std::size_t n = std::min(c.count - done, kMaxCount);
+      const void* s = source == MPI_IN_PLACE
+                          ? MPI_IN_PLACE
+                          : static_cast<const std::byte*>(c.send) + done * element;
+      check(MPI_Allreduce(s, static_cast<std::byte*>(c.recv) + done * element, static_cast<int>(n),
+                          mpi_type(c.type), mpi_op(c.op), comm_),
+            "MPI_Allreduce");
+      done += n;
+      if (n == 0) break;
+    }
+    if (c.op == ReduceOp::avg) divide_result(c.recv, c.count, c.type);
+  }
+  void divide_result(void* buffer, std::size_t count, DataType type) const {
+    if (type == DataType::f32) divide<float>(buffer, count, size_);
+    if (type == DataType::f64) divide<double>(buffer, count, size_);
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int size_ = 1;
   std::string library_;
