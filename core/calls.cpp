@@ -181,7 +181,25 @@ void Communicator::Impl::check_usable(const Name& operation) const {
 // was a queue; else it takes its turn on the progress thread and the caller waits for it.
 void Communicator::Impl::execute(Collective collective, const CollectiveArgs& args) {
   if (queue_.idle()) return run(collective, args);
+  refuse_on_progress_thread(describe(collective, args));
   submit(collective, args)->wait();
+}
+
+// A completion callback runs on the progress thread: a blocking call or a setting made there
+// while calls are queued would wait for the thread it runs on. Refused before anything is
+// queued.
+void Communicator::Impl::refuse_on_progress_thread(const std::string& operation) const {
+  if (queue_.on_its_thread())
+    throw InvalidArgument(operation,
+                          "a completion callback cannot wait for this communicator's queued "
+                          "calls (it runs on the thread that serves them); issue the "
+                          "non-blocking form instead",
+                          rank_);
+}
+
+void Communicator::Impl::drain(const char* operation) {
+  if (!queue_.idle()) refuse_on_progress_thread(operation);
+  queue_.drain();
 }
 
 WorkPtr Communicator::Impl::submit(Collective collective, const CollectiveArgs& args) {
@@ -192,6 +210,7 @@ WorkPtr Communicator::Impl::submit(Collective collective, const CollectiveArgs& 
 void Communicator::Impl::execute_coalesced(std::vector<Buffer> buffers, DataType type,
                                            ReduceOp op) {
   if (queue_.idle()) return run_coalesced(buffers, type, op);
+  refuse_on_progress_thread("coalesced allreduce");
   submit_coalesced(std::move(buffers), type, op)->wait();
 }
 
@@ -207,6 +226,7 @@ WorkPtr Communicator::Impl::submit_coalesced(std::vector<Buffer> buffers, DataTy
 void Communicator::Impl::execute_transfers(const char* operation, std::vector<Transfer> transfers,
                                            int tag) {
   if (queue_.idle()) return run_transfers(operation, transfers, tag);
+  refuse_on_progress_thread(operation);
   submit_transfers(operation, std::move(transfers), tag)->wait();
 }
 
@@ -221,7 +241,7 @@ WorkPtr Communicator::Impl::submit_transfers(const char* operation,
 
 void Communicator::Impl::set_algorithm(const std::string& name) {
   check_algorithm(name, rank_);
-  queue_.drain();
+  drain("set_algorithm");
   std::lock_guard call(call_mutex_);
   options_.algorithm = name;
   fixed_plans_.clear();
@@ -230,14 +250,14 @@ void Communicator::Impl::set_algorithm(const std::string& name) {
 void Communicator::Impl::set_wire(DataType wire) {
   if (wire != DataType::f32 && wire != DataType::f16 && wire != DataType::bf16)
     throw InvalidArgument("set_wire", "the wire format must be f32, f16 or bf16", rank_);
-  queue_.drain();
+  drain("set_wire");
   std::lock_guard call(call_mutex_);
   options_.wire = wire;
   fixed_plans_.clear();
 }
 
 void Communicator::Impl::set_tuning(const Tuning& tuning) {
-  queue_.drain();
+  drain("set_tuning");
   std::lock_guard call(call_mutex_);
   tuning_ = tuning;
   engine_->apply_tuning(tuning_);
@@ -246,7 +266,7 @@ void Communicator::Impl::set_tuning(const Tuning& tuning) {
 
 void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0) throw InvalidArgument("set_timeout", "the timeout must be positive", rank_);
-  queue_.drain();
+  drain("set_timeout");
   std::lock_guard call(call_mutex_);
   options_.timeout = timeout;
 }

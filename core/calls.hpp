@@ -78,6 +78,8 @@ class Communicator::Impl {
   void run(Collective collective, const CollectiveArgs& args);
   void run_coalesced(const std::vector<Buffer>& buffers, DataType type, ReduceOp op);
   void run_transfers(const char* operation, const std::vector<Transfer>& transfers, int tag);
+  void refuse_on_progress_thread(const std::string& operation) const;
+  void drain(const char* operation);  // waits for every queued call, before a setting changes
   template <class Name>
   void check_usable(const Name& operation) const;
   // The algorithm (and chunk) a collective of `bytes` runs with; valid until the next call.

@@ -196,9 +196,12 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
       r.store->set("node/" + std::to_string(r.rank), kFailedToJoin + e.what());
       throw;
     }
-    r.listen_address = options.socket_ifname.empty()
-                           ? net::address_reaching(master.host)
-                           : net::interface_address(options.socket_ifname);
+    // Rank 0's transports listen where the others were told to find it (its store may listen
+    // on every interface).
+    r.listen_address = !options.socket_ifname.empty()
+                           ? net::interface_address(options.socket_ifname)
+                           : net::address_reaching(launch.master_addr.empty() ? master.host
+                                                                             : launch.master_addr);
     r.hosts = gather_hosts(r, host, options.timeout, deadline);
   } else {
     r.numa_of = {numa_node_of_cpu(::sched_getcpu())};

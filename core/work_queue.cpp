@@ -5,6 +5,10 @@
 
 namespace arcoll {
 
+namespace {
+thread_local const WorkQueue* serving_queue = nullptr;  // the queue this thread runs, if any
+}  // namespace
+
 // The Work of a queued call: done (with or without an error) once, waited for by any number
 // of threads.
 class QueuedWork final : public Work {
@@ -92,12 +96,17 @@ std::size_t WorkQueue::pending() const {
   return pending_.load(std::memory_order_acquire);
 }
 
+bool WorkQueue::on_its_thread() const {
+  return serving_queue == this;
+}
+
 void WorkQueue::drain() {
   std::unique_lock lock(mutex_);
   drained_.wait(lock, [&] { return pending_ == 0; });
 }
 
 void WorkQueue::serve() {
+  serving_queue = this;
   while (true) {
     std::shared_ptr<QueuedWork> work;
     std::function<void()> call;
@@ -117,7 +126,8 @@ void WorkQueue::serve() {
     }
     call = nullptr;  // what it captured goes before the work is seen complete
     {
-      // Counted down before the callbacks run, so that a callback may issue a blocking call.
+      // Counted down before the callbacks run: a caller that wait()ed for the last call finds
+      // the queue idle at once and runs its next blocking call on its own thread.
       std::lock_guard lock(mutex_);
       --pending_;
     }

@@ -34,6 +34,9 @@ class WorkQueue {
   void drain();
   // Calls queued or running.
   std::size_t pending() const;
+  // Whether the caller is this queue's thread (a completion callback): waiting there for
+  // queued work would wait for itself.
+  bool on_its_thread() const;
 
  private:
   void serve();

@@ -3,7 +3,7 @@
  * Runs under any launcher arcoll recognises, exactly like the C++ example:
  *
  *   mpirun -np 2 ./example_allreduce_c
- *   torchrun --nproc-per-node 2 --no-python ./example_allreduce_c
+ *   torchrun --nproc_per_node 2 --no_python --redirects 1 --tee 1 ./example_allreduce_c
  *   ARCOLL_RANK=0 ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ./example_allreduce_c &
  *   ARCOLL_RANK=1 ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ./example_allreduce_c
  */

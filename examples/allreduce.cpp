@@ -5,7 +5,7 @@
 //
 //   mpirun -np 2 ./example_allreduce                   (needs ARCOLL_MASTER_ADDR unless arcoll
 //                                                       was built with MPI)
-//   torchrun --nproc-per-node 2 --no-python ./example_allreduce
+//   torchrun --nproc_per_node 2 --no_python --redirects 1 --tee 1 ./example_allreduce
 //   ARCOLL_RANK=0 ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ./example_allreduce &
 //   ARCOLL_RANK=1 ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ./example_allreduce
 //

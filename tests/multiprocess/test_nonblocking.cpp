@@ -293,5 +293,59 @@ TEST(NonBlocking, WaitForGivesUpOnACallStillRunning) {
   });
 }
 
+// A completion callback runs on the progress thread: it may issue non-blocking calls, which
+// queue after what is queued (as PowerSGD's hooks chain all-reduces); a blocking call there,
+// with calls queued, would wait for its own thread and is refused before anything is sent.
+TEST(NonBlocking, CallbacksIssueNonBlockingCallsAndAreRefusedBlockingOnes) {
+  run_ranks(3, [](Communicator& comm) {
+    const int rank = comm.rank();
+    std::vector<std::int32_t> first(1000, rank + 1), chained(1000, 1), later(1000, 2);
+    // Rank 1 comes late, so that the others' first call is still running when its callback
+    // is registered: theirs runs on the progress thread.
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    WorkPtr w = comm.iallreduce(first.data(), first.data(), first.size(), DataType::i32,
+                                ReduceOp::sum);
+    WorkPtr later_work = comm.iallreduce(later.data(), later.data(), later.size(),
+                                         DataType::i32, ReduceOp::sum);
+    const auto caller = std::this_thread::get_id();
+    std::mutex mutex;
+    WorkPtr chained_work;
+    bool on_progress_thread = false;
+    std::string refused;
+    w->on_completion([&](const Work&) {
+      std::lock_guard lock(mutex);
+      chained_work = comm.iallreduce(chained.data(), chained.data(), chained.size(),
+                                     DataType::i32, ReduceOp::sum);
+      on_progress_thread = std::this_thread::get_id() != caller;
+      if (!on_progress_thread) return;  // (completed already: run here, on the caller's thread)
+      try {
+        comm.barrier();  // `later` is queued behind this callback
+      } catch (const InvalidArgument& e) {
+        refused = e.what();
+      }
+    });
+    w->wait();
+    later_work->wait();
+    WorkPtr chained_now;
+    for (int i = 0; i < 4000 && !chained_now; ++i) {
+      {
+        std::lock_guard lock(mutex);
+        chained_now = chained_work;
+      }
+      if (!chained_now) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(chained_now);
+    chained_now->wait();
+    EXPECT_EQ(first[0], 6);
+    EXPECT_EQ(later[999], 6);
+    EXPECT_EQ(chained[500], 3);
+    std::lock_guard lock(mutex);
+    if (rank == 0) EXPECT_TRUE(on_progress_thread);
+    if (on_progress_thread)
+      EXPECT_NE(refused.find("completion callback"), std::string::npos) << refused;
+    comm.barrier();  // nothing of the refused barrier is left over to mismatch this one
+  });
+}
+
 }  // namespace
 }  // namespace arcoll::testing

@@ -1,0 +1,76 @@
+// The arcoll_torch Python module: importing it registers "arcoll" with torch.distributed, so
+// that init_process_group("arcoll", ...) makes an arcoll process group (process_group.hpp).
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "arcoll/types.hpp"
+#include "frameworks/torch/process_group.hpp"
+
+namespace py = pybind11;
+using arcoll::torch_backend::ProcessGroupArcoll;
+
+PYBIND11_MODULE(arcoll_torch, m) {
+  m.doc() =
+      "arcoll as a torch.distributed backend: import arcoll_torch, then "
+      "torch.distributed.init_process_group(\"arcoll\", ...).";
+  // The base class must be known before ours derives from it.
+  py::module_::import("torch.distributed");
+
+  py::class_<ProcessGroupArcoll, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupArcoll>>(
+      m, "ProcessGroupArcoll",
+      "A torch.distributed process group whose collectives are arcoll's non-blocking calls.")
+      .def_property_readonly(
+          "transport", [](ProcessGroupArcoll& pg) { return pg.communicator().transport_name(); },
+          "The transports in use (\"shm\", \"shm+tcp\").")
+      .def_property_readonly(
+          "algorithm", [](ProcessGroupArcoll& pg) { return pg.communicator().algorithm_name(); },
+          "The all-reduce algorithm, or which sizes take which under auto.")
+      .def(
+          "set_algorithm",
+          [](ProcessGroupArcoll& pg, const std::string& name) {
+            pg.communicator().set_algorithm(name);
+          },
+          py::arg("name"), py::call_guard<py::gil_scoped_release>(),
+          "The algorithm of the calls that follow (\"auto\", \"ring\", ...); every rank alike.")
+      .def(
+          "set_wire",
+          [](ProcessGroupArcoll& pg, const std::string& wire) {
+            const auto type = arcoll::parse_data_type(wire);
+            if (!type) throw std::invalid_argument("arcoll: wire '" + wire + "' is not f32, f16 or bf16");
+            pg.communicator().set_wire(*type);
+          },
+          py::arg("wire"), py::call_guard<py::gil_scoped_release>(),
+          "Carry float32 reductions as f16 or bf16 on the wire (f32: as they are); every rank "
+          "alike.")
+      .def("abort", &ProcessGroupArcoll::abort, py::arg("reason") = "abort() called from Python",
+           py::call_guard<py::gil_scoped_release>(),
+           "Gives up: every rank's calls fail at once naming this rank and the reason.");
+
+  m.def(
+      "configure",
+      [](std::optional<std::string> algorithm, std::optional<std::string> wire,
+         std::optional<bool> error_feedback, std::optional<bool> checksum,
+         std::optional<std::string> timeline) {
+        auto& s = arcoll::torch_backend::settings();
+        if (algorithm) s.algorithm = algorithm;
+        if (wire) s.wire = wire;
+        if (error_feedback) s.error_feedback = error_feedback;
+        if (checksum) s.checksum = checksum;
+        if (timeline) s.timeline = timeline;
+      },
+      py::arg("algorithm") = py::none(), py::arg("wire") = py::none(),
+      py::arg("error_feedback") = py::none(), py::arg("checksum") = py::none(),
+      py::arg("timeline") = py::none(),
+      "Settings of the process groups made from now on, over the environment's (ARCOLL_ALGO, "
+      "ARCOLL_WIRE, ARCOLL_WIRE_ERROR_FEEDBACK, ARCOLL_CHECKSUM, ARCOLL_TIMELINE): the "
+      "all-reduce algorithm, a 16-bit wire format for float32 reductions with optional error "
+      "feedback, CRC32C checks of every message, and a Chrome trace of every call per rank.");
+
+  m.def("_create", &arcoll::torch_backend::create, py::arg("store"), py::arg("rank"),
+        py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
+  py::module_::import("torch.distributed")
+      .attr("Backend")
+      .attr("register_backend")("arcoll", m.attr("_create"));
+}

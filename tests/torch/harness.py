@@ -1,0 +1,69 @@
+"""What the torch backend's tests share: ranks started with torch.multiprocessing's spawn
+(as users start them), each joining a process group through the init method a test names, and
+inputs whose reductions are exact in every dtype."""
+import os
+import socket
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import arcoll_torch  # noqa: F401  (registers the "arcoll" backend)
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64]
+FLOATING = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_method(kind, workdir):
+    """An init_method URL of `kind` (env, tcp, file) for ranks of one host."""
+    if kind == "env":
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(free_port())
+        return "env://"
+    if kind == "tcp":
+        return f"tcp://127.0.0.1:{free_port()}"
+    return "file://" + os.path.join(workdir, "rendezvous")
+
+
+def _entry(rank, size, method, body, args):
+    dist.init_process_group("arcoll", init_method=method, rank=rank, world_size=size,
+                            timeout=__import__("datetime").timedelta(seconds=60))
+    try:
+        body(rank, size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(body, size, *args, init="env"):
+    """Runs body(rank, size, *args) on `size` ranks in one process group of arcoll; a failure
+    in any rank fails the test with that rank's traceback."""
+    with tempfile.TemporaryDirectory() as workdir:
+        method = init_method(init, workdir)
+        mp.spawn(_entry, args=(size, method, body, args), nprocs=size, join=True)
+
+
+def rank_input(rank, shape, dtype, salt=0):
+    """Rank `rank`'s input: small integers (1 or 2 for products), so that every reduction is
+    exact in every dtype and the same in any order."""
+    n = 1
+    for d in shape:
+        n *= d
+    base = torch.arange(n, dtype=torch.int64) * 7 + rank * 3 + salt
+    values = base % 5 - 2 if dtype not in (torch.uint8,) else base % 5
+    return values.reshape(shape).to(dtype)
+
+
+def product_input(rank, shape, dtype, salt=0):
+    n = 1
+    for d in shape:
+        n *= d
+    base = torch.arange(n, dtype=torch.int64) + rank + salt
+    return (base % 2 + 1).reshape(shape).to(dtype)

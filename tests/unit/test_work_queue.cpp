@@ -1,0 +1,146 @@
+// The progress thread of non-blocking calls (core/work_queue): calls run one at a time in
+// issue order on a thread of their own; a Work completes once, with its call's error if any,
+// for any number of waiters and callbacks on any thread. Also run under ThreadSanitizer
+// (tests/sanitizers), as the store's server is.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "core/work_queue.hpp"
+
+namespace arcoll {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(WorkQueue, RunsCallsInIssueOrderOnOneThreadOfItsOwn) {
+  WorkQueue queue;
+  EXPECT_TRUE(queue.idle());
+  std::vector<int> order;  // written by the queue's thread only, read after drain()
+  std::vector<std::thread::id> threads;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 100; ++i)
+    works.push_back(queue.submit("call " + std::to_string(i), [&, i] {
+      order.push_back(i);
+      threads.push_back(std::this_thread::get_id());
+      EXPECT_TRUE(queue.on_its_thread());
+    }));
+  EXPECT_FALSE(queue.on_its_thread());
+  queue.drain();
+  EXPECT_TRUE(queue.idle());
+  EXPECT_EQ(queue.pending(), 0u);
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(order[i], i);
+    EXPECT_EQ(threads[i], threads[0]);
+    EXPECT_TRUE(works[i]->test());
+    EXPECT_EQ(works[i]->exception(), nullptr);
+    EXPECT_EQ(works[i]->description(), "call " + std::to_string(i));
+  }
+  EXPECT_NE(threads[0], std::this_thread::get_id());
+}
+
+TEST(WorkQueue, AFailedCallsWorkRethrowsItsErrorToEveryWaiter) {
+  WorkQueue queue;
+  WorkPtr failed = queue.submit("failing", [] { throw std::runtime_error("the cause"); });
+  WorkPtr after = queue.submit("after", [] {});
+  EXPECT_THROW(
+      {
+        try {
+          failed->wait();
+        } catch (const std::runtime_error& e) {
+          EXPECT_STREQ(e.what(), "the cause");
+          throw;
+        }
+      },
+      std::runtime_error);
+  EXPECT_THROW(failed->wait_for(1s), std::runtime_error);
+  EXPECT_NE(failed->exception(), nullptr);
+  after->wait();  // the queue goes on: failing later calls is the communicator's rule
+  EXPECT_EQ(after->exception(), nullptr);
+}
+
+TEST(WorkQueue, WaitForGivesUpOnARunningCall) {
+  WorkQueue queue;
+  std::atomic<bool> release{false};
+  WorkPtr slow = queue.submit("slow", [&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  EXPECT_FALSE(slow->wait_for(20ms));
+  EXPECT_FALSE(slow->test());
+  EXPECT_FALSE(queue.idle());
+  EXPECT_EQ(queue.pending(), 1u);
+  release = true;
+  EXPECT_TRUE(slow->wait_for(10s));
+}
+
+TEST(WorkQueue, CallbacksRunOnceWhetherRegisteredBeforeOrAfterCompletion) {
+  WorkQueue queue;
+  std::atomic<bool> release{false};
+  std::atomic<int> before{0}, after{0};
+  std::atomic<bool> before_on_queue_thread{false};
+  WorkPtr work = queue.submit("gated", [&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  work->on_completion([&](const Work& done) {
+    EXPECT_TRUE(done.test());
+    before_on_queue_thread = queue.on_its_thread();
+    // The queue counts the call done before its callbacks run: a caller that waited sees it
+    // idle at once.
+    EXPECT_EQ(queue.pending(), 0u);
+    ++before;
+  });
+  release = true;
+  work->wait();
+  queue.drain();
+  work->on_completion([&](const Work&) { ++after; });  // completed: runs here, now
+  EXPECT_EQ(before, 1);
+  EXPECT_TRUE(before_on_queue_thread);
+  EXPECT_EQ(after, 1);
+}
+
+// Many threads submit, wait, test and register callbacks at once (the data races
+// ThreadSanitizer looks for).
+TEST(WorkQueue, ManyThreadsSubmitAndWaitAtOnce) {
+  WorkQueue queue;
+  std::atomic<int> ran{0}, called_back{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      std::vector<WorkPtr> mine;
+      for (int i = 0; i < 200; ++i) {
+        mine.push_back(queue.submit("call", [&] { ++ran; }));
+        mine.back()->on_completion([&](const Work&) { ++called_back; });
+        (void)queue.idle();
+        if (i % 7 == 0) (void)mine[i / 2]->test();
+      }
+      for (const WorkPtr& w : mine) w->wait();
+    });
+  for (auto& t : threads) t.join();
+  queue.drain();
+  EXPECT_EQ(ran, 800);
+  EXPECT_EQ(called_back, 800);
+}
+
+// The queue's destructor runs what is still queued (its owner makes those calls fail fast
+// first), so that no Work is left incomplete for a waiter.
+TEST(WorkQueue, DestructionCompletesWhatIsQueued) {
+  std::vector<WorkPtr> works;
+  std::atomic<int> ran{0};
+  {
+    WorkQueue queue;
+    for (int i = 0; i < 50; ++i)
+      works.push_back(queue.submit("queued", [&] {
+        std::this_thread::sleep_for(100us);
+        ++ran;
+      }));
+  }
+  EXPECT_EQ(ran, 50);
+  for (const WorkPtr& w : works) EXPECT_TRUE(w->test());
+}
+
+}  // namespace
+}  // namespace arcoll
