@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """torch.distributed.all_reduce through arcoll and through torch's Gloo, size by size in the
-same ranks (the two groups take turns at each size), float32 sum; then, with --arbench, the
-same sizes through arbench, to show what the torch backend adds over the library.
+same ranks (the two groups take turns at each size, --repeat times; medians), float32 sum;
+then, with --arbench, the same sizes through arbench (its median of --repeat), to show what
+the torch backend adds over the library.
 
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --arbench build/bench/arbench
 
@@ -12,6 +13,7 @@ import datetime
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,10 +63,14 @@ def rank_main(rank, size, args, port, out):
     for nbytes in sizes(parse_size(args.b), parse_size(args.e), args.f):
         tensor = torch.ones(nbytes // 4)
         row = {"bytes": nbytes}
-        for name, group in groups.items():
-            seconds = torch.tensor([timed(group, tensor, args.seconds)], dtype=torch.float64)
-            dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank's
-            row[name] = seconds.item()
+        times = {name: [] for name in groups}
+        for _ in range(args.repeat):  # the backends take turns, so that drift hits both
+            for name, group in groups.items():
+                seconds = torch.tensor([timed(group, tensor, args.seconds)], dtype=torch.float64)
+                dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank's
+                times[name].append(seconds.item())
+        for name, measured in times.items():
+            row[name] = statistics.median(measured)
         rows.append(row)
     if rank == 0:
         with open(out, "w") as f:
@@ -76,7 +82,7 @@ def arbench_busbw(arbench, ranks, args):
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, "run.json")
         subprocess.run([arbench, "--np", str(ranks), "-b", args.b, "-e", args.e, "-f", str(args.f),
-                        "-n", "20", "--json", path], check=True, stdout=subprocess.DEVNULL)
+                        "-n", "20", "--repeat", str(args.repeat), "--json", path], check=True, stdout=subprocess.DEVNULL)
         with open(path) as f:
             return {r["size_bytes"]: r["in_place"]["busbw_gbs"] for r in json.load(f)["rows"]}
 
@@ -88,6 +94,8 @@ def main():
     parser.add_argument("-e", default="256M")
     parser.add_argument("-f", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=0.3, help="timing per size and backend")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="timings per size and backend, turn by turn; the median is shown")
     parser.add_argument("--arbench", help="arbench to compare with (its in-place busbw)")
     args = parser.parse_args()
     with socket.socket() as s:
