@@ -247,12 +247,13 @@ void Communicator::Impl::set_algorithm(const std::string& name) {
   fixed_plans_.clear();
 }
 
-void Communicator::Impl::set_wire(DataType wire) {
+void Communicator::Impl::set_wire(DataType wire, std::optional<bool> error_feedback) {
   if (wire != DataType::f32 && wire != DataType::f16 && wire != DataType::bf16)
     throw InvalidArgument("set_wire", "the wire format must be f32, f16 or bf16", rank_);
   drain("set_wire");
   std::lock_guard call(call_mutex_);
   options_.wire = wire;
+  if (error_feedback) options_.wire_error_feedback = *error_feedback;
   fixed_plans_.clear();
 }
 

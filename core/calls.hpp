@@ -59,7 +59,7 @@ class Communicator::Impl {
 
   // Settings that shape the calls issued after them: they wait for the calls issued before.
   void set_algorithm(const std::string& name);
-  void set_wire(DataType wire);
+  void set_wire(DataType wire, std::optional<bool> error_feedback = std::nullopt);
   void set_tuning(const Tuning& tuning);
   void set_timeout(std::chrono::milliseconds timeout);
   Plan predict(const std::string& algorithm, std::size_t bytes) const;

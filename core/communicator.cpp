@@ -258,6 +258,10 @@ void Communicator::set_wire(DataType wire) {
   impl_->set_wire(wire);
 }
 
+void Communicator::set_wire(DataType wire, bool error_feedback) {
+  impl_->set_wire(wire, error_feedback);
+}
+
 void Communicator::set_tuning(const Tuning& tuning) {
   impl_->set_tuning(tuning);
 }

@@ -12,7 +12,8 @@ required=(
 # Detected at configure time; arcoll builds without them. Chromium renders arbench's HTML
 # report in its test, rsvg-convert turns plots into PNG, PIL reads the screenshot.
 # PyTorch, its C++ headers and pybind11 build the torch.distributed backend (frameworks/torch);
-# Fashion-MNIST feeds the DDP example; OpenMP OpenBLAS is the BLAS torch's tests run on.
+# Fashion-MNIST feeds the DDP example and arbench train (zlib reads its files); OpenMP OpenBLAS
+# is the BLAS torch runs on.
 optional=(
   hwloc libhwloc-dev
   libucx-dev
@@ -21,6 +22,7 @@ optional=(
   clang libclang-rt-dev
   chromium librsvg2-bin python3-pil
   python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp dataset-fashion-mnist
+  zlib1g-dev
 )
 
 missing=()

@@ -52,6 +52,17 @@ std::string tick_text(double v) {
   return printf_string("%.3g", v);
 }
 
+// A round top for a linear axis from 0 to `most`: five steps of 1, 2 or 5 times a power of ten.
+double round_top(double most) {
+  if (!(most > 0)) return 1;
+  const double raw = most * 1.02 / 5, decade = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = raw <= decade       ? decade
+                      : raw <= 2 * decade ? 2 * decade
+                      : raw <= 5 * decade ? 5 * decade
+                                          : 10 * decade;
+  return 5 * step;
+}
+
 }  // namespace
 
 std::string markup_escaped(const std::string& text) {
@@ -78,12 +89,13 @@ std::string markup_escaped(const std::string& text) {
 }
 
 std::string line_chart_svg(const std::string& title, const std::string& y_label,
-                           const std::vector<ChartSeries>& series, bool log_y) {
+                           const std::vector<ChartSeries>& series, bool log_y,
+                           const XAxis& x_axis) {
   double x_min = std::numeric_limits<double>::infinity(), x_max = 0;
   double y_min = std::numeric_limits<double>::infinity(), y_max = 0;
   for (const ChartSeries& s : series)
     for (auto [x, y] : s.points) {
-      if (x <= 0 || (log_y && y <= 0)) continue;  // nothing to place on a log axis
+      if ((x_axis.bytes && x <= 0) || (log_y && y <= 0)) continue;  // not on a log axis
       x_min = std::min(x_min, x);
       x_max = std::max(x_max, x);
       y_min = std::min(y_min, y);
@@ -91,25 +103,19 @@ std::string line_chart_svg(const std::string& title, const std::string& y_label,
     }
   const bool empty = !(x_max > 0);
   if (empty) x_min = 1, x_max = 2, y_min = 1, y_max = 2;
-  // Whole powers of two on x, decades (log) or a nice round top (linear) on y.
-  const double lx0 = std::floor(std::log2(x_min)),
-               lx1 = std::max(lx0 + 1, std::ceil(std::log2(x_max)));
-  // A round top: five steps of 1, 2 or 5 times a power of ten.
-  double y0 = 0, y1 = 1;
-  if (y_max > 0) {
-    const double raw = y_max * 1.02 / 5, decade = std::pow(10.0, std::floor(std::log10(raw)));
-    const double step = raw <= decade       ? decade
-                        : raw <= 2 * decade ? 2 * decade
-                        : raw <= 5 * decade ? 5 * decade
-                                            : 10 * decade;
-    y1 = 5 * step;
-  }
+  // Whole powers of two (bytes) or a round top (linear) on x, decades (log) or a round top
+  // (linear) on y.
+  const double lx0 = x_axis.bytes ? std::floor(std::log2(x_min)) : 0,
+               lx1 = x_axis.bytes ? std::max(lx0 + 1, std::ceil(std::log2(x_max))) : round_top(x_max);
+  double y0 = 0, y1 = round_top(y_max);
   if (log_y) {
     y0 = std::floor(std::log10(y_min));
     y1 = std::max(y0 + 1, std::ceil(std::log10(y_max)));
   }
   const double plot_width = kWidth - kLeft - kRight;
-  auto px = [&](double x) { return kLeft + (std::log2(x) - lx0) / (lx1 - lx0) * plot_width; };
+  auto px = [&](double x) {
+    return kLeft + ((x_axis.bytes ? std::log2(x) : x) - lx0) / (lx1 - lx0) * plot_width;
+  };
   auto py = [&](double y) {
     const double f = log_y ? (std::log10(y) - y0) / (y1 - y0) : (y - y0) / (y1 - y0);
     return kTop + kPlotHeight * (1 - f);
@@ -120,17 +126,18 @@ std::string line_chart_svg(const std::string& title, const std::string& y_label,
       "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
       "stroke=\"#444\"/>\n",
       kLeft, kTop, plot_width, kPlotHeight);
-  // x ticks: every power of two, labelled every other step when crowded.
-  const int steps = static_cast<int>(lx1 - lx0);
+  // x ticks: every power of two, labelled every other step when crowded; or five steps.
+  const int steps = x_axis.bytes ? static_cast<int>(lx1 - lx0) : 5;
   const int label_every = std::max(1, steps / 12 + 1);
   for (int i = 0; i <= steps; ++i) {
-    const double x = std::exp2(lx0 + i);
+    const double x = x_axis.bytes ? std::exp2(lx0 + i) : lx1 * i / steps;
     const double at = px(x);
     out +=
         printf_string("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
                       at, kTop, at, kTop + kPlotHeight);
     if (i % label_every == 0)
-      out += text_at(at, kTop + kPlotHeight + 16, format_bytes(x), "middle");
+      out += text_at(at, kTop + kPlotHeight + 16, x_axis.bytes ? format_bytes(x) : tick_text(x),
+                     "middle");
   }
   // y ticks: decades, or five steps.
   const int y_steps = log_y ? static_cast<int>(y1 - y0) : 5;
@@ -142,8 +149,7 @@ std::string line_chart_svg(const std::string& title, const std::string& y_label,
                       kLeft, at, kLeft + plot_width, at);
     out += text_at(kLeft - 6, at + 4, tick_text(y), "end");
   }
-  out += text_at(kLeft + plot_width / 2, kTop + kPlotHeight + 34, "message size (bytes, log scale)",
-                 "middle");
+  out += text_at(kLeft + plot_width / 2, kTop + kPlotHeight + 34, x_axis.label, "middle");
   out += printf_string(
       "<text transform=\"translate(18,%.1f) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
       kTop + kPlotHeight / 2, markup_escaped(y_label + (log_y ? " (log scale)" : "")).c_str());
@@ -152,7 +158,7 @@ std::string line_chart_svg(const std::string& title, const std::string& y_label,
   for (std::size_t i = 0; i < series.size(); ++i) {
     std::string path;
     for (auto [x, y] : series[i].points) {
-      if (x <= 0 || (log_y && y <= 0)) continue;
+      if ((x_axis.bytes && x <= 0) || (log_y && y <= 0)) continue;
       path += printf_string("%s%.1f,%.1f", path.empty() ? "" : " ", px(x), py(y));
       out += printf_string("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px(x), py(y),
                            chart_colour(i));

@@ -10,12 +10,20 @@ namespace arbench {
 
 struct ChartSeries {
   std::string label;
-  std::vector<std::pair<double, double>> points;  // (bytes, value)
+  std::vector<std::pair<double, double>> points;  // (x, y): x in bytes on the default axis
 };
 
-// x: bytes on a log-2 axis labelled "8 B", "1 KiB", ...; y linear from 0, or logarithmic.
+// The x axis: message sizes on a log-2 axis labelled "8 B", "1 KiB", ... (sweeps), or a linear
+// one from 0 (time, for training curves).
+struct XAxis {
+  bool bytes = true;
+  std::string label = "message size (bytes, log scale)";
+};
+
+// y linear from 0, or logarithmic.
 std::string line_chart_svg(const std::string& title, const std::string& y_label,
-                           const std::vector<ChartSeries>& series, bool log_y);
+                           const std::vector<ChartSeries>& series, bool log_y,
+                           const XAxis& x_axis = {});
 
 struct BarSegment {
   std::string label;  // legend entry; segments with the same label share a colour

@@ -1,11 +1,15 @@
 #include "arbench/cli.hpp"
 
+#include <limits.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
@@ -126,6 +130,45 @@ std::optional<std::string> find_on_path(const std::string& name) {
     start = colon + 1;
   }
   return std::nullopt;
+}
+
+// Splits --mpirun-args on blanks (no quoting: MPI's flags do not need it).
+std::vector<std::string> split_blanks(const std::string& text) {
+  std::vector<std::string> words;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    std::size_t j = i;
+    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+    if (j > i) words.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return words;
+}
+
+int reexec_under_mpirun(const std::string& mpirun_args, int ranks, int argc,
+                        const char* const* argv) {
+  const auto mpirun = find_on_path("mpirun");
+  if (!mpirun) {
+    std::fprintf(stderr,
+                 "arbench: the mpi backend needs its ranks started by mpirun, and no mpirun is "
+                 "on PATH (install openmpi-bin, or start arbench under your MPI's launcher)\n");
+    return kUsageError;
+  }
+  char self[PATH_MAX] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::vector<std::string> args = {*mpirun, "--allow-run-as-root", "--oversubscribe", "-np",
+                                   std::to_string(ranks)};
+  for (std::string& word : split_blanks(mpirun_args)) args.push_back(std::move(word));
+  args.push_back(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv[0]));
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> c_args;
+  for (std::string& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(mpirun->c_str(), c_args.data());
+  std::fprintf(stderr, "arbench: cannot run %s: %s\n", mpirun->c_str(), std::strerror(errno));
+  return 1;
 }
 
 }  // namespace arbench

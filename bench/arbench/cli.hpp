@@ -35,6 +35,12 @@ std::vector<std::string> split_list(const std::string& text);
 // The first executable `name` in PATH.
 std::optional<std::string> find_on_path(const std::string& name);
 
+// MPI's ranks must be started by mpirun: runs this same command line (this executable, argv's
+// arguments) under `mpirun --allow-run-as-root --oversubscribe -np N <mpirun_args> ...`.
+// Returns only on failure, with the exit code to end with.
+int reexec_under_mpirun(const std::string& mpirun_args, int ranks, int argc,
+                        const char* const* argv);
+
 // Writes to stdout at once (ranks' output interleaves otherwise).
 void print(const std::string& text);
 

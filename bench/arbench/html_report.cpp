@@ -148,6 +148,48 @@ std::string comms_trace_section(const ResultsFile& f) {
   return out + "</table>\n" + bar_chart_svg("Time per collective", "milliseconds", bars);
 }
 
+std::string train_section(const ResultsFile& f) {
+  const ResultsJson& j = f.json;
+  std::string out = "<h2>Training: " + markup_escaped(f.path) + "</h2>\n";
+  out += facts(j["metadata"], {"model", "parameters", "data", "ranks", "hosts", "transport",
+                               "threads_per_rank", "blas", "torch", "cpu", "cores", "date",
+                               "command"});
+  out += "<table>\n" + row_of({"backend", "configuration", "iteration p50 (ms)", "p95 (ms)",
+                               "samples/s", "scaling", "exposed (ms)", "to target (s)",
+                               "accuracy", "CPU user %", "system %", "peak RSS (MiB)",
+                               "all-reduced", "predicted (ms)"},
+                              "th");
+  std::vector<ChartSeries> curves;
+  std::vector<Bar> bars;
+  auto ms = [](const ResultsJson& seconds) {
+    return seconds.is_number() ? printf_string("%.2f", 1e3 * seconds.get<double>()) : "-";
+  };
+  for (const ResultsJson& r : j.value("runs", ResultsJson::array())) {
+    const std::string label = r.value("backend", "") + " " + r["configuration"].value("label", "");
+    const ResultsJson& accuracy = r["final_accuracy"];
+    out += row_of({cell(r["backend"]), cell(r["configuration"]["label"]), ms(r["iteration_p50_s"]),
+                   ms(r["iteration_p95_s"]), cell(r["samples_per_s"]), cell(r["scaling_efficiency"]),
+                   ms(r["exposed_communication_s"]), cell(r["time_to_target_s"]),
+                   accuracy.is_number() ? printf_string("%.2f%%", 100 * accuracy.get<double>()) : "-",
+                   cell(r["cpu_user_percent"]), cell(r["cpu_system_percent"]), cell(r["peak_rss_mib"]),
+                   format_bytes(r.value("bytes_allreduced", 0.0)), ms(r["predicted_iteration_s"])});
+    ChartSeries curve{label, {}};
+    for (const ResultsJson& p : r.value("curve", ResultsJson::array()))
+      curve.points.emplace_back(p.value("train_seconds", 0.0), 100 * p.value("accuracy", 0.0));
+    if (!curve.points.empty()) curves.push_back(std::move(curve));
+    const double iteration = 1e3 * r.value("iteration_p50_s", 0.0);
+    const double exposed = 1e3 * r.value("exposed_communication_s", 0.0);
+    bars.push_back({label, {{"compute", std::max(0.0, iteration - exposed)},
+                            {"exposed communication", exposed}}});
+  }
+  out += "</table>\n";
+  if (!curves.empty())
+    out += line_chart_svg("Test accuracy against training time", "test accuracy (%)", curves, false,
+                          {.bytes = false, .label = "seconds of training"});
+  return out + bar_chart_svg("Iteration time (p50): compute and exposed communication",
+                             "milliseconds per iteration", bars);
+}
+
 const char* const kStyle = R"(
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1100px; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -202,6 +244,7 @@ int run_report_command(const std::vector<std::string>& inputs, const std::string
   for (const ResultsFile& f : files)
     page += f.schema == "arcoll.arbench/1"   ? sweep_section(f)
             : f.schema == "arbench.replay/1" ? replay_section(f)
+            : f.schema == "arbench.train/1"  ? train_section(f)
                                              : comms_trace_section(f);
   page += "</body>\n</html>\n";
   try {

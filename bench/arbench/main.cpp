@@ -4,8 +4,15 @@
 // ARCOLL_RANK set it runs as the rank the environment describes. The plain sweep is the
 // default command (sweep_command.hpp); the tools beside it are subcommands, each in a file of
 // its own; this file is their command line.
+#include <limits.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <functional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -108,9 +115,35 @@ struct Subcommand {
   std::function<int()> run;
 };
 
+// `arbench train ...` is the program arbench-train beside this one (it links libtorch): run it
+// with the same arguments. Returns only when it cannot be run.
+int run_train(int argc, char** argv) {
+  char self[PATH_MAX] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string dir =
+      n > 0 ? std::filesystem::path(std::string(self, static_cast<std::size_t>(n))).parent_path().string()
+            : ".";
+  const std::string program = dir + "/arbench-train";
+  if (::access(program.c_str(), X_OK) != 0) {
+    std::fprintf(stderr,
+                 "arbench: this build has no arbench train (it needs libtorch-dev and zlib1g-dev "
+                 "at configure time; %s is missing)\n",
+                 program.c_str());
+    return arbench::kUsageError;
+  }
+  std::vector<char*> args = {const_cast<char*>(program.c_str())};
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(program.c_str(), args.data());
+  std::fprintf(stderr, "arbench: cannot run %s: %s\n", program.c_str(), std::strerror(errno));
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "train") return run_train(argc, argv);
   CLI::App app{"arbench: collective benchmark with nccl-tests' columns"};
   app.set_version_flag("--version", "arbench " + std::string(arcoll::version()) + " (git " +
                                         std::string(arcoll::git_commit()) + ")");
@@ -232,6 +265,11 @@ int main(int argc, char** argv) {
       ->type_name("N");
   models->add_flag("--layers", models_flags.layers, "Print every layer");
   subcommands.push_back({models, [&] { return arbench::run_models_command(models_flags); }});
+  // Listed for --help; main() hands `train` to arbench-train before parsing.
+  app.add_subcommand("train",
+                     "Data-parallel training (libtorch) through arcoll, Gloo, MPI and NCCL side "
+                     "by side: time, accuracy, CPU, memory (arbench train --help)")
+      ->allow_extras();
   app.require_subcommand(0, 1);
 
   try {

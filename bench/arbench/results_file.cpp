@@ -63,11 +63,13 @@ ResultsFile load_results(const std::string& path) {
   }
   auto string = [](const ResultsJson& v) { return v.is_string(); };
   file.schema = field(file.json, "schema", path, "", string, "a string").get<std::string>();
-  if (file.schema == "arbench.replay/1" || file.schema == "arbench.comms-trace/1") return file;
+  if (file.schema == "arbench.replay/1" || file.schema == "arbench.comms-trace/1" ||
+      file.schema == "arbench.train/1")
+    return file;
   if (file.schema != "arcoll.arbench/1")
     bad(path, "schema '" + file.schema +
                   "' is none of arbench's (arcoll.arbench/1, arbench.replay/1, "
-                  "arbench.comms-trace/1)");
+                  "arbench.comms-trace/1, arbench.train/1)");
   auto object = [](const ResultsJson& v) { return v.is_object(); };
   auto integer = [](const ResultsJson& v) { return v.is_number_integer(); };
   const ResultsJson& meta = field(file.json, "metadata", path, "", object, "an object");

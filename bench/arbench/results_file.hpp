@@ -1,6 +1,6 @@
 // Reading back what arbench wrote: sweep results (arcoll.arbench/1), replays
-// (arbench.replay/1) and replayed communication traces (arbench.comms-trace/1), for compare,
-// plot and report.
+// (arbench.replay/1), replayed communication traces (arbench.comms-trace/1) and training runs
+// (arbench.train/1), for compare, plot and report.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -41,7 +41,7 @@ struct ResultRow {
 
 struct ResultsFile {
   std::string path;
-  std::string schema;  // "arcoll.arbench/1", "arbench.replay/1", "arbench.comms-trace/1"
+  std::string schema;  // "arcoll.arbench/1", "arbench.replay/1", "arbench.comms-trace/1", "arbench.train/1"
   ResultsJson json;
   std::vector<ResultRow> rows;  // sweeps only
 };

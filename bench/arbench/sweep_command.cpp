@@ -490,46 +490,6 @@ int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
   }
 }
 
-// Splits --mpirun-args on blanks (no quoting: MPI's flags do not need it).
-std::vector<std::string> split_blanks(const std::string& text) {
-  std::vector<std::string> words;
-  std::size_t i = 0;
-  while (i < text.size()) {
-    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-    std::size_t j = i;
-    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
-    if (j > i) words.push_back(text.substr(i, j - i));
-    i = j;
-  }
-  return words;
-}
-
-// MPI backends need ranks that mpirun started: run this same command line under
-// `mpirun --allow-run-as-root --oversubscribe -np N <--mpirun-args> arbench ...`.
-// Returns only on failure.
-int reexec_under_mpirun(const Plan& plan, int ranks, int argc, const char* const* argv) {
-  const auto mpirun = find_on_path("mpirun");
-  if (!mpirun) {
-    std::fprintf(stderr,
-                 "arbench: --backend mpi needs its ranks started by mpirun, and no mpirun is on "
-                 "PATH (install openmpi-bin, or start arbench under your MPI's launcher)\n");
-    return kUsageError;
-  }
-  char self[PATH_MAX] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  std::vector<std::string> args = {*mpirun, "--allow-run-as-root", "--oversubscribe", "-np",
-                                   std::to_string(ranks)};
-  for (std::string& word : split_blanks(plan.mpirun_args)) args.push_back(std::move(word));
-  args.push_back(n > 0 ? std::string(self, static_cast<std::size_t>(n)) : std::string(argv[0]));
-  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  std::vector<char*> c_args;
-  for (std::string& a : args) c_args.push_back(a.data());
-  c_args.push_back(nullptr);
-  std::fflush(stdout);
-  ::execv(mpirun->c_str(), c_args.data());
-  std::fprintf(stderr, "arbench: cannot run %s: %s\n", mpirun->c_str(), std::strerror(errno));
-  return 1;
-}
 
 }  // namespace
 
@@ -560,7 +520,7 @@ int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv
   const int ranks = plan.np.value_or(std::max(2, std::min(8, arcoll::host_info().cores)));
   for (const std::string& name : plan.backends)
     if (backend_needs_mpirun(name) && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr)
-      return reexec_under_mpirun(plan, ranks, argc, argv);
+      return reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);
 
   arcoll::LocalLaunchOptions launch;
   launch.ranks = ranks;

@@ -74,6 +74,8 @@ class Communicator {
   // Mixed precision for the collectives that follow: f32 data reduced travels as f16 or bf16
   // (f32: as it is), as Options::wire; every rank must make the same change.
   void set_wire(DataType wire);
+  // As set_wire(wire), and error feedback switched on or off (Options::wire_error_feedback).
+  void set_wire(DataType wire, bool error_feedback);
   // The link costs that auto's cost model and predict_allreduce use from now on, as from
   // Options::tuning_file; every rank must pass the same figures (measure_tuning() returns the
   // same on all), or auto could choose differently on different ranks.

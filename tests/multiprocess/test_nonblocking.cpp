@@ -346,9 +346,12 @@ TEST(NonBlocking, CallbacksIssueNonBlockingCallsAndAreRefusedBlockingOnes) {
     EXPECT_EQ(later[999], 6);
     EXPECT_EQ(chained[500], 3);
     std::lock_guard lock(mutex);
-    if (rank == 0) EXPECT_TRUE(on_progress_thread);
-    if (on_progress_thread)
+    if (rank == 0) {
+      EXPECT_TRUE(on_progress_thread);
+    }
+    if (on_progress_thread) {
       EXPECT_NE(refused.find("completion callback"), std::string::npos) << refused;
+    }
     comm.barrier();  // nothing of the refused barrier is left over to mismatch this one
   });
 }

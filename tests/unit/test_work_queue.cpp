@@ -96,8 +96,11 @@ TEST(WorkQueue, CallbacksRunOnceWhetherRegisteredBeforeOrAfterCompletion) {
   release = true;
   work->wait();
   queue.drain();
+  // Callbacks run on the queue's thread just after the call is seen complete, so wait() may
+  // return before they have: give them 5 s.
+  for (int i = 0; i < 5000 && before.load() == 0; ++i) std::this_thread::sleep_for(1ms);
   work->on_completion([&](const Work&) { ++after; });  // completed: runs here, now
-  EXPECT_EQ(before, 1);
+  EXPECT_EQ(before.load(), 1);
   EXPECT_TRUE(before_on_queue_thread);
   EXPECT_EQ(after, 1);
 }

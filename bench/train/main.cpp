@@ -1,0 +1,557 @@
+// arbench train: data-parallel SGD with libtorch on real data (Fashion-MNIST) or synthetic
+// ImageNet-shaped batches, the gradients exchanged while backward runs through arcoll,
+// torch's Gloo process group, MPI or NCCL in the same run, from the same seed and data order;
+// time, accuracy, CPU and memory side by side. `arbench train ...` runs this program (it links
+// libtorch, which arbench itself does not load).
+//
+// Without a launcher it forks --np ranks on this host (under mpirun when the mpi backend is
+// asked for); under mpirun, srun, torchrun or scripts/cluster.sh each process is the rank the
+// environment describes.
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#ifdef ARCOLL_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "arbench/cli.hpp"
+#include "arbench/files.hpp"
+#include "arbench/text.hpp"
+#include "arcoll/communicator.hpp"
+#include "arcoll/error.hpp"
+#include "arcoll/host.hpp"
+#include "arcoll/launch.hpp"
+#include "arcoll/local_launcher.hpp"
+#include "arcoll/options.hpp"
+#include "arcoll/tuning.hpp"
+#include "data_parallel.hpp"
+#include "exchange.hpp"
+#include "layer_profile.hpp"
+#include "replay/model.hpp"
+#include "results.hpp"
+#include "trainer.hpp"
+
+namespace arbench::train {
+namespace {
+
+// Every flag as text, validated by make_plan with messages that name the flag.
+struct Flags {
+  std::string np, model = "lenet", backends, policy = "buckets", bucket_bytes = "25M",
+                  algo = "auto", wire = "f32", batch = "32", lr = "0.05", reference_batch = "128",
+                  lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
+                  weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
+                  data = kFashionMnistDir, json, profile_layers, timeout, threads = "1",
+                  transport, mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
+  bool list_models = false;
+};
+
+// A data-loading failure: exit code 2, as a bad flag.
+class DataError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Plan {
+  std::optional<int> np;
+  int threads = 1;
+  std::vector<std::string> backends;
+  bool backends_given = false;
+  std::vector<TrainConfig> configs;
+  std::string data, json, profile_layers, transport, mpirun_args;
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+double parse_number(const char* flag, const std::string& text, double min, double max) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value) || value < min || value > max)
+    throw UsageError(std::string(flag) + " " + quoted(text) + ": expected a number from " +
+                     printf_string("%g to %g", min, max));
+  return value;
+}
+
+template <class T, class Parse>
+std::vector<T> parse_list(const std::string& text, Parse parse) {
+  std::vector<T> out;
+  for (const std::string& item : split_list(text)) out.push_back(parse(item));
+  return out;
+}
+
+Plan make_plan(const Flags& flags) {
+  Plan plan;
+  if (!flags.np.empty()) plan.np = static_cast<int>(parse_integer("--np", flags.np, 1, 4096));
+  plan.threads = static_cast<int>(parse_integer("--threads", flags.threads, 1, 1024));
+  const NetInfo* net = NetRegistry::instance().find(flags.model);
+  if (net == nullptr)
+    throw UsageError("--model " + quoted(flags.model) + " is not a model here (known: " +
+                     NetRegistry::instance().name_list() + ")");
+  // Backends: the given ones, or every one of this build.
+  plan.backends_given = !flags.backends.empty();
+  plan.backends = plan.backends_given ? split_list(flags.backends) : ExchangeRegistry::instance().names();
+  if (!plan.backends_given) {  // arcoll first: the others are compared with it
+    std::erase(plan.backends, "arcoll");
+    plan.backends.insert(plan.backends.begin(), "arcoll");
+  }
+  for (const std::string& name : plan.backends) {
+    if (auto package = missing_backend_package(name))
+      throw UsageError("--backends: arbench was built without " + name + " (install " + *package + ")");
+    if (ExchangeRegistry::instance().find(name) == nullptr)
+      throw UsageError("--backends: unknown backend " + quoted(name) + " (known: " +
+                       ExchangeRegistry::instance().name_list() + ")");
+  }
+  const auto policies = split_list(flags.policy);
+  for (const std::string& p : policies) {
+    if (p == "ps") throw UsageError("--policy ps: arbench train has no parameter server yet");
+    try {
+      arcoll::replay::parse_policy(p);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--policy: ") + e.what());
+    }
+  }
+  const auto algorithms = split_list(flags.algo);
+  const auto known_algorithms = arcoll::Communicator::allreduce_algorithms();
+  for (const std::string& a : algorithms)
+    if (a != "auto" && std::find(known_algorithms.begin(), known_algorithms.end(), a) == known_algorithms.end())
+      throw UsageError("--algo " + quoted(a) + " is not an all-reduce algorithm here");
+  struct Wire {
+    arcoll::DataType type;
+    bool error_feedback;
+  };
+  const auto wires = parse_list<Wire>(flags.wire, [](const std::string& w) {
+    const bool feedback = w.size() > 3 && w.ends_with("+ef");
+    const std::string base = feedback ? w.substr(0, w.size() - 3) : w;
+    if (base == "f32" && !feedback) return Wire{arcoll::DataType::f32, false};
+    if (base == "f16") return Wire{arcoll::DataType::f16, feedback};
+    if (base == "bf16") return Wire{arcoll::DataType::bf16, feedback};
+    throw UsageError("--wire " + quoted(w) + ": expected f32, f16, bf16, f16+ef or bf16+ef");
+  });
+  const auto batches = parse_list<int>(flags.batch, [](const std::string& b) {
+    return static_cast<int>(parse_integer("--batch", b, 1, 1 << 20));
+  });
+  const auto scalings = parse_list<LrScaling>(flags.lr_scaling, [](const std::string& s) {
+    if (s == "none") return LrScaling::none;
+    if (s == "linear") return LrScaling::linear;
+    if (s == "sqrt") return LrScaling::sqrt;
+    throw UsageError("--lr-scaling " + quoted(s) + ": expected none, linear or sqrt");
+  });
+  const auto warmups = parse_list<double>(flags.warmup_epochs, [](const std::string& w) {
+    return parse_number("--warmup-epochs", w, 0, 1000);
+  });
+  const auto lars = parse_list<bool>(flags.lars, [](const std::string& l) {
+    if (l == "off") return false;
+    if (l == "on") return true;
+    throw UsageError("--lars " + quoted(l) + ": expected off, on or off,on");
+  });
+  TrainConfig base;
+  base.model = flags.model;
+  base.bucket_bytes = parse_size("--bucket-bytes", flags.bucket_bytes);
+  if (base.bucket_bytes == 0) throw UsageError("--bucket-bytes must be positive");
+  base.lr = parse_number("--lr", flags.lr, 0, 1e3);
+  base.reference_batch = static_cast<int>(parse_integer("--reference-batch", flags.reference_batch, 1, 1 << 30));
+  base.momentum = parse_number("--momentum", flags.momentum, 0, 0.9999);
+  base.weight_decay = parse_number("--weight-decay", flags.weight_decay, 0, 1);
+  base.target_accuracy = parse_number("--target-accuracy", flags.target, 0, 1);
+  base.seed = static_cast<std::uint64_t>(parse_integer("--seed", flags.seed, 0, 1ll << 62));
+  const bool synthetic = net->data == DataKind::imagenet;
+  base.epochs = flags.epochs.empty() ? (synthetic ? 1 : 3)
+                                     : static_cast<int>(parse_integer("--epochs", flags.epochs, 1, 100000));
+  base.steps_per_epoch = flags.steps.empty() ? (synthetic ? 10 : 0)
+                                             : static_cast<int>(parse_integer("--steps", flags.steps, 1, 1 << 30));
+  if (synthetic && base.steps_per_epoch <= base.warmup_iterations)
+    throw UsageError("--steps must exceed the " + std::to_string(base.warmup_iterations) +
+                     " untimed warm-up iterations of synthetic data");
+  for (const auto& policy : policies)
+    for (const auto& algorithm : algorithms)
+      for (const Wire& wire : wires)
+        for (int batch : batches)
+          for (LrScaling scaling : scalings)
+            for (double warmup : warmups)
+              for (bool l : lars) {
+                TrainConfig c = base;
+                c.policy = policy;
+                c.algorithm = algorithm;
+                c.wire = wire.type;
+                c.error_feedback = wire.error_feedback;
+                c.batch = batch;
+                c.lr_scaling = scaling;
+                c.warmup_epochs = warmup;
+                c.lars = l;
+                plan.configs.push_back(c);
+              }
+  plan.data = flags.data;
+  plan.json = flags.json;
+  plan.profile_layers = flags.profile_layers;
+  plan.transport = flags.transport;
+  plan.mpirun_args = flags.mpirun_args;
+  if (!flags.timeout.empty())
+    plan.timeout = std::chrono::milliseconds(
+        static_cast<long long>(1000 * parse_number("--timeout", flags.timeout, 0.001, 1e6)));
+  for (const auto& [flag, path] : {std::pair{"--json", plan.json}, {"--profile-layers", plan.profile_layers}})
+    if (!path.empty())
+      if (auto error = check_writable(flag, path)) throw UsageError(*error);
+  return plan;
+}
+
+// Every rank must train the same thing: rank 0's arguments against this rank's; a difference
+// fails every rank, naming the first argument that differs.
+void agree_on_arguments(arcoll::Communicator& comm, const std::vector<std::string>& args) {
+  std::string mine;
+  for (const std::string& a : args) mine += a + '\0';
+  std::int64_t length = static_cast<std::int64_t>(mine.size());
+  comm.broadcast(&length, 1, arcoll::DataType::i64, 0);
+  std::string root(static_cast<std::size_t>(length), '\0');
+  if (comm.rank() == 0) root = mine;
+  comm.broadcast(root.data(), root.size(), arcoll::DataType::u8, 0);
+  std::int32_t differing = root == mine ? -1 : comm.rank();
+  comm.allreduce(&differing, 1, arcoll::DataType::i32, arcoll::ReduceOp::max);
+  if (differing < 0) return;
+  if (differing != comm.rank())
+    throw UsageError("rank " + std::to_string(differing) +
+                     " was started with other arguments than rank 0: every rank must train the same configuration");
+  std::vector<std::string> root_args;
+  for (std::size_t at = 0; at < root.size();) {
+    const std::size_t end = root.find('\0', at);
+    root_args.push_back(root.substr(at, end - at));
+    at = end + 1;
+  }
+  std::size_t i = 0;
+  while (i < args.size() && i < root_args.size() && args[i] == root_args[i]) ++i;
+  auto word = [](const std::vector<std::string>& list, std::size_t at) {
+    return at < list.size() ? quoted(list[at]) : std::string("nothing");
+  };
+  throw UsageError("rank " + std::to_string(comm.rank()) + " was started with " + word(args, i) +
+                   " where rank 0 has " + word(root_args, i) +
+                   ": every rank must train the same configuration (model, batch, schedule)");
+}
+
+// Every rank reads the data set; one that cannot fails them all at once.
+std::unique_ptr<TrainingData> load_data(arcoll::Communicator& comm, const Plan& plan) {
+  if (NetRegistry::instance().find(plan.configs.front().model)->data != DataKind::fashion_mnist)
+    return nullptr;
+  auto data = std::make_unique<TrainingData>();
+  std::string error;
+  try {
+    data->train = load_fashion_mnist(plan.data, "train");
+    data->test = load_fashion_mnist(plan.data, "t10k");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  std::int32_t failed = error.empty() ? 0 : 1;
+  comm.allreduce(&failed, 1, arcoll::DataType::i32, arcoll::ReduceOp::max);
+  if (!error.empty()) throw DataError(error);
+  if (failed) throw DataError("another rank could not read the data set");
+  for (const TrainConfig& c : plan.configs)
+    if (std::int64_t(c.batch) * comm.size() > data->train.labels.size(0))
+      throw UsageError("--batch " + std::to_string(c.batch) + " on " + std::to_string(comm.size()) +
+                       " ranks is more than the " + std::to_string(data->train.labels.size(0)) +
+                       " training images");
+  return data;
+}
+
+std::string blas_in_use() {
+  std::error_code ignored;
+  const auto target = std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ignored);
+  return target.empty() ? "unknown" : target.parent_path().filename().string();
+}
+
+nlohmann::json metadata(const arcoll::Communicator& comm, const Plan& plan, const StagedNet& net,
+                        int argc, const char* const* argv) {
+  const arcoll::HostInfo host = arcoll::host_info();
+  std::int64_t parameters = 0;
+  for (const auto& p : net->parameters()) parameters += p.numel();
+  return {{"command", shell_command_line(argc, argv)},
+          {"date", utc_now()},
+          {"arcoll_version", std::string(arcoll::version())},
+          {"git_commit", std::string(arcoll::git_commit())},
+          {"host", host.hostname},
+          {"cpu", host.cpu_model},
+          {"cores", host.cores},
+          {"ranks", comm.size()},
+          {"hosts", comm.node_count()},
+          {"transport", comm.transport_name()},
+          {"threads_per_rank", plan.threads},
+          {"blas", blas_in_use()},
+          {"torch", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR)},
+          {"model", plan.configs.front().model},
+          {"parameters", parameters},
+          {"data", data_name(NetRegistry::instance().find(plan.configs.front().model)->data)}};
+}
+
+double max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double most = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    most = std::max(most, (a[i] - b[i]).abs().max().item<double>());
+  return most;
+}
+
+int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const char* const* argv) {
+  torch::set_num_threads(plan.threads);
+  arcoll::Options options = arcoll::Options::from_env();
+  if (!plan.transport.empty()) options.transport = plan.transport;
+  if (plan.timeout) options.timeout = *plan.timeout;
+  arcoll::Communicator comm(launch, options);
+  const bool root = comm.rank() == 0;
+  agree_on_arguments(comm, std::vector<std::string>(argv + 1, argv + argc));
+  const std::unique_ptr<TrainingData> data = load_data(comm, plan);
+
+  const TrainConfig& first = plan.configs.front();
+  const NetInfo& info = *NetRegistry::instance().find(first.model);
+  {
+    torch::manual_seed(first.seed);
+    const nlohmann::json meta = metadata(comm, plan, info.build(), argc, argv);
+    if (root)
+      print(printf_string("# arbench train: %s (%s parameters) on %s, %d ranks on %d host(s), %d "
+                          "thread(s) per rank, BLAS %s, torch %s\n# %d configuration(s) x backends %s\n",
+                          first.model.c_str(), format_bytes(double(meta["parameters"].get<std::int64_t>()) * 4).c_str(),
+                          data_name(info.data), comm.size(), comm.node_count(), plan.threads,
+                          meta["blas"].get<std::string>().c_str(), meta["torch"].get<std::string>().c_str(),
+                          int(plan.configs.size()), [&] {
+                            std::string list;
+                            for (const auto& b : plan.backends) list += (list.empty() ? "" : ",") + b;
+                            return list;
+                          }().c_str()));
+  }
+  std::vector<TrainRow> rows;
+  std::set<std::string> skipped;
+  bool header_printed = false;
+  std::optional<Trainer::StageTimes> profile;
+  for (std::size_t c = 0; c < plan.configs.size(); ++c) {
+    const TrainConfig& config = plan.configs[c];
+    Trainer trainer(comm, config, data.get());
+    const double single = comm.size() > 1 ? trainer.single_rank_iteration() : 0;
+    // Fusion groups gradients by when they become ready: measured here, shared by all.
+    std::vector<double> backward_seconds;
+    if (config.policy == "fusion") backward_seconds = trainer.profile_stages(3).backward;
+    const std::size_t first_row = rows.size();
+    std::vector<torch::Tensor> first_weights;
+    for (const std::string& backend : plan.backends) {
+      const ExchangeInfo& exchange_info = *ExchangeRegistry::instance().find(backend);
+      // Algorithms and 16-bit wires are arcoll's: the others run each configuration once.
+      if (backend != "arcoll" && (config.wire != arcoll::DataType::f32 ||
+                                  config.algorithm != plan.configs.front().algorithm)) {
+        if (skipped.insert(backend + " settings").second && root)
+          print("# " + backend + " runs only the f32 configurations with the first --algo (wire "
+                "formats and algorithms are arcoll's)\n");
+        continue;
+      }
+      if (exchange_info.needs_mpirun && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {
+        if (skipped.insert(backend).second && root)
+          print("# " + backend + " skipped: its ranks must be started by mpirun (arbench train "
+                "--np N starts it; under another launcher, leave it out of --backends)\n");
+        continue;
+      }
+      ExchangeSetup setup{comm, launch, options.timeout, config.algorithm, config.wire,
+                          config.error_feedback};
+      if (exchange_info.unavailable)
+        if (auto why = exchange_info.unavailable(setup)) {
+          if (skipped.insert(backend).second && root) print("# " + backend + " skipped: " + *why + "\n");
+          continue;
+        }
+      TrainRow row{config, {}};
+      {
+        std::unique_ptr<GradientExchange> exchange = exchange_info.create(setup);
+        row.result = trainer.run(backend, *exchange, backward_seconds);
+      }
+      row.result.single_rank_iteration = single;
+      reduce_result(comm, config.batch, row.result);
+      if (comm.size() == 1) row.result.scaling_efficiency = 1;
+      if (first_weights.empty()) {
+        first_weights = trainer.final_weights();
+      } else {
+        double difference = max_difference(first_weights, trainer.final_weights());
+        comm.allreduce(&difference, 1, arcoll::DataType::f64, arcoll::ReduceOp::max);
+        row.result.weights_max_difference = difference;
+      }
+      if (root) {
+        std::string text;
+        if (!header_printed) text += table_header();
+        header_printed = true;
+        for (const EpochPoint& p : row.result.curve)
+          text += printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
+                                backend.c_str(), p.epoch, 100 * p.accuracy, p.loss, p.train_seconds);
+        print(text + table_row(row));
+      }
+      rows.push_back(std::move(row));
+    }
+    if (!plan.profile_layers.empty()) {
+      if (!profile) {
+        profile = trainer.profile_stages(20);
+        if (root) write_layer_profile(plan.profile_layers, trainer.build_net(), config.model, config.batch, *profile);
+        comm.barrier();
+        // The prediction needs this machine's link costs, as a collective loads them.
+        if (options.tuning_file.empty()) comm.set_tuning(arcoll::measure_tuning(comm));
+      }
+      const double predicted = predict_iteration_from_profile(comm, plan.profile_layers, config);
+      for (std::size_t r = first_row; r < rows.size(); ++r) {
+        if (rows[r].result.backend != "arcoll") continue;
+        rows[r].predicted_iteration = predicted;
+        if (root)
+          print(printf_string("# %s: replay model %s predicts %.2f ms per iteration; measured %.2f ms "
+                              "(p50): %+.1f%%\n",
+                              config.label().c_str(), plan.profile_layers.c_str(), predicted * 1e3,
+                              rows[r].result.iteration_p50 * 1e3,
+                              100 * (predicted / rows[r].result.iteration_p50 - 1)));
+      }
+    }
+  }
+  if (root) {
+    print(backend_comparison(rows));
+    if (plan.configs.size() > 1) print(ranking(rows, first.target_accuracy));
+    if (!plan.json.empty()) {
+      torch::manual_seed(first.seed);
+      write_atomically(plan.json, results_json(rows, metadata(comm, plan, info.build(), argc, argv)).dump(2) + "\n");
+    }
+  }
+  comm.barrier();
+  return rows.empty() && !plan.backends.empty() ? 1 : 0;
+}
+
+// One rank: errors become messages and exit codes (2 for flags and data, 1 otherwise).
+int rank_main(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const char* const* argv) {
+  try {
+    return run_rank(plan, launch, argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench train: %s\n", e.what());
+    return kUsageError;
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "arbench train: %s\n", e.what());
+    return kUsageError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arbench train: rank %d: %s\n", launch.rank, e.what());
+    return 1;
+  }
+}
+
+void add_flags(CLI::App& app, Flags& f) {
+  auto add = [&](const char* names, std::string& value, const char* type, const char* help) {
+    return app.add_option(names, value, help)->type_name(type);
+  };
+  add("--np", f.np, "N", "Ranks to fork on this host (default 2); under a launcher, its world");
+  add("--model", f.model, "NAME",
+      "lenet, resnet18 (Fashion-MNIST, for accuracy), alexnet, googlenet, resnet50 (synthetic "
+      "ImageNet batches, for throughput)")
+      ->capture_default_str();
+  add("--backends", f.backends, "LIST",
+      "What exchanges the gradients: arcoll, gloo (torch's ProcessGroupGloo), mpi "
+      "(MPI_Allreduce), nccl (GPU); default: every one of this build");
+  add("--policy", f.policy, "LIST",
+      "When gradients travel: sync-after-backward, wfbp, buckets (DDP), fusion (Horovod); a list "
+      "trains each")
+      ->capture_default_str();
+  add("--bucket-bytes", f.bucket_bytes, "SIZE", "DDP's bucket cap for --policy buckets")->capture_default_str();
+  add("--algo", f.algo, "LIST", "arcoll's all-reduce algorithm(s)")->capture_default_str();
+  add("--wire", f.wire, "LIST",
+      "arcoll's wire format(s): f32, f16, bf16, and f16+ef / bf16+ef with error feedback")
+      ->capture_default_str();
+  add("--batch", f.batch, "LIST", "Samples per rank per iteration; a list trains each")->capture_default_str();
+  add("--lr", f.lr, "X", "Learning rate at --reference-batch (global)")->capture_default_str();
+  add("--reference-batch", f.reference_batch, "N", "The global batch --lr is meant for")->capture_default_str();
+  add("--lr-scaling", f.lr_scaling, "LIST",
+      "How the rate grows with the global batch: none, linear (Goyal et al.), sqrt")
+      ->capture_default_str();
+  add("--warmup-epochs", f.warmup_epochs, "LIST",
+      "Epochs of linear warmup from --lr to the scaled rate (cosine decay follows)")
+      ->capture_default_str();
+  add("--lars", f.lars, "LIST", "Layer-wise rate clipping (LARC): off, on, or off,on")->capture_default_str();
+  add("--momentum", f.momentum, "X", "SGD momentum")->capture_default_str();
+  add("--weight-decay", f.weight_decay, "X", "L2 weight decay")->capture_default_str();
+  add("--epochs", f.epochs, "N", "Epochs (default 3; synthetic data: 1)");
+  add("--steps", f.steps, "N",
+      "Iterations per epoch (default: the whole shard; synthetic data: 10, the first 2 untimed)");
+  add("--target-accuracy", f.target, "X", "Test accuracy whose time to reach is reported")->capture_default_str();
+  add("--seed", f.seed, "N", "Initial weights and data order (the same for every backend)")->capture_default_str();
+  add("--data", f.data, "DIR", "Fashion-MNIST's gzipped IDX files")->capture_default_str();
+  add("--json", f.json, "FILE", "Write every figure as JSON (schema arbench.train/1)");
+  add("--profile-layers", f.profile_layers, "FILE",
+      "Measure each layer's forward and backward time, write them as a replay model file, and "
+      "print the replayer's prediction beside the measured iteration time");
+  add("--threads", f.threads, "N", "Intra-op threads per rank")->capture_default_str();
+  add("--timeout", f.timeout, "SECONDS", "How long any wait may last (default: ARCOLL_TIMEOUT or 60)");
+  add("--transport", f.transport, "NAME", "arcoll's transport (default: auto)");
+  add("--mpirun-args", f.mpirun_args, "ARGS", "Extra mpirun flags when arbench starts mpirun")
+      ->capture_default_str();
+  app.add_flag("--list-models", f.list_models,
+               "List the models with their parameter counts (and the replayer's, where it has the model)");
+}
+
+int list_models() {
+  for (const NetInfo* info : NetRegistry::instance().all()) {
+    torch::manual_seed(0);
+    std::int64_t parameters = 0;
+    for (const auto& p : info->build()->parameters()) parameters += p.numel();
+    std::string replay = "-";
+    if (!info->replay_model.empty())
+      replay = std::to_string(arcoll::replay::build_model(info->replay_model).parameter_count());
+    print(printf_string("%-10s %10lld parameters (replayer: %s)  %s\n", info->name.c_str(),
+                        static_cast<long long>(parameters), replay.c_str(), info->summary.c_str()));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace arbench::train
+
+int main(int argc, char** argv) {
+  using namespace arbench::train;
+  CLI::App app{"arbench train: data-parallel training through arcoll, Gloo, MPI and NCCL, compared"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  Flags flags;
+  add_flags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : arbench::kUsageError;
+  }
+  if (flags.list_models) return list_models();
+#ifdef ARCOLL_HAVE_MPI
+  // Under mpirun, MPI first: arcoll's bootstrap may use it, and the mpi backend calls it from
+  // its own thread.
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    std::atexit([] {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+    });
+  }
+#endif
+  Plan plan;
+  arcoll::LaunchInfo here;
+  try {
+    plan = make_plan(flags);
+    try {
+      here = arcoll::detect_launch();
+    } catch (const arcoll::Error& e) {
+      throw arbench::UsageError(e.what());
+    }
+    if (here.source != "default" && plan.np && *plan.np != here.world_size)
+      throw arbench::UsageError("--np " + std::to_string(*plan.np) + " disagrees with the world size " +
+                                std::to_string(here.world_size) + " set by " + here.source);
+  } catch (const arbench::UsageError& e) {
+    std::fprintf(stderr, "arbench train: %s\n", e.what());
+    return arbench::kUsageError;
+  }
+  if (here.source != "default") return rank_main(plan, here, argc, argv);
+  const int ranks = plan.np.value_or(2);
+  for (const std::string& name : plan.backends)
+    if (ExchangeRegistry::instance().find(name)->needs_mpirun)
+      return arbench::reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);
+  arcoll::LocalLaunchOptions launch;
+  launch.ranks = ranks;
+  try {
+    return arbench::exit_status(arcoll::run_local_ranks(
+        launch, [&] { return rank_main(plan, arcoll::detect_launch(), argc, argv); }));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "arbench train: %s\n", e.what());
+    return 1;
+  }
+}
