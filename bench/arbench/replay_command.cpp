@@ -211,9 +211,14 @@ std::string header(const ReplaySetup& setup, const Where& where) {
       where.simulated ? " --simulate" : "", m.name.c_str(), m.tensor_count(),
       static_cast<long long>(m.parameter_count()),
       static_cast<double>(m.parameter_count()) * 4 / (1 << 20), c.batch);
-  text += "# compute: " + c.device.summary +
-          printf_string(", %.0f%% of peak", c.device.efficiency * 100) +
-          (where.simulated ? "\n" : "; emulated by sleeping for the modelled time of each layer\n");
+  // A model file with measured times (arbench train --profile-layers) needs no device.
+  text += m.measured_batch > 0
+              ? printf_string("# compute: the model file's measured layer times (at batch %d), "
+                              "scaled to this batch",
+                              m.measured_batch)
+              : "# compute: " + c.device.summary +
+                    printf_string(", %.0f%% of peak", c.device.efficiency * 100);
+  text += where.simulated ? "\n" : "; emulated by sleeping for each layer's time\n";
   text += "# " + where.description + "; prediction from " + where.link_costs + "\n";
   if (!where.simulated)
     text += printf_string("# %d iterations after %d of warm-up\n", c.iterations, c.warmup);

@@ -28,8 +28,8 @@ std::vector<torch::Tensor> gradient_order(const StagedNet& net) {
 }
 
 DataParallel::DataParallel(const StagedNet& net, const arcoll::replay::Policy& policy,
-                           const std::vector<double>& backward_seconds,
-                           GradientExchange& exchange, int world)
+                           const std::vector<double>& backward_seconds, GradientExchange& exchange,
+                           int world)
     : policy_(policy),
       plan_(arcoll::replay::plan_buckets(replay_model(net, ""), policy, backward_seconds)),
       exchange_(exchange),
@@ -48,7 +48,8 @@ DataParallel::DataParallel(const StagedNet& net, const arcoll::replay::Policy& p
   }
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     torch::Tensor param = slots_[s].param;
-    const unsigned handle = param.register_hook([this, s](torch::Tensor grad) { arrived(s, grad); });
+    const unsigned handle =
+        param.register_hook([this, s](torch::Tensor grad) { arrived(s, grad); });
     hooks_.emplace_back(param, handle);
   }
 }

@@ -37,7 +37,7 @@ struct ExchangeSetup {
   arcoll::Communicator& comm;
   const arcoll::LaunchInfo& launch;
   std::chrono::milliseconds timeout;
-  std::string algorithm;      // arcoll only: all-reduce algorithm
+  std::string algorithm;                          // arcoll only: all-reduce algorithm
   arcoll::DataType wire = arcoll::DataType::f32;  // arcoll only: 16-bit wire formats
   bool error_feedback = false;
 };

@@ -9,8 +9,8 @@ class ArcollExchange final : public GradientExchange {
   explicit ArcollExchange(const ExchangeSetup& setup) : comm_(setup.comm) {
     comm_.set_algorithm(setup.algorithm);
     comm_.set_wire(setup.wire, setup.error_feedback);
-    description_ = "arcoll iallreduce (" + comm_.algorithm_name() + ", " +
-                   comm_.transport_name() + ", wire " + std::string(arcoll::to_string(setup.wire)) +
+    description_ = "arcoll iallreduce (" + comm_.algorithm_name() + ", " + comm_.transport_name() +
+                   ", wire " + std::string(arcoll::to_string(setup.wire)) +
                    (setup.error_feedback ? " with error feedback" : "") + ")";
   }
   ~ArcollExchange() override {
@@ -49,7 +49,8 @@ std::optional<std::string> missing_backend_package(const std::string& name) {
       {"mpi", "libopenmpi-dev"},
       {"nccl", "the CUDA toolkit with NCCL"}};
   for (const auto& [known, package] : kPackages)
-    if (name == known && ExchangeRegistry::instance().find(name) == nullptr) return std::string(package);
+    if (name == known && ExchangeRegistry::instance().find(name) == nullptr)
+      return std::string(package);
   return std::nullopt;
 }
 

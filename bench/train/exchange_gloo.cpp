@@ -5,9 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 
 #include <cstring>
 #include <stdexcept>
@@ -61,7 +61,7 @@ class GlooExchange final : public GradientExchange {
     group_options->devices = {
         c10d::ProcessGroupGloo::createDeviceForHostname(address_toward(master))};
     group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, setup.comm.rank(),
-                                                          setup.comm.size(), group_options);
+                                                         setup.comm.size(), group_options);
   }
   std::string description() const override {
     return "torch " + std::to_string(TORCH_VERSION_MAJOR) + "." +

@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "arbench/backends/gpu_check.hpp"
 #include "exchange.hpp"
 
 namespace arbench::train {
@@ -20,20 +21,6 @@ void check_cuda(cudaError_t code, const char* what) {
 void check_nccl(ncclResult_t code, const char* what) {
   if (code != ncclSuccess)
     throw std::runtime_error(std::string(what) + " failed: " + ncclGetErrorString(code));
-}
-
-std::optional<std::string> no_gpu(const ExchangeSetup& setup) {
-  int devices = 0;
-  const cudaError_t code = cudaGetDeviceCount(&devices);
-  std::string why;
-  if (code != cudaSuccess)
-    why = std::string("no GPU (cudaGetDeviceCount failed: ") + cudaGetErrorString(code) + ")";
-  else if (devices == 0)
-    why = "no GPU (cudaGetDeviceCount found none)";
-  std::int32_t missing = why.empty() ? 0 : 1;
-  setup.comm.allreduce(&missing, 1, arcoll::DataType::i32, arcoll::ReduceOp::max);
-  if (missing == 0) return std::nullopt;
-  return why.empty() ? "another rank has no GPU" : why;
 }
 
 class NcclExchange final : public GradientExchange {
@@ -57,34 +44,37 @@ class NcclExchange final : public GradientExchange {
   }
   std::string description() const override { return "ncclAllReduce on device buffers"; }
   Pending start_sum(float* data, std::size_t count) override {
+    return on_device(data, count, [&](float* device) {
+      check_nccl(ncclAllReduce(device, device, count, ncclFloat32, ncclSum, nccl_, stream_),
+                 "ncclAllReduce");
+    });
+  }
+  void broadcast(float* data, std::size_t count, int root) override {
+    on_device(data, count, [&](float* device) {
+      check_nccl(ncclBroadcast(device, device, count, ncclFloat32, root, nccl_, stream_),
+                 "ncclBroadcast");
+    })();
+  }
+
+ private:
+  // Queues on the stream: `data` to its device buffer, `collective` on that buffer, the result
+  // back; the returned wait synchronises the stream.
+  Pending on_device(float* data, std::size_t count, const std::function<void(float*)>& collective) {
     float* device = buffer_for(data, count);
     const std::size_t bytes = count * sizeof(float);
     check_cuda(cudaMemcpyAsync(device, data, bytes, cudaMemcpyHostToDevice, stream_),
                "cudaMemcpyAsync to the GPU");
-    check_nccl(ncclAllReduce(device, device, count, ncclFloat32, ncclSum, nccl_, stream_),
-               "ncclAllReduce");
+    collective(device);
     check_cuda(cudaMemcpyAsync(data, device, bytes, cudaMemcpyDeviceToHost, stream_),
                "cudaMemcpyAsync to the host");
     return [this] { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); };
   }
-  void broadcast(float* data, std::size_t count, int root) override {
-    float* device = buffer_for(data, count);
-    const std::size_t bytes = count * sizeof(float);
-    check_cuda(cudaMemcpyAsync(device, data, bytes, cudaMemcpyHostToDevice, stream_),
-               "cudaMemcpyAsync to the GPU");
-    check_nccl(ncclBroadcast(device, device, count, ncclFloat32, root, nccl_, stream_),
-               "ncclBroadcast");
-    check_cuda(cudaMemcpyAsync(data, device, bytes, cudaMemcpyDeviceToHost, stream_),
-               "cudaMemcpyAsync to the host");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  }
-
- private:
   // One device buffer per host buffer (the buckets keep theirs for the whole run).
   float* buffer_for(float* host, std::size_t count) {
     auto [it, added] = buffers_.try_emplace(host, nullptr);
-    if (added) check_cuda(cudaMalloc(reinterpret_cast<void**>(&it->second), count * sizeof(float)),
-                          "cudaMalloc");
+    if (added)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&it->second), count * sizeof(float)),
+                 "cudaMalloc");
     return it->second;
   }
 
@@ -93,10 +83,10 @@ class NcclExchange final : public GradientExchange {
   std::map<float*, float*> buffers_;
 };
 
-const ExchangeRegistrar kNccl({"nccl", "ncclAllReduce on the GPUs of each host", false, no_gpu,
-                               [](const ExchangeSetup& setup) {
-                                 return std::make_unique<NcclExchange>(setup);
-                               }});
+const ExchangeRegistrar kNccl(
+    {"nccl", "ncclAllReduce on the GPUs of each host", false,
+     [](const ExchangeSetup& setup) { return arbench::missing_gpu(setup.comm); },
+     [](const ExchangeSetup& setup) { return std::make_unique<NcclExchange>(setup); }});
 
 }  // namespace
 }  // namespace arbench::train

@@ -22,14 +22,16 @@ constexpr float kStd = 0.3530f;
 
 std::vector<std::uint8_t> gunzip(const std::string& path) {
   if (!std::filesystem::exists(path))
-    bad_file(path, "not found (install Debian's dataset-fashion-mnist, or point --data at a "
-                   "directory holding the four .gz files)");
+    bad_file(path,
+             "not found (install Debian's dataset-fashion-mnist, or point --data at a "
+             "directory holding the four .gz files)");
   gzFile file = ::gzopen(path.c_str(), "rb");
   if (file == nullptr) bad_file(path, std::string("cannot open: ") + std::strerror(errno));
   std::vector<std::uint8_t> bytes;
   std::uint8_t block[1 << 16];
   int got = 0;
-  while ((got = ::gzread(file, block, sizeof block)) > 0) bytes.insert(bytes.end(), block, block + got);
+  while ((got = ::gzread(file, block, sizeof block)) > 0)
+    bytes.insert(bytes.end(), block, block + got);
   int code = Z_OK;
   const std::string error = got < 0 ? ::gzerror(file, &code) : "";
   ::gzclose(file);
@@ -79,17 +81,17 @@ LabelledImages load_fashion_mnist(const std::string& directory, const std::strin
     bad_file(label_path, std::to_string(label_shape[0]) + " labels for " +
                              std::to_string(image_shape[0]) + " images");
   for (std::size_t i = 8; i < label_bytes.size(); ++i)
-    if (label_bytes[i] > 9) bad_file(label_path, "label " + std::to_string(label_bytes[i]) +
-                                                     " at entry " + std::to_string(i - 8) +
-                                                     " is not a class 0-9");
+    if (label_bytes[i] > 9)
+      bad_file(label_path, "label " + std::to_string(label_bytes[i]) + " at entry " +
+                               std::to_string(i - 8) + " is not a class 0-9");
   const std::int64_t n = image_shape[0];
   torch::Tensor raw = torch::from_blob(const_cast<std::uint8_t*>(image_bytes.data()) + 16,
                                        {n, 1, 28, 28}, torch::kUInt8);
   LabelledImages out;
   out.images = raw.to(torch::kFloat32).div_(255.0f).sub_(kMean).div_(kStd);
-  out.labels = torch::from_blob(const_cast<std::uint8_t*>(label_bytes.data()) + 8, {n},
-                                torch::kUInt8)
-                   .to(torch::kInt64);
+  out.labels =
+      torch::from_blob(const_cast<std::uint8_t*>(label_bytes.data()) + 8, {n}, torch::kUInt8)
+          .to(torch::kInt64);
   return out;
 }
 

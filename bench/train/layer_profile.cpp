@@ -4,7 +4,6 @@
 
 #include "arbench/files.hpp"
 #include "data_parallel.hpp"
-#include "replay/predict.hpp"
 
 namespace arbench::train {
 
@@ -33,8 +32,9 @@ void write_layer_profile(const std::string& path, const StagedNet& net, const st
   write_atomically(path, file.dump(2) + "\n");
 }
 
-double predict_iteration_from_profile(const arcoll::Communicator& comm, const std::string& path,
-                                      const TrainConfig& config) {
+arcoll::replay::Prediction predict_iteration_from_profile(const arcoll::Communicator& comm,
+                                                          const std::string& path,
+                                                          const TrainConfig& config) {
   arcoll::replay::ReplayConfig replay;
   replay.model = arcoll::replay::load_model(path);
   replay.batch = config.batch;
@@ -48,8 +48,8 @@ double predict_iteration_from_profile(const arcoll::Communicator& comm, const st
   // A 16-bit wire carries half the bytes.
   const std::size_t wire_divisor = config.wire == arcoll::DataType::f32 ? 1 : 2;
   return arcoll::replay::predict_iteration(replay, plan, [&](std::size_t bytes) {
-           return comm.predict_allreduce(bytes / wire_divisor, config.algorithm).seconds;
-         }).iteration;
+    return comm.predict_allreduce(bytes / wire_divisor, config.algorithm).seconds;
+  });
 }
 
 }  // namespace arbench::train

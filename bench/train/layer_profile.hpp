@@ -6,6 +6,7 @@
 #include <string>
 
 #include "arcoll/communicator.hpp"
+#include "replay/predict.hpp"
 #include "trainer.hpp"
 
 namespace arbench::train {
@@ -18,7 +19,8 @@ void write_layer_profile(const std::string& path, const StagedNet& net, const st
 
 // One iteration of `config` as the replayer's model predicts it from the file at `path`, with
 // all-reduce times from this communicator's cost model (calibrate it first with set_tuning).
-double predict_iteration_from_profile(const arcoll::Communicator& comm, const std::string& path,
-                                      const TrainConfig& config);
+arcoll::replay::Prediction predict_iteration_from_profile(const arcoll::Communicator& comm,
+                                                          const std::string& path,
+                                                          const TrainConfig& config);
 
 }  // namespace arbench::train

@@ -7,8 +7,8 @@
 // Without a launcher it forks --np ranks on this host (under mpirun when the mpi backend is
 // asked for); under mpirun, srun, torchrun or scripts/cluster.sh each process is the rank the
 // environment describes.
-#include <CLI/CLI.hpp>
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
 
 #ifdef ARCOLL_HAVE_MPI
 #include <mpi.h>
@@ -48,8 +48,8 @@ struct Flags {
                   algo = "auto", wire = "f32", batch = "32", lr = "0.05", reference_batch = "128",
                   lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
                   weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
-                  data = kFashionMnistDir, json, profile_layers, timeout, threads = "1",
-                  transport, mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
+                  data = kFashionMnistDir, json, profile_layers, timeout, threads = "1", transport,
+                  mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
   bool list_models = false;
 };
 
@@ -63,7 +63,6 @@ struct Plan {
   std::optional<int> np;
   int threads = 1;
   std::vector<std::string> backends;
-  bool backends_given = false;
   std::vector<TrainConfig> configs;
   std::string data, json, profile_layers, transport, mpirun_args;
   std::optional<std::chrono::milliseconds> timeout;
@@ -91,21 +90,23 @@ Plan make_plan(const Flags& flags) {
   plan.threads = static_cast<int>(parse_integer("--threads", flags.threads, 1, 1024));
   const NetInfo* net = NetRegistry::instance().find(flags.model);
   if (net == nullptr)
-    throw UsageError("--model " + quoted(flags.model) + " is not a model here (known: " +
-                     NetRegistry::instance().name_list() + ")");
+    throw UsageError("--model " + quoted(flags.model) +
+                     " is not a model here (known: " + NetRegistry::instance().name_list() + ")");
   // Backends: the given ones, or every one of this build.
-  plan.backends_given = !flags.backends.empty();
-  plan.backends = plan.backends_given ? split_list(flags.backends) : ExchangeRegistry::instance().names();
-  if (!plan.backends_given) {  // arcoll first: the others are compared with it
+  const bool backends_given = !flags.backends.empty();
+  plan.backends =
+      backends_given ? split_list(flags.backends) : ExchangeRegistry::instance().names();
+  if (!backends_given) {  // arcoll first: the others are compared with it
     std::erase(plan.backends, "arcoll");
     plan.backends.insert(plan.backends.begin(), "arcoll");
   }
   for (const std::string& name : plan.backends) {
     if (auto package = missing_backend_package(name))
-      throw UsageError("--backends: arbench was built without " + name + " (install " + *package + ")");
+      throw UsageError("--backends: arbench was built without " + name + " (install " + *package +
+                       ")");
     if (ExchangeRegistry::instance().find(name) == nullptr)
-      throw UsageError("--backends: unknown backend " + quoted(name) + " (known: " +
-                       ExchangeRegistry::instance().name_list() + ")");
+      throw UsageError("--backends: unknown backend " + quoted(name) +
+                       " (known: " + ExchangeRegistry::instance().name_list() + ")");
   }
   const auto policies = split_list(flags.policy);
   for (const std::string& p : policies) {
@@ -119,7 +120,8 @@ Plan make_plan(const Flags& flags) {
   const auto algorithms = split_list(flags.algo);
   const auto known_algorithms = arcoll::Communicator::allreduce_algorithms();
   for (const std::string& a : algorithms)
-    if (a != "auto" && std::find(known_algorithms.begin(), known_algorithms.end(), a) == known_algorithms.end())
+    if (a != "auto" &&
+        std::find(known_algorithms.begin(), known_algorithms.end(), a) == known_algorithms.end())
       throw UsageError("--algo " + quoted(a) + " is not an all-reduce algorithm here");
   struct Wire {
     arcoll::DataType type;
@@ -155,16 +157,19 @@ Plan make_plan(const Flags& flags) {
   base.bucket_bytes = parse_size("--bucket-bytes", flags.bucket_bytes);
   if (base.bucket_bytes == 0) throw UsageError("--bucket-bytes must be positive");
   base.lr = parse_number("--lr", flags.lr, 0, 1e3);
-  base.reference_batch = static_cast<int>(parse_integer("--reference-batch", flags.reference_batch, 1, 1 << 30));
+  base.reference_batch =
+      static_cast<int>(parse_integer("--reference-batch", flags.reference_batch, 1, 1 << 30));
   base.momentum = parse_number("--momentum", flags.momentum, 0, 0.9999);
   base.weight_decay = parse_number("--weight-decay", flags.weight_decay, 0, 1);
   base.target_accuracy = parse_number("--target-accuracy", flags.target, 0, 1);
   base.seed = static_cast<std::uint64_t>(parse_integer("--seed", flags.seed, 0, 1ll << 62));
   const bool synthetic = net->data == DataKind::imagenet;
-  base.epochs = flags.epochs.empty() ? (synthetic ? 1 : 3)
-                                     : static_cast<int>(parse_integer("--epochs", flags.epochs, 1, 100000));
-  base.steps_per_epoch = flags.steps.empty() ? (synthetic ? 10 : 0)
-                                             : static_cast<int>(parse_integer("--steps", flags.steps, 1, 1 << 30));
+  base.epochs = flags.epochs.empty()
+                    ? (synthetic ? 1 : 3)
+                    : static_cast<int>(parse_integer("--epochs", flags.epochs, 1, 100000));
+  base.steps_per_epoch = flags.steps.empty()
+                             ? (synthetic ? 10 : 0)
+                             : static_cast<int>(parse_integer("--steps", flags.steps, 1, 1 << 30));
   if (synthetic && base.steps_per_epoch <= base.warmup_iterations)
     throw UsageError("--steps must exceed the " + std::to_string(base.warmup_iterations) +
                      " untimed warm-up iterations of synthetic data");
@@ -194,7 +199,8 @@ Plan make_plan(const Flags& flags) {
   if (!flags.timeout.empty())
     plan.timeout = std::chrono::milliseconds(
         static_cast<long long>(1000 * parse_number("--timeout", flags.timeout, 0.001, 1e6)));
-  for (const auto& [flag, path] : {std::pair{"--json", plan.json}, {"--profile-layers", plan.profile_layers}})
+  for (const auto& [flag, path] :
+       {std::pair{"--json", plan.json}, {"--profile-layers", plan.profile_layers}})
     if (!path.empty())
       if (auto error = check_writable(flag, path)) throw UsageError(*error);
   return plan;
@@ -215,7 +221,8 @@ void agree_on_arguments(arcoll::Communicator& comm, const std::vector<std::strin
   if (differing < 0) return;
   if (differing != comm.rank())
     throw UsageError("rank " + std::to_string(differing) +
-                     " was started with other arguments than rank 0: every rank must train the same configuration");
+                     " was started with other arguments than rank 0: every rank must train the "
+                     "same configuration");
   std::vector<std::string> root_args;
   for (std::size_t at = 0; at < root.size();) {
     const std::size_t end = root.find('\0', at);
@@ -258,7 +265,8 @@ std::unique_ptr<TrainingData> load_data(arcoll::Communicator& comm, const Plan& 
 
 std::string blas_in_use() {
   std::error_code ignored;
-  const auto target = std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ignored);
+  const auto target =
+      std::filesystem::canonical("/etc/alternatives/libblas.so.3-x86_64-linux-gnu", ignored);
   return target.empty() ? "unknown" : target.parent_path().filename().string();
 }
 
@@ -267,22 +275,23 @@ nlohmann::json metadata(const arcoll::Communicator& comm, const Plan& plan, cons
   const arcoll::HostInfo host = arcoll::host_info();
   std::int64_t parameters = 0;
   for (const auto& p : net->parameters()) parameters += p.numel();
-  return {{"command", shell_command_line(argc, argv)},
-          {"date", utc_now()},
-          {"arcoll_version", std::string(arcoll::version())},
-          {"git_commit", std::string(arcoll::git_commit())},
-          {"host", host.hostname},
-          {"cpu", host.cpu_model},
-          {"cores", host.cores},
-          {"ranks", comm.size()},
-          {"hosts", comm.node_count()},
-          {"transport", comm.transport_name()},
-          {"threads_per_rank", plan.threads},
-          {"blas", blas_in_use()},
-          {"torch", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR)},
-          {"model", plan.configs.front().model},
-          {"parameters", parameters},
-          {"data", data_name(NetRegistry::instance().find(plan.configs.front().model)->data)}};
+  return {
+      {"command", shell_command_line(argc, argv)},
+      {"date", utc_now()},
+      {"arcoll_version", std::string(arcoll::version())},
+      {"git_commit", std::string(arcoll::git_commit())},
+      {"host", host.hostname},
+      {"cpu", host.cpu_model},
+      {"cores", host.cores},
+      {"ranks", comm.size()},
+      {"hosts", comm.node_count()},
+      {"transport", comm.transport_name()},
+      {"threads_per_rank", plan.threads},
+      {"blas", blas_in_use()},
+      {"torch", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR)},
+      {"model", plan.configs.front().model},
+      {"parameters", parameters},
+      {"data", data_name(NetRegistry::instance().find(plan.configs.front().model)->data)}};
 }
 
 double max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -292,7 +301,8 @@ double max_difference(const std::vector<torch::Tensor>& a, const std::vector<tor
   return most;
 }
 
-int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const char* const* argv) {
+int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
+             const char* const* argv) {
   torch::set_num_threads(plan.threads);
   arcoll::Options options = arcoll::Options::from_env();
   if (!plan.transport.empty()) options.transport = plan.transport;
@@ -308,16 +318,20 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const
     torch::manual_seed(first.seed);
     const nlohmann::json meta = metadata(comm, plan, info.build(), argc, argv);
     if (root)
-      print(printf_string("# arbench train: %s (%s parameters) on %s, %d ranks on %d host(s), %d "
-                          "thread(s) per rank, BLAS %s, torch %s\n# %d configuration(s) x backends %s\n",
-                          first.model.c_str(), format_bytes(double(meta["parameters"].get<std::int64_t>()) * 4).c_str(),
-                          data_name(info.data), comm.size(), comm.node_count(), plan.threads,
-                          meta["blas"].get<std::string>().c_str(), meta["torch"].get<std::string>().c_str(),
-                          int(plan.configs.size()), [&] {
-                            std::string list;
-                            for (const auto& b : plan.backends) list += (list.empty() ? "" : ",") + b;
-                            return list;
-                          }().c_str()));
+      print(printf_string(
+          "# arbench train: %s (%s parameters) on %s, %d ranks on %d host(s), %d "
+          "thread(s) per rank, BLAS %s, torch %s\n# %d configuration(s) x backends %s\n",
+          first.model.c_str(),
+          format_bytes(double(meta["parameters"].get<std::int64_t>()) * 4).c_str(),
+          data_name(info.data), comm.size(), comm.node_count(), plan.threads,
+          meta["blas"].get<std::string>().c_str(), meta["torch"].get<std::string>().c_str(),
+          int(plan.configs.size()),
+          [&] {
+            std::string list;
+            for (const auto& b : plan.backends) list += (list.empty() ? "" : ",") + b;
+            return list;
+          }()
+              .c_str()));
   }
   std::vector<TrainRow> rows;
   std::set<std::string> skipped;
@@ -338,21 +352,24 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const
       if (backend != "arcoll" && (config.wire != arcoll::DataType::f32 ||
                                   config.algorithm != plan.configs.front().algorithm)) {
         if (skipped.insert(backend + " settings").second && root)
-          print("# " + backend + " runs only the f32 configurations with the first --algo (wire "
+          print("# " + backend +
+                " runs only the f32 configurations with the first --algo (wire "
                 "formats and algorithms are arcoll's)\n");
         continue;
       }
       if (exchange_info.needs_mpirun && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {
         if (skipped.insert(backend).second && root)
-          print("# " + backend + " skipped: its ranks must be started by mpirun (arbench train "
+          print("# " + backend +
+                " skipped: its ranks must be started by mpirun (arbench train "
                 "--np N starts it; under another launcher, leave it out of --backends)\n");
         continue;
       }
-      ExchangeSetup setup{comm, launch, options.timeout, config.algorithm, config.wire,
-                          config.error_feedback};
+      ExchangeSetup setup{
+          comm, launch, options.timeout, config.algorithm, config.wire, config.error_feedback};
       if (exchange_info.unavailable)
         if (auto why = exchange_info.unavailable(setup)) {
-          if (skipped.insert(backend).second && root) print("# " + backend + " skipped: " + *why + "\n");
+          if (skipped.insert(backend).second && root)
+            print("# " + backend + " skipped: " + *why + "\n");
           continue;
         }
       TrainRow row{config, {}};
@@ -375,8 +392,9 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const
         if (!header_printed) text += table_header();
         header_printed = true;
         for (const EpochPoint& p : row.result.curve)
-          text += printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
-                                backend.c_str(), p.epoch, 100 * p.accuracy, p.loss, p.train_seconds);
+          text +=
+              printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
+                            backend.c_str(), p.epoch, 100 * p.accuracy, p.loss, p.train_seconds);
         print(text + table_row(row));
       }
       rows.push_back(std::move(row));
@@ -384,21 +402,27 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const
     if (!plan.profile_layers.empty()) {
       if (!profile) {
         profile = trainer.profile_stages(20);
-        if (root) write_layer_profile(plan.profile_layers, trainer.build_net(), config.model, config.batch, *profile);
+        if (root)
+          write_layer_profile(plan.profile_layers, trainer.build_net(), config.model, config.batch,
+                              *profile);
         comm.barrier();
         // The prediction needs this machine's link costs, as a collective loads them.
         if (options.tuning_file.empty()) comm.set_tuning(arcoll::measure_tuning(comm));
       }
-      const double predicted = predict_iteration_from_profile(comm, plan.profile_layers, config);
+      const auto predicted = predict_iteration_from_profile(comm, plan.profile_layers, config);
       for (std::size_t r = first_row; r < rows.size(); ++r) {
-        if (rows[r].result.backend != "arcoll") continue;
-        rows[r].predicted_iteration = predicted;
+        const TrainResult& measured = rows[r].result;
+        if (measured.backend != "arcoll") continue;
+        rows[r].predicted_iteration = predicted.iteration;
         if (root)
-          print(printf_string("# %s: replay model %s predicts %.2f ms per iteration; measured %.2f ms "
-                              "(p50): %+.1f%%\n",
-                              config.label().c_str(), plan.profile_layers.c_str(), predicted * 1e3,
-                              rows[r].result.iteration_p50 * 1e3,
-                              100 * (predicted / rows[r].result.iteration_p50 - 1)));
+          print(printf_string(
+              "# %s: replay model %s predicts %.2f ms per iteration (compute %.2f, "
+              "exposed communication %.2f); measured %.2f ms (p50; exposed %.2f): "
+              "%+.1f%%\n",
+              config.label().c_str(), plan.profile_layers.c_str(), predicted.iteration * 1e3,
+              predicted.compute * 1e3, predicted.exposed * 1e3, measured.iteration_p50 * 1e3,
+              measured.exposed_seconds * 1e3,
+              100 * (predicted.iteration / measured.iteration_p50 - 1)));
       }
     }
   }
@@ -407,7 +431,9 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const
     if (plan.configs.size() > 1) print(ranking(rows, first.target_accuracy));
     if (!plan.json.empty()) {
       torch::manual_seed(first.seed);
-      write_atomically(plan.json, results_json(rows, metadata(comm, plan, info.build(), argc, argv)).dump(2) + "\n");
+      write_atomically(
+          plan.json,
+          results_json(rows, metadata(comm, plan, info.build(), argc, argv)).dump(2) + "\n");
     }
   }
   comm.barrier();
@@ -415,7 +441,8 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const
 }
 
 // One rank: errors become messages and exit codes (2 for flags and data, 1 otherwise).
-int rank_main(const Plan& plan, const arcoll::LaunchInfo& launch, int argc, const char* const* argv) {
+int rank_main(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
+              const char* const* argv) {
   try {
     return run_rank(plan, launch, argc, argv);
   } catch (const UsageError& e) {
@@ -446,40 +473,48 @@ void add_flags(CLI::App& app, Flags& f) {
       "When gradients travel: sync-after-backward, wfbp, buckets (DDP), fusion (Horovod); a list "
       "trains each")
       ->capture_default_str();
-  add("--bucket-bytes", f.bucket_bytes, "SIZE", "DDP's bucket cap for --policy buckets")->capture_default_str();
+  add("--bucket-bytes", f.bucket_bytes, "SIZE", "DDP's bucket cap for --policy buckets")
+      ->capture_default_str();
   add("--algo", f.algo, "LIST", "arcoll's all-reduce algorithm(s)")->capture_default_str();
   add("--wire", f.wire, "LIST",
       "arcoll's wire format(s): f32, f16, bf16, and f16+ef / bf16+ef with error feedback")
       ->capture_default_str();
-  add("--batch", f.batch, "LIST", "Samples per rank per iteration; a list trains each")->capture_default_str();
+  add("--batch", f.batch, "LIST", "Samples per rank per iteration; a list trains each")
+      ->capture_default_str();
   add("--lr", f.lr, "X", "Learning rate at --reference-batch (global)")->capture_default_str();
-  add("--reference-batch", f.reference_batch, "N", "The global batch --lr is meant for")->capture_default_str();
+  add("--reference-batch", f.reference_batch, "N", "The global batch --lr is meant for")
+      ->capture_default_str();
   add("--lr-scaling", f.lr_scaling, "LIST",
       "How the rate grows with the global batch: none, linear (Goyal et al.), sqrt")
       ->capture_default_str();
   add("--warmup-epochs", f.warmup_epochs, "LIST",
       "Epochs of linear warmup from --lr to the scaled rate (cosine decay follows)")
       ->capture_default_str();
-  add("--lars", f.lars, "LIST", "Layer-wise rate clipping (LARC): off, on, or off,on")->capture_default_str();
+  add("--lars", f.lars, "LIST", "Layer-wise rate clipping (LARC): off, on, or off,on")
+      ->capture_default_str();
   add("--momentum", f.momentum, "X", "SGD momentum")->capture_default_str();
   add("--weight-decay", f.weight_decay, "X", "L2 weight decay")->capture_default_str();
   add("--epochs", f.epochs, "N", "Epochs (default 3; synthetic data: 1)");
   add("--steps", f.steps, "N",
       "Iterations per epoch (default: the whole shard; synthetic data: 10, the first 2 untimed)");
-  add("--target-accuracy", f.target, "X", "Test accuracy whose time to reach is reported")->capture_default_str();
-  add("--seed", f.seed, "N", "Initial weights and data order (the same for every backend)")->capture_default_str();
+  add("--target-accuracy", f.target, "X", "Test accuracy whose time to reach is reported")
+      ->capture_default_str();
+  add("--seed", f.seed, "N", "Initial weights and data order (the same for every backend)")
+      ->capture_default_str();
   add("--data", f.data, "DIR", "Fashion-MNIST's gzipped IDX files")->capture_default_str();
   add("--json", f.json, "FILE", "Write every figure as JSON (schema arbench.train/1)");
   add("--profile-layers", f.profile_layers, "FILE",
       "Measure each layer's forward and backward time, write them as a replay model file, and "
       "print the replayer's prediction beside the measured iteration time");
   add("--threads", f.threads, "N", "Intra-op threads per rank")->capture_default_str();
-  add("--timeout", f.timeout, "SECONDS", "How long any wait may last (default: ARCOLL_TIMEOUT or 60)");
+  add("--timeout", f.timeout, "SECONDS",
+      "How long any wait may last (default: ARCOLL_TIMEOUT or 60)");
   add("--transport", f.transport, "NAME", "arcoll's transport (default: auto)");
   add("--mpirun-args", f.mpirun_args, "ARGS", "Extra mpirun flags when arbench starts mpirun")
       ->capture_default_str();
-  app.add_flag("--list-models", f.list_models,
-               "List the models with their parameter counts (and the replayer's, where it has the model)");
+  app.add_flag(
+      "--list-models", f.list_models,
+      "List the models with their parameter counts (and the replayer's, where it has the model)");
 }
 
 int list_models() {
@@ -501,7 +536,8 @@ int list_models() {
 
 int main(int argc, char** argv) {
   using namespace arbench::train;
-  CLI::App app{"arbench train: data-parallel training through arcoll, Gloo, MPI and NCCL, compared"};
+  CLI::App app{
+      "arbench train: data-parallel training through arcoll, Gloo, MPI and NCCL, compared"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   Flags flags;
   add_flags(app, flags);
@@ -534,7 +570,8 @@ int main(int argc, char** argv) {
       throw arbench::UsageError(e.what());
     }
     if (here.source != "default" && plan.np && *plan.np != here.world_size)
-      throw arbench::UsageError("--np " + std::to_string(*plan.np) + " disagrees with the world size " +
+      throw arbench::UsageError("--np " + std::to_string(*plan.np) +
+                                " disagrees with the world size " +
                                 std::to_string(here.world_size) + " set by " + here.source);
   } catch (const arbench::UsageError& e) {
     std::fprintf(stderr, "arbench train: %s\n", e.what());

@@ -14,7 +14,9 @@ std::vector<std::int64_t> sample_shape(DataKind data) {
                                     : std::vector<std::int64_t>{1, 28, 28};
 }
 
-int class_count(DataKind data) { return data == DataKind::imagenet ? 1000 : 10; }
+int class_count(DataKind data) {
+  return data == DataKind::imagenet ? 1000 : 10;
+}
 
 const char* data_name(DataKind data) {
   return data == DataKind::imagenet ? "synthetic ImageNet-shaped batches" : "Fashion-MNIST";

@@ -21,9 +21,8 @@ class StagedNetImpl : public torch::nn::Module {
   template <class ModuleHolder>
   void add(const std::string& name, ModuleHolder module) {
     register_module(name, module.ptr());
-    stages_.push_back({name, module.ptr(), [module](const torch::Tensor& x) mutable {
-                         return module->forward(x);
-                       }});
+    stages_.push_back({name, module.ptr(),
+                       [module](const torch::Tensor& x) mutable { return module->forward(x); }});
   }
   torch::Tensor forward(torch::Tensor x);
 

@@ -9,7 +9,8 @@ namespace {
 namespace nn = torch::nn;
 
 nn::MaxPool2d max_pool(int kernel, int stride, int pad = 0, bool ceil_mode = false) {
-  return nn::MaxPool2d(nn::MaxPool2dOptions(kernel).stride(stride).padding(pad).ceil_mode(ceil_mode));
+  return nn::MaxPool2d(
+      nn::MaxPool2dOptions(kernel).stride(stride).padding(pad).ceil_mode(ceil_mode));
 }
 
 StagedNet alexnet() {
@@ -48,17 +49,19 @@ class InceptionImpl : public nn::Module {
  public:
   InceptionImpl(int in, const InceptionWidths& w)
       : branch1_(register_module("branch1", ConvBn(in, w.ch1x1, 1))),
-        branch2_(register_module("branch2", nn::Sequential(ConvBn(in, w.ch3x3_reduce, 1),
-                                                           ConvBn(w.ch3x3_reduce, w.ch3x3, 3, 1, 1)))),
+        branch2_(
+            register_module("branch2", nn::Sequential(ConvBn(in, w.ch3x3_reduce, 1),
+                                                      ConvBn(w.ch3x3_reduce, w.ch3x3, 3, 1, 1)))),
         // torchvision keeps a 3x3 kernel in the branch the paper gives 5x5.
-        branch3_(register_module("branch3", nn::Sequential(ConvBn(in, w.ch5x5_reduce, 1),
-                                                           ConvBn(w.ch5x5_reduce, w.ch5x5, 3, 1, 1)))),
-        branch4_(register_module("branch4", nn::Sequential(max_pool(3, 1, 1, true),
-                                                           ConvBn(in, w.pool_proj, 1)))) {}
+        branch3_(
+            register_module("branch3", nn::Sequential(ConvBn(in, w.ch5x5_reduce, 1),
+                                                      ConvBn(w.ch5x5_reduce, w.ch5x5, 3, 1, 1)))),
+        branch4_(register_module(
+            "branch4", nn::Sequential(max_pool(3, 1, 1, true), ConvBn(in, w.pool_proj, 1)))) {}
   torch::Tensor forward(torch::Tensor x) {
-    return torch::cat({branch1_->forward(x), branch2_->forward(x), branch3_->forward(x),
-                       branch4_->forward(x)},
-                      1);
+    return torch::cat(
+        {branch1_->forward(x), branch2_->forward(x), branch3_->forward(x), branch4_->forward(x)},
+        1);
   }
 
  private:
@@ -100,9 +103,9 @@ class BottleneckImpl : public nn::Module {
         conv3_(register_module("conv3", conv(planes, planes * 4, 1, 1, 0, false))),
         bn3_(register_module("bn3", nn::BatchNorm2d(planes * 4))) {
     if (stride != 1 || in != planes * 4)
-      downsample_ = register_module("downsample",
-                                    nn::Sequential(conv(in, planes * 4, 1, stride, 0, false),
-                                                   nn::BatchNorm2d(planes * 4)));
+      downsample_ = register_module(
+          "downsample",
+          nn::Sequential(conv(in, planes * 4, 1, stride, 0, false), nn::BatchNorm2d(planes * 4)));
   }
   torch::Tensor forward(torch::Tensor x) {
     torch::Tensor out = torch::relu(bn1_(conv1_(x)));
@@ -142,7 +145,8 @@ StagedNet resnet50() {
 
 const NetRegistrar kAlexnet({"alexnet", "AlexNet (61M parameters), synthetic 224x224 batches",
                              DataKind::imagenet, "alexnet", alexnet});
-const NetRegistrar kGooglenet({"googlenet", "GoogLeNet (6.6M parameters), synthetic 224x224 batches",
+const NetRegistrar kGooglenet({"googlenet",
+                               "GoogLeNet (6.6M parameters), synthetic 224x224 batches",
                                DataKind::imagenet, "googlenet", googlenet});
 const NetRegistrar kResnet50({"resnet50", "ResNet-50 (25.6M parameters), synthetic 224x224 batches",
                               DataKind::imagenet, "resnet50", resnet50});

@@ -26,7 +26,9 @@ constexpr int kUntimedIterations = 5;
 // LARC's trust coefficient, clipping mode (a layer's rate never exceeds the global one).
 constexpr double kLarsTrust = 0.02;
 
-double cpu_seconds(const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; }
+double cpu_seconds(const timeval& t) {
+  return double(t.tv_sec) + double(t.tv_usec) * 1e-6;
+}
 
 // Peak resident memory since reset_peak_rss(), from /proc (all threads).
 void reset_peak_rss() {
@@ -112,8 +114,10 @@ StagedNet Trainer::build_net() const {
 
 std::int64_t Trainer::steps_per_epoch() const {
   if (info_.data == DataKind::imagenet) return config_.steps_per_epoch;
-  const std::int64_t whole = data_->train.labels.size(0) / (std::int64_t(comm_.size()) * config_.batch);
-  return config_.steps_per_epoch > 0 ? std::min<std::int64_t>(whole, config_.steps_per_epoch) : whole;
+  const std::int64_t whole =
+      data_->train.labels.size(0) / (std::int64_t(comm_.size()) * config_.batch);
+  return config_.steps_per_epoch > 0 ? std::min<std::int64_t>(whole, config_.steps_per_epoch)
+                                     : whole;
 }
 
 torch::Tensor Trainer::epoch_order(int epoch) const {
@@ -129,19 +133,21 @@ Trainer::Batch Trainer::batch(const torch::Tensor& order, std::int64_t step) con
   const std::int64_t global = std::int64_t(comm_.size()) * config_.batch;
   const torch::Tensor indices =
       order.slice(0, step * global + comm_.rank(), (step + 1) * global, comm_.size());
-  return {data_->train.images.index_select(0, indices), data_->train.labels.index_select(0, indices)};
+  return {data_->train.images.index_select(0, indices),
+          data_->train.labels.index_select(0, indices)};
 }
 
 double Trainer::learning_rate(std::int64_t step, std::int64_t total_steps) const {
   const double ratio = double(config_.batch) * comm_.size() / config_.reference_batch;
   const double factor = config_.lr_scaling == LrScaling::linear ? ratio
                         : config_.lr_scaling == LrScaling::sqrt ? std::sqrt(ratio)
-                                                                 : 1.0;
+                                                                : 1.0;
   const double peak = config_.lr * factor;
   const auto warmup = static_cast<std::int64_t>(config_.warmup_epochs * steps_per_epoch());
   if (step < warmup) return config_.lr + (peak - config_.lr) * double(step) / double(warmup);
   // Cosine decay to zero over the rest of training.
-  const double done = double(step - warmup) / double(std::max<std::int64_t>(1, total_steps - warmup));
+  const double done =
+      double(step - warmup) / double(std::max<std::int64_t>(1, total_steps - warmup));
   return peak * 0.5 * (1 + std::cos(M_PI * std::min(1.0, done)));
 }
 
@@ -185,9 +191,12 @@ double Trainer::evaluate(StagedNet net) {
   std::int64_t counts[2] = {0, 0};  // correct, seen: this rank evaluates every size()-th image
   const torch::Tensor mine = torch::arange(comm_.rank(), n, comm_.size(), torch::kInt64);
   for (std::int64_t at = 0; at < mine.size(0); at += 1000) {
-    const torch::Tensor indices = mine.slice(0, at, std::min<std::int64_t>(at + 1000, mine.size(0)));
-    const torch::Tensor predicted = net->forward(data_->test.images.index_select(0, indices)).argmax(1);
-    counts[0] += predicted.eq(data_->test.labels.index_select(0, indices)).sum().item<std::int64_t>();
+    const torch::Tensor indices =
+        mine.slice(0, at, std::min<std::int64_t>(at + 1000, mine.size(0)));
+    const torch::Tensor predicted =
+        net->forward(data_->test.images.index_select(0, indices)).argmax(1);
+    counts[0] +=
+        predicted.eq(data_->test.labels.index_select(0, indices)).sum().item<std::int64_t>();
     counts[1] += indices.size(0);
   }
   net->train();
@@ -200,15 +209,16 @@ void Trainer::check_replicas(const StagedNet& net, const std::string& backend) {
   for (const torch::Tensor& p : net->parameters()) {
     const torch::Tensor c = p.detach().contiguous();
     const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
-    for (std::size_t i = 0; i < c.numel() * sizeof(float); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+    for (std::size_t i = 0; i < c.numel() * sizeof(float); ++i)
+      hash = (hash ^ bytes[i]) * 1099511628211ull;
   }
   std::vector<std::uint64_t> all(comm_.size());
   comm_.allgather(&hash, all.data(), 1, arcoll::DataType::i64);  // 64 bits, moved as they are
   for (int r = 1; r < comm_.size(); ++r)
     if (all[r] != all[0])
       throw std::runtime_error("the replicas diverged: rank " + std::to_string(r) +
-                               "'s weights differ from rank 0's after training through " +
-                               backend + " (" + config_.label() + ")");
+                               "'s weights differ from rank 0's after training through " + backend +
+                               " (" + config_.label() + ")");
 }
 
 double Trainer::single_rank_iteration() {
@@ -259,7 +269,8 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
   std::vector<torch::Tensor> momentum;
   const std::int64_t steps = steps_per_epoch();
   const std::int64_t total_steps = steps * config_.epochs;
-  const int untimed = info_.data == DataKind::imagenet ? config_.warmup_iterations : kUntimedIterations;
+  const int untimed =
+      info_.data == DataKind::imagenet ? config_.warmup_iterations : kUntimedIterations;
 
   reset_peak_rss();
   double exposed = 0;
@@ -275,7 +286,8 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
       const auto start = Clock::now();
       const Batch b = batch(order, step);
       for (torch::Tensor& p : params) p.mutable_grad().reset();
-      const torch::Tensor loss = torch::nn::functional::cross_entropy(net->forward(b.input), b.target);
+      const torch::Tensor loss =
+          torch::nn::functional::cross_entropy(net->forward(b.input), b.target);
       parallel.begin_iteration();
       loss.backward();
       const auto backward_end = Clock::now();
@@ -308,7 +320,8 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
   result.cpu_user_percent = 100 * cpu_user / std::max(1e-9, result.training_seconds);
   result.cpu_system_percent = 100 * cpu_system / std::max(1e-9, result.training_seconds);
   result.bytes_allreduced = double(parallel.bytes_per_iteration()) * double(iterations);
-  result.exposed_seconds = result.iteration_seconds.empty() ? 0 : exposed / double(result.iteration_seconds.size());
+  result.exposed_seconds =
+      result.iteration_seconds.empty() ? 0 : exposed / double(result.iteration_seconds.size());
   check_replicas(net, backend);
   final_weights_.clear();
   for (const torch::Tensor& p : params) final_weights_.push_back(p.detach().clone());
@@ -321,7 +334,7 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
   const auto& stages = net->stages();
   const std::size_t n = stages.size();
   std::vector<std::vector<double>> forward(n), backward(n);
-  std::vector<double> other;
+  std::vector<double> other, totals;  // totals: each iteration's whole time
   const torch::Tensor order = epoch_order(0);
   const std::int64_t steps = std::max<std::int64_t>(1, steps_per_epoch());
   comm_.barrier();
@@ -361,6 +374,7 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
       backward[s].push_back(std::max(0.0, end - std::max(0.0, begin)));
     }
     other.push_back(before_forward + after_backward);
+    totals.push_back(before_forward + backward_end + after_backward);
   }
   // Medians on each rank, then the mean over the ranks.
   std::vector<double> flat;
@@ -368,6 +382,14 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
   for (auto it = backward.rbegin(); it != backward.rend(); ++it) flat.push_back(quantile(*it, 0.5));
   flat.push_back(quantile(other, 0.5));
   comm_.allreduce(flat.data(), flat.size(), arcoll::DataType::f64, arcoll::ReduceOp::avg);
+  // A synchronous iteration waits for its slowest rank: where ranks share cores their
+  // iterations vary, and the expected slowest of N draws is about the N/(N+1) quantile of every
+  // rank's iteration times. The stages are scaled to it (1 for a rank alone).
+  std::vector<double> pooled(totals.size() * static_cast<std::size_t>(comm_.size()));
+  comm_.allgather(totals.data(), pooled.data(), totals.size(), arcoll::DataType::f64);
+  const double ranks = comm_.size();
+  const double scale = quantile(pooled, ranks / (ranks + 1)) / quantile(pooled, 0.5);
+  for (double& t : flat) t *= scale;
   StageTimes times;
   times.forward.assign(flat.begin(), flat.begin() + n);
   times.backward.assign(flat.begin() + n, flat.begin() + 2 * n);
@@ -376,8 +398,9 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
 }
 
 void reduce_result(arcoll::Communicator& comm, int batch, TrainResult& result) {
-  double maxima[5] = {quantile(result.iteration_seconds, 0.5), quantile(result.iteration_seconds, 0.95),
-                      result.exposed_seconds, result.peak_rss_mib, result.training_seconds};
+  double maxima[5] = {quantile(result.iteration_seconds, 0.5),
+                      quantile(result.iteration_seconds, 0.95), result.exposed_seconds,
+                      result.peak_rss_mib, result.training_seconds};
   comm.allreduce(maxima, 5, arcoll::DataType::f64, arcoll::ReduceOp::max);
   double means[2] = {result.cpu_user_percent, result.cpu_system_percent};
   comm.allreduce(means, 2, arcoll::DataType::f64, arcoll::ReduceOp::avg);

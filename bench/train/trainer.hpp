@@ -36,7 +36,7 @@ struct TrainConfig {
   double momentum = 0.9;
   double weight_decay = 1e-4;
   int epochs = 3;
-  int steps_per_epoch = 0;  // 0: the whole shard (Fashion-MNIST); iterations (synthetic data)
+  int steps_per_epoch = 0;    // 0: the whole shard (Fashion-MNIST); iterations (synthetic data)
   int warmup_iterations = 2;  // synthetic data: untimed iterations first
   double target_accuracy = 0.89;
   std::uint64_t seed = 1;
@@ -54,17 +54,17 @@ struct EpochPoint {
 struct TrainResult {
   std::string backend;
   std::string description;
-  std::vector<double> iteration_seconds;  // this rank's, timed iterations only
-  double iteration_p50 = 0, iteration_p95 = 0;  // slowest rank's
-  double exposed_seconds = 0;                   // per iteration, mean, slowest rank
-  double samples_per_second = 0;                // the whole job
-  double single_rank_iteration = 0;             // one rank alone, same per-rank batch
-  double scaling_efficiency = 0;                // single_rank_iteration / iteration_p50
-  std::optional<double> time_to_target;         // seconds of training
-  double final_accuracy = -1;                   // -1: no evaluation (synthetic data)
+  std::vector<double> iteration_seconds;                // this rank's, timed iterations only
+  double iteration_p50 = 0, iteration_p95 = 0;          // slowest rank's
+  double exposed_seconds = 0;                           // per iteration, mean, slowest rank
+  double samples_per_second = 0;                        // the whole job
+  double single_rank_iteration = 0;                     // one rank alone, same per-rank batch
+  double scaling_efficiency = 0;                        // single_rank_iteration / iteration_p50
+  std::optional<double> time_to_target;                 // seconds of training
+  double final_accuracy = -1;                           // -1: no evaluation (synthetic data)
   double cpu_user_percent = 0, cpu_system_percent = 0;  // of one core, mean over ranks
-  double peak_rss_mib = 0;                               // largest rank
-  double bytes_allreduced = 0;                           // per rank, whole run
+  double peak_rss_mib = 0;                              // largest rank
+  double bytes_allreduced = 0;                          // per rank, whole run
   double training_seconds = 0;
   double weights_max_difference = -1;  // against the first backend of the configuration
   std::vector<EpochPoint> curve;

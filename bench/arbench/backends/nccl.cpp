@@ -10,6 +10,7 @@
 #include <string>
 
 #include "arbench/backends/backend.hpp"
+#include "arbench/backends/gpu_check.hpp"
 
 namespace arbench {
 namespace {
@@ -70,17 +71,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 class NcclBackend final : public Backend {
  public:
   explicit NcclBackend(arcoll::Communicator& comm) {
-    int devices = 0;
-    const cudaError_t code = cudaGetDeviceCount(&devices);
-    std::string why;
-    if (code != cudaSuccess)
-      why = std::string("no GPU (cudaGetDeviceCount failed: ") + cudaGetErrorString(code) + ")";
-    else if (devices == 0)
-      why = "no GPU (cudaGetDeviceCount found none)";
     // Every rank skips when one of them cannot run.
-    std::int32_t missing = why.empty() ? 0 : 1;
-    comm.allreduce(&missing, 1, DataType::i32, ReduceOp::max);
-    if (missing != 0) throw BackendUnavailable(why.empty() ? "another rank has no GPU" : why);
+    if (auto why = missing_gpu(comm)) throw BackendUnavailable(*why);
+    int devices = 0;
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
 
     const int local = comm.local_rank() >= 0 ? comm.local_rank() : comm.rank();
     device_ = local % devices;
