@@ -314,28 +314,22 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
 
   const TrainConfig& first = plan.configs.front();
   const NetInfo& info = *NetRegistry::instance().find(first.model);
-  {
+  if (root) {
     torch::manual_seed(first.seed);
     const nlohmann::json meta = metadata(comm, plan, info.build(), argc, argv);
-    if (root)
-      print(printf_string(
-          "# arbench train: %s (%s parameters) on %s, %d ranks on %d host(s), %d "
-          "thread(s) per rank, BLAS %s, torch %s\n# %d configuration(s) x backends %s\n",
-          first.model.c_str(),
-          format_bytes(double(meta["parameters"].get<std::int64_t>()) * 4).c_str(),
-          data_name(info.data), comm.size(), comm.node_count(), plan.threads,
-          meta["blas"].get<std::string>().c_str(), meta["torch"].get<std::string>().c_str(),
-          int(plan.configs.size()),
-          [&] {
-            std::string list;
-            for (const auto& b : plan.backends) list += (list.empty() ? "" : ",") + b;
-            return list;
-          }()
-              .c_str()));
+    std::string backends;
+    for (const auto& b : plan.backends) backends += (backends.empty() ? "" : ",") + b;
+    print(printf_string(
+              "# arbench train: %s (%lld parameters) on %s, %d ranks on %d host(s), %d "
+              "thread(s) per rank, BLAS %s, torch %s\n# %zu configuration(s) x "
+              "backends %s\n",
+              first.model.c_str(), meta["parameters"].get<long long>(), data_name(info.data),
+              comm.size(), comm.node_count(), plan.threads, meta["blas"].get<std::string>().c_str(),
+              meta["torch"].get<std::string>().c_str(), plan.configs.size(), backends.c_str()) +
+          table_header());
   }
   std::vector<TrainRow> rows;
   std::set<std::string> skipped;
-  bool header_printed = false;
   std::optional<Trainer::StageTimes> profile;
   for (std::size_t c = 0; c < plan.configs.size(); ++c) {
     const TrainConfig& config = plan.configs[c];
@@ -375,7 +369,12 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
       TrainRow row{config, {}};
       {
         std::unique_ptr<GradientExchange> exchange = exchange_info.create(setup);
-        row.result = trainer.run(backend, *exchange, backward_seconds);
+        row.result = trainer.run(backend, *exchange, backward_seconds, [&](const EpochPoint& p) {
+          if (root)
+            print(printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
+                                backend.c_str(), p.epoch, 100 * p.accuracy, p.loss,
+                                p.train_seconds));
+        });
       }
       row.result.single_rank_iteration = single;
       reduce_result(comm, config.batch, row.result);
@@ -387,21 +386,12 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
         comm.allreduce(&difference, 1, arcoll::DataType::f64, arcoll::ReduceOp::max);
         row.result.weights_max_difference = difference;
       }
-      if (root) {
-        std::string text;
-        if (!header_printed) text += table_header();
-        header_printed = true;
-        for (const EpochPoint& p : row.result.curve)
-          text +=
-              printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
-                            backend.c_str(), p.epoch, 100 * p.accuracy, p.loss, p.train_seconds);
-        print(text + table_row(row));
-      }
+      if (root) print(table_row(row));
       rows.push_back(std::move(row));
     }
     if (!plan.profile_layers.empty()) {
       if (!profile) {
-        profile = trainer.profile_stages(20);
+        profile = trainer.profile_stages(2 * trainer.timed_sample());
         if (root)
           write_layer_profile(plan.profile_layers, trainer.build_net(), config.model, config.batch,
                               *profile);

@@ -76,9 +76,10 @@ std::string ranking(const std::vector<TrainRow>& rows, double target_accuracy) {
     const TrainResult& r = order[i]->result;
     std::string outcome;
     if (evaluated)
-      outcome = printf_string("%.2f%%", 100 * r.final_accuracy) +
-                (r.time_to_target ? printf_string(" (target after %.1f s)", *r.time_to_target) : "") +
-                ", ";
+      outcome =
+          printf_string("%.2f%%", 100 * r.final_accuracy) +
+          (r.time_to_target ? printf_string(" (target after %.1f s)", *r.time_to_target) : "") +
+          ", ";
     text += printf_string("# %2zu. %-8s %-44s %s%.1f s of training, %.2f ms per iteration\n", i + 1,
                           r.backend.c_str(), order[i]->config.label().c_str(), outcome.c_str(),
                           r.training_seconds, r.iteration_p50 * 1e3);

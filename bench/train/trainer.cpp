@@ -222,7 +222,7 @@ void Trainer::check_replicas(const StagedNet& net, const std::string& backend) {
 }
 
 double Trainer::single_rank_iteration() {
-  const int iterations = kUntimedIterations + 10;
+  const int iterations = untimed_iterations() + timed_sample();
   double seconds = 0;
   comm_.barrier();
   if (comm_.rank() == 0) {
@@ -236,7 +236,7 @@ double Trainer::single_rank_iteration() {
       for (torch::Tensor& p : net->parameters()) p.mutable_grad().reset();
       torch::nn::functional::cross_entropy(net->forward(b.input), b.target).backward();
       sgd_step(net, momentum, config_.lr);
-      if (i >= kUntimedIterations) times.push_back(seconds_since(start));
+      if (i >= untimed_iterations()) times.push_back(seconds_since(start));
     }
     seconds = quantile(times, 0.5);
   }
@@ -246,7 +246,8 @@ double Trainer::single_rank_iteration() {
 }
 
 TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
-                         const std::vector<double>& backward_seconds) {
+                         const std::vector<double>& backward_seconds,
+                         const std::function<void(const EpochPoint&)>& on_epoch) {
   TrainResult result;
   result.backend = backend;
   result.description = exchange.description();
@@ -269,8 +270,7 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
   std::vector<torch::Tensor> momentum;
   const std::int64_t steps = steps_per_epoch();
   const std::int64_t total_steps = steps * config_.epochs;
-  const int untimed =
-      info_.data == DataKind::imagenet ? config_.warmup_iterations : kUntimedIterations;
+  const int untimed = untimed_iterations();
 
   reset_peak_rss();
   double exposed = 0;
@@ -311,6 +311,7 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
       EpochPoint point{epoch + 1, result.training_seconds, evaluate(net),
                        loss_sum / double(std::max<std::int64_t>(1, steps))};
       result.curve.push_back(point);
+      on_epoch(point);
       if (!result.time_to_target && point.accuracy >= config_.target_accuracy)
         result.time_to_target = point.train_seconds;
       result.final_accuracy = point.accuracy;
@@ -328,6 +329,16 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
   return result;
 }
 
+int Trainer::untimed_iterations() const {
+  return info_.data == DataKind::imagenet ? config_.warmup_iterations : kUntimedIterations;
+}
+
+int Trainer::timed_sample() const {
+  // Synthetic data trains few, slow iterations: as many as the run times.
+  return info_.data == DataKind::imagenet ? config_.steps_per_epoch - config_.warmup_iterations
+                                          : 10;
+}
+
 Trainer::StageTimes Trainer::profile_stages(int iterations) {
   StagedNet net = build_net();
   std::vector<torch::Tensor> momentum;
@@ -338,7 +349,7 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
   const torch::Tensor order = epoch_order(0);
   const std::int64_t steps = std::max<std::int64_t>(1, steps_per_epoch());
   comm_.barrier();
-  for (int i = 0; i < kUntimedIterations + iterations; ++i) {
+  for (int i = 0; i < untimed_iterations() + iterations; ++i) {
     const auto start = Clock::now();
     const Batch b = batch(order, i % steps);
     for (torch::Tensor& p : net->parameters()) p.mutable_grad().reset();
@@ -364,7 +375,7 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
     const auto step_start = Clock::now();
     sgd_step(net, momentum, config_.lr);
     const double after_backward = seconds_since(step_start);
-    if (i < kUntimedIterations) continue;
+    if (i < untimed_iterations()) continue;
     for (std::size_t s = 0; s < n; ++s) {
       forward[s].push_back(forward_times[s]);
       // Stage s's backward: from its output's gradient (the loss's, for the last) to its

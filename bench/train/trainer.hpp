@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,8 +85,10 @@ class Trainer {
   double single_rank_iteration();
   // Trains from the seed's initial weights through `exchange`; every rank's final weights
   // are checked to be identical (an error names the rank that diverged).
+  // `on_epoch` hears of every evaluated epoch as it ends.
   TrainResult run(const std::string& backend, GradientExchange& exchange,
-                  const std::vector<double>& backward_seconds);
+                  const std::vector<double>& backward_seconds,
+                  const std::function<void(const EpochPoint&)>& on_epoch);
   // Each stage's forward and backward time (backward order for backward), measured with
   // every rank computing at once and no exchange; `other` is the rest of an iteration
   // (sampling the batch, the optimizer's step). Medians over `iterations`.
@@ -93,6 +96,9 @@ class Trainer {
     std::vector<double> forward, backward, other;
   };
   StageTimes profile_stages(int iterations);
+  // Iterations of a measurement that warm up first, and how many to time where any will do.
+  int untimed_iterations() const;
+  int timed_sample() const;
 
   // The final weights of the last run (for comparing backends).
   const std::vector<torch::Tensor>& final_weights() const { return final_weights_; }

@@ -108,7 +108,8 @@ grep -qF "rank 1 was started with other arguments" "$work/mismatch.0.err" ||
 # 6. A rank killed mid-training: the launcher names it, the others fail naming it within
 # their timeout.
 start=$(date +%s)
-ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --epochs 50 >"$work/kill.out" 2>"$work/kill.err" &
+ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 \
+  >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
 for _ in $(seq 100); do
   grep -q "epoch 1:" "$work/kill.out" 2>/dev/null && break
