@@ -15,18 +15,18 @@ std::string or_dash(bool present, const std::string& text) {
 }  // namespace
 
 std::string table_header() {
-  return printf_string("#\n# %-8s %-44s %9s %9s %9s %7s %9s %9s %8s %6s %6s %8s %11s %9s\n",
+  return printf_string("#\n# %-8s %-52s %9s %9s %9s %7s %9s %9s %8s %6s %6s %8s %11s %9s\n",
                        "backend", "configuration", "iter p50", "iter p95", "samples/s", "scaling",
                        "exposed", "to target", "accuracy", "usr%", "sys%", "RSS MiB", "allreduced",
                        "|dw|max") +
-         printf_string("# %-8s %-44s %9s %9s %9s %7s %9s %9s %8s %6s %6s %8s %11s %9s\n", "", "",
+         printf_string("# %-8s %-52s %9s %9s %9s %7s %9s %9s %8s %6s %6s %8s %11s %9s\n", "", "",
                        "(ms)", "(ms)", "", "", "(ms)", "(s)", "(%)", "", "", "", "", "");
 }
 
 std::string table_row(const TrainRow& row) {
   const TrainResult& r = row.result;
   return printf_string(
-      "  %-8s %-44s %9.2f %9.2f %9.1f %7s %9.2f %9s %8s %6.0f %6.0f %8.0f %11s %9s\n",
+      "  %-8s %-52s %9.2f %9.2f %9.1f %7s %9.2f %9s %8s %6.0f %6.0f %8.0f %11s %9s\n",
       r.backend.c_str(), row.config.label().c_str(), r.iteration_p50 * 1e3, r.iteration_p95 * 1e3,
       r.samples_per_second,
       or_dash(r.scaling_efficiency > 0, printf_string("%.2f", r.scaling_efficiency)).c_str(),
@@ -48,10 +48,10 @@ std::string backend_comparison(const std::vector<TrainRow>& rows) {
     if (added || row.result.iteration_p50 <= 0) continue;
     const TrainResult& base = it->second->result;
     text += printf_string(
-        "# %s vs %s (%s): x%.2f iteration time, exposed communication %.2f vs %.2f ms\n",
-        base.backend.c_str(), row.result.backend.c_str(), row.config.label().c_str(),
-        row.result.iteration_p50 / base.iteration_p50, base.exposed_seconds * 1e3,
-        row.result.exposed_seconds * 1e3);
+        "# %s's iteration takes %.2fx %s's (%s); exposed communication %.2f vs %.2f ms\n",
+        row.result.backend.c_str(), row.result.iteration_p50 / base.iteration_p50,
+        base.backend.c_str(), row.config.label().c_str(), row.result.exposed_seconds * 1e3,
+        base.exposed_seconds * 1e3);
   }
   return text;
 }
@@ -80,7 +80,7 @@ std::string ranking(const std::vector<TrainRow>& rows, double target_accuracy) {
           printf_string("%.2f%%", 100 * r.final_accuracy) +
           (r.time_to_target ? printf_string(" (target after %.1f s)", *r.time_to_target) : "") +
           ", ";
-    text += printf_string("# %2zu. %-8s %-44s %s%.1f s of training, %.2f ms per iteration\n", i + 1,
+    text += printf_string("# %2zu. %-8s %-52s %s%.1f s of training, %.2f ms per iteration\n", i + 1,
                           r.backend.c_str(), order[i]->config.label().c_str(), outcome.c_str(),
                           r.training_seconds, r.iteration_p50 * 1e3);
   }
