@@ -19,6 +19,7 @@
 #include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
+#include "arcoll/parameter_server.hpp"
 #include "arcoll/types.hpp"
 #include "arcoll/work.hpp"
 
@@ -28,6 +29,10 @@ struct arcoll_comm {
 
 struct arcoll_work {
   arcoll::WorkPtr impl;
+};
+
+struct arcoll_ps {
+  std::unique_ptr<arcoll::ParameterServer> impl;
 };
 
 namespace {
@@ -154,6 +159,14 @@ arcoll::Work& get(const char* function, const arcoll_work_t* work) {
   if (!live_handles<arcoll_work>().contains(work))
     invalid(function, "not a live work handle: freed already, or not made by arcoll_i*");
   return *work->impl;
+}
+
+arcoll::ParameterServer& get(const char* function, const arcoll_ps_t* ps) {
+  if (ps == nullptr) invalid(function, "the parameter server is NULL");
+  if (!live_handles<arcoll_ps>().contains(ps))
+    invalid(function, "not a live parameter server: destroyed already, or not made by "
+                      "arcoll_ps_create");
+  return *ps->impl;
 }
 
 // A non-blocking call: `issue` checks and queues it; *out gets its handle (NULL on failure).
@@ -582,6 +595,107 @@ arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer, size_t byte
 arcoll_result_t arcoll_recv(arcoll_comm_t* comm, void* buffer, size_t bytes, int peer, int tag) {
   static constexpr const char* kFunction = "arcoll_recv";
   return guarded(kFunction, [&] { get(kFunction, comm).recv(buffer, bytes, peer, tag); });
+}
+
+void arcoll_ps_options_init(arcoll_ps_options_t* options) {
+  if (options == nullptr) return;
+  const arcoll::ParameterServerOptions defaults;
+  *options = {};
+  options->piece_bytes = defaults.piece_bytes;
+  options->consistency = ARCOLL_BSP;
+  options->rule = ARCOLL_RULE_SUM;
+  options->learning_rate = defaults.learning_rate;
+  options->momentum = defaults.momentum;
+}
+
+arcoll_result_t arcoll_ps_create(arcoll_comm_t* comm, const arcoll_ps_options_t* options,
+                                 arcoll_ps_t** out) {
+  static constexpr const char* kFunction = "arcoll_ps_create";
+  if (out == nullptr)
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, kFunction, ": the output pointer is NULL");
+  *out = nullptr;
+  return guarded(kFunction, [&] {
+    arcoll::Communicator& c = get(kFunction, comm);
+    if (options == nullptr) invalid(kFunction, "the options are NULL (arcoll_ps_options_init)");
+    if (options->server_count > 0 && options->server_ranks == nullptr)
+      invalid(kFunction, "server_count is not 0 but server_ranks is NULL");
+    const int consistency = static_cast<int>(options->consistency);
+    if (consistency < ARCOLL_BSP || consistency > ARCOLL_SSP)
+      invalid(kFunction, std::to_string(consistency) + " is not an arcoll_consistency_t");
+    const int rule = static_cast<int>(options->rule);
+    if (rule < ARCOLL_RULE_SUM || rule > ARCOLL_RULE_SGD)
+      invalid(kFunction, std::to_string(rule) + " is not an arcoll_server_rule_t");
+    arcoll::ParameterServerOptions o;
+    o.server_ranks.assign(options->server_ranks, options->server_ranks + options->server_count);
+    o.piece_bytes = options->piece_bytes;
+    o.consistency = static_cast<arcoll::Consistency>(consistency);
+    o.staleness = options->staleness;
+    o.rule = static_cast<arcoll::ServerRule>(rule);
+    o.learning_rate = options->learning_rate;
+    o.momentum = options->momentum;
+    auto ps = std::make_unique<arcoll_ps>();
+    ps->impl = std::make_unique<arcoll::ParameterServer>(c, o);
+    live_handles<arcoll_ps>().add(ps.get());
+    *out = ps.release();
+  });
+}
+
+arcoll_result_t arcoll_ps_destroy(arcoll_ps_t* ps) {
+  if (ps == nullptr) return ARCOLL_SUCCESS;
+  if (!live_handles<arcoll_ps>().remove(ps))
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT,
+                "arcoll_ps_destroy: not a live parameter server: destroyed already, or not made "
+                "by arcoll_ps_create");
+  return guarded("arcoll_ps_destroy", [&] { delete ps; });
+}
+
+arcoll_result_t arcoll_ps_is_worker(const arcoll_ps_t* ps, int* is_worker) {
+  static constexpr const char* kFunction = "arcoll_ps_is_worker";
+  return guarded(kFunction, [&] {
+    const arcoll::ParameterServer& p = get(kFunction, ps);
+    if (is_worker == nullptr) invalid(kFunction, "the output pointer is NULL");
+    *is_worker = p.is_worker() ? 1 : 0;
+  });
+}
+
+arcoll_result_t arcoll_ps_serve(arcoll_ps_t* ps) {
+  static constexpr const char* kFunction = "arcoll_ps_serve";
+  return guarded(kFunction, [&] { get(kFunction, ps).serve(); });
+}
+
+arcoll_result_t arcoll_ps_register(arcoll_ps_t* ps, uint64_t key, size_t count,
+                                   arcoll_datatype_t type, const void* initial) {
+  static constexpr const char* kFunction = "arcoll_ps_register";
+  return guarded(kFunction, [&] {
+    get(kFunction, ps).register_tensor(key, count, data_type(kFunction, type), initial);
+  });
+}
+
+arcoll_result_t arcoll_ps_ipush(arcoll_ps_t* ps, uint64_t key, const void* data,
+                                arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ps_ipush";
+  return issue(kFunction, work, [&] { return get(kFunction, ps).ipush(key, data); });
+}
+
+arcoll_result_t arcoll_ps_ipull(arcoll_ps_t* ps, uint64_t key, void* data, arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ps_ipull";
+  return issue(kFunction, work, [&] { return get(kFunction, ps).ipull(key, data); });
+}
+
+arcoll_result_t arcoll_ps_ipush_pull(arcoll_ps_t* ps, uint64_t key, const void* send, void* recv,
+                                     arcoll_work_t** work) {
+  static constexpr const char* kFunction = "arcoll_ps_ipush_pull";
+  return issue(kFunction, work, [&] { return get(kFunction, ps).ipush_pull(key, send, recv); });
+}
+
+arcoll_result_t arcoll_ps_barrier(arcoll_ps_t* ps) {
+  static constexpr const char* kFunction = "arcoll_ps_barrier";
+  return guarded(kFunction, [&] { get(kFunction, ps).barrier(); });
+}
+
+arcoll_result_t arcoll_ps_finish(arcoll_ps_t* ps) {
+  static constexpr const char* kFunction = "arcoll_ps_finish";
+  return guarded(kFunction, [&] { get(kFunction, ps).finish(); });
 }
 
 }  // extern "C"

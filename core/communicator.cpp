@@ -4,10 +4,14 @@
 #include "arcoll/communicator.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <limits>
 #include <optional>
 
 #include "arcoll/error.hpp"
+#include "base/auth.hpp"
+#include "base/socket.hpp"
 #include "core/calls.hpp"
 
 namespace arcoll {
@@ -178,6 +182,34 @@ std::unique_ptr<Communicator> Communicator::from_env() {
 }
 
 Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::duplicate() {
+  const Rendezvous& here = impl_->rendezvous_;
+  LaunchInfo launch;
+  launch.rank = rank();
+  launch.world_size = size();
+  launch.local_rank = here.local_rank;
+  launch.local_size = here.local_size;
+  launch.source = "duplicate";
+  if (size() > 1) {
+    // Rank 0's new store listens where its transports do, on a port the kernel picks; the
+    // address and a fresh token travel through this communicator.
+    std::array<char, 256> address{};
+    if (rank() == 0) {
+      net::Fd listener = net::listen_on(here.listen_address, 0);
+      std::snprintf(address.data(), address.size(), "%s %d %s", here.listen_address.c_str(),
+                    net::local_endpoint(listener.get()).port, auth::new_token().c_str());
+      launch.store_listen_fd = listener.release();
+    }
+    broadcast(address.data(), address.size(), DataType::u8, 0);
+    char host[200] = {}, token[128] = {};
+    if (std::sscanf(address.data(), "%199s %d %127s", host, &launch.master_port, token) != 3)
+      throw ProtocolError("duplicate", "rank 0 sent a malformed address", rank());
+    launch.master_addr = host;
+    launch.job_token = token;
+  }
+  return std::make_unique<Communicator>(launch, impl_->options_);
+}
 
 int Communicator::rank() const {
   return impl_->rank_;

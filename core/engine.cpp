@@ -302,6 +302,22 @@ void Engine::wait(const RequestPtr& request) {
   finish_staged(*request);
 }
 
+void Engine::progress(Clock::time_point until) {
+  if (auto failure = transport_failure()) raise(failure);
+  if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
+  for (const auto& t : transports_) t->progress(t == transports_.back() ? until : Clock::now());
+}
+
+bool Engine::test(const RequestPtr& request) {
+  if (!request->done) {
+    if (auto failure = transport_failure()) raise(failure);
+    return false;
+  }
+  if (request->error) raise(request->error);
+  finish_staged(*request);
+  return true;
+}
+
 std::string Engine::ranks_absent_from_call() {
   if (call_.sequence == 0 || store_ == nullptr) return "";
   // The ranks waiting in the same call time out within moments of each other: each says so

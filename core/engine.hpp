@@ -71,6 +71,12 @@ class Engine final : public PointToPoint {
   // A message of a point-to-point call (send, recv, sendrecv), with the user's tag.
   RequestPtr post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag);
+  // For loops that serve many peers at once (the parameter server), which keep time
+  // themselves: progress() moves every transport's messages along, sleeping until `until` at
+  // the latest while nothing moves; test() says whether `request` has completed, throwing its
+  // error, the transports' first failure or an abort's.
+  void progress(net::Clock::time_point until);
+  bool test(const RequestPtr& request);
 
   // After an error in a call: every peer is told (so that it fails too instead of waiting),
   // and `e` is thrown as `operation`'s.

@@ -9,64 +9,6 @@ namespace {
 thread_local const WorkQueue* serving_queue = nullptr;  // the queue this thread runs, if any
 }  // namespace
 
-// The Work of a queued call: done (with or without an error) once, waited for by any number
-// of threads.
-class QueuedWork final : public Work {
- public:
-  explicit QueuedWork(std::string description) : description_(std::move(description)) {}
-
-  void wait() override {
-    std::unique_lock lock(mutex_);
-    completed_.wait(lock, [&] { return done_; });
-    if (error_) std::rethrow_exception(error_);
-  }
-  bool wait_for(std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mutex_);
-    if (!completed_.wait_for(lock, timeout, [&] { return done_; })) return false;
-    if (error_) std::rethrow_exception(error_);
-    return true;
-  }
-  bool test() const override {
-    std::lock_guard lock(mutex_);
-    return done_;
-  }
-  std::exception_ptr exception() const override {
-    std::lock_guard lock(mutex_);
-    return error_;
-  }
-  void on_completion(std::function<void(const Work&)> callback) override {
-    {
-      std::lock_guard lock(mutex_);
-      if (!done_) {
-        callbacks_.push_back(std::move(callback));
-        return;
-      }
-    }
-    callback(*this);
-  }
-  const std::string& description() const override { return description_; }
-
-  void complete(std::exception_ptr error) {
-    std::vector<std::function<void(const Work&)>> callbacks;
-    {
-      std::lock_guard lock(mutex_);
-      done_ = true;
-      error_ = std::move(error);
-      callbacks.swap(callbacks_);
-    }
-    completed_.notify_all();
-    for (auto& callback : callbacks) callback(*this);
-  }
-
- private:
-  const std::string description_;
-  mutable std::mutex mutex_;
-  std::condition_variable completed_;
-  bool done_ = false;
-  std::exception_ptr error_;
-  std::vector<std::function<void(const Work&)>> callbacks_;
-};
-
 WorkQueue::~WorkQueue() {
   {
     std::lock_guard lock(mutex_);

@@ -15,6 +15,7 @@
 #define ARCOLL_ARCOLL_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define ARCOLL_C_API __attribute__((visibility("default")))
@@ -253,6 +254,62 @@ ARCOLL_C_API arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer
                                          int peer, int tag);
 ARCOLL_C_API arcoll_result_t arcoll_recv(arcoll_comm_t* comm, void* buffer, size_t bytes, int peer,
                                          int tag);
+
+/* ---- Parameter server (arcoll/parameter_server.hpp) -------------------------------------- *
+ * Tensors registered by key, cut into pieces spread over the servers; workers push gradients
+ * and pull values. Servers are dedicated ranks (they call arcoll_ps_serve) or, with no server
+ * ranks given, every rank serves a share beside its worker. */
+
+typedef struct arcoll_ps arcoll_ps_t;
+
+typedef enum arcoll_consistency {
+  ARCOLL_BSP = 0, /* a pull after the t-th push returns the sum of every worker's t-th push */
+  ARCOLL_ASP = 1, /* each push applied when it arrives; a pull returns the value as it is */
+  ARCOLL_SSP = 2, /* as ASP, no worker more than `staleness` pushes ahead of the slowest */
+  ARCOLL_CONSISTENCY_RANGE = -2147483647 - 1 /* not a value: see ARCOLL_DATATYPE_RANGE */
+} arcoll_consistency_t;
+
+typedef enum arcoll_server_rule {
+  ARCOLL_RULE_SUM = 0, /* servers hold the sum of what was pushed */
+  ARCOLL_RULE_SGD = 1, /* servers hold f32 weights stepped by SGD with momentum */
+  ARCOLL_RULE_RANGE = -2147483647 - 1
+} arcoll_server_rule_t;
+
+typedef struct arcoll_ps_options {
+  const int* server_ranks; /* dedicated servers; NULL or none: every rank serves */
+  size_t server_count;
+  size_t piece_bytes; /* 4 MiB by default */
+  arcoll_consistency_t consistency;
+  int staleness; /* ARCOLL_SSP's k */
+  arcoll_server_rule_t rule;
+  double learning_rate; /* ARCOLL_RULE_SGD */
+  double momentum;
+} arcoll_ps_options_t;
+
+/* The defaults: colocated, 4 MiB pieces, BSP, sum. */
+ARCOLL_C_API void arcoll_ps_options_init(arcoll_ps_options_t* options);
+/* Collective over comm's ranks; *ps receives the handle (NULL on failure). */
+ARCOLL_C_API arcoll_result_t arcoll_ps_create(arcoll_comm_t* comm,
+                                              const arcoll_ps_options_t* options,
+                                              arcoll_ps_t** ps);
+/* A worker that has not finished finishes; a colocated server serves until every worker has. */
+ARCOLL_C_API arcoll_result_t arcoll_ps_destroy(arcoll_ps_t* ps);
+/* *is_worker = 1 on workers, 0 on dedicated servers. */
+ARCOLL_C_API arcoll_result_t arcoll_ps_is_worker(const arcoll_ps_t* ps, int* is_worker);
+/* Dedicated servers: serve until every worker has finished. */
+ARCOLL_C_API arcoll_result_t arcoll_ps_serve(arcoll_ps_t* ps);
+/* Workers, the same keys in the same order; `initial` (worker 0's; NULL: zeros) starts them. */
+ARCOLL_C_API arcoll_result_t arcoll_ps_register(arcoll_ps_t* ps, uint64_t key, size_t count,
+                                                arcoll_datatype_t type, const void* initial);
+ARCOLL_C_API arcoll_result_t arcoll_ps_ipush(arcoll_ps_t* ps, uint64_t key, const void* data,
+                                             arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ps_ipull(arcoll_ps_t* ps, uint64_t key, void* data,
+                                             arcoll_work_t** work);
+ARCOLL_C_API arcoll_result_t arcoll_ps_ipush_pull(arcoll_ps_t* ps, uint64_t key, const void* send,
+                                                  void* recv, arcoll_work_t** work);
+/* Every worker's earlier pushes are applied everywhere once this returns. */
+ARCOLL_C_API arcoll_result_t arcoll_ps_barrier(arcoll_ps_t* ps);
+ARCOLL_C_API arcoll_result_t arcoll_ps_finish(arcoll_ps_t* ps);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -44,6 +44,10 @@ class Communicator {
 
   ~Communicator();
   Communicator(const Communicator&) = delete;
+  // A new communicator of the same ranks whose messages and calls never meet this one's (as
+  // MPI_Comm_dup): for a library or a thread that needs its own. Collective: every rank calls
+  // it, between the same calls; it carries this one's options and meets through its ranks.
+  std::unique_ptr<Communicator> duplicate();
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const;
@@ -169,6 +173,7 @@ class Communicator {
   class Impl;
 
  private:
+  friend class ParameterServer;  // runs its own loop on a duplicate's message engine
   std::unique_ptr<Impl> impl_;
 };
 

@@ -588,6 +588,51 @@ static int test_nonblocking(arcoll_comm_t* comm, int rank, int size) {
   return ok;
 }
 
+/* The parameter server: the last rank serves, the others push_pull (BSP, the sum of every
+ * worker's push) and push then pull without blocking; bad calls are refused. */
+static int test_parameter_server(arcoll_comm_t* comm, int rank, int size) {
+  enum { kCount = 3001 };
+  arcoll_ps_options_t options;
+  arcoll_ps_options_init(&options);
+  const int server = size - 1;
+  options.server_ranks = &server;
+  options.server_count = 1;
+  options.piece_bytes = 1024;
+  arcoll_ps_t* ps = NULL;
+  if (!check_result(arcoll_ps_create(comm, &options, &ps), ARCOLL_SUCCESS, "arcoll_ps_create"))
+    return 0;
+  int is_worker = -1, ok = 1;
+  check_result(arcoll_ps_is_worker(ps, &is_worker), ARCOLL_SUCCESS, "arcoll_ps_is_worker");
+  check(is_worker == (rank != server), "rank %d is %s", rank, is_worker ? "a worker" : "a server");
+  if (!is_worker) {
+    ok = check_result(arcoll_ps_serve(ps), ARCOLL_SUCCESS, "arcoll_ps_serve");
+  } else {
+    static float send[kCount], recv[kCount];
+    for (int i = 0; i < kCount; ++i) send[i] = (float)(rank + i % 5);
+    ok = check_result(arcoll_ps_register(ps, 11, kCount, ARCOLL_F32, NULL), ARCOLL_SUCCESS,
+                      "arcoll_ps_register");
+    arcoll_work_t* work = NULL;
+    ok = ok && check_result(arcoll_ps_ipush_pull(ps, 11, send, recv, &work), ARCOLL_SUCCESS,
+                            "arcoll_ps_ipush_pull");
+    ok = ok && check_result(arcoll_work_wait(work), ARCOLL_SUCCESS, "wait for ipush_pull");
+    arcoll_work_free(work);
+    for (int i = 0; ok && i < kCount; ++i) {
+      double want = 0;
+      for (int q = 0; q < server; ++q) want += q + i % 5;
+      if ((double)recv[i] != want) ok = 0;
+    }
+    check(ok, "parameter server push_pull: the sum of every worker's push");
+    arcoll_work_t* bad = (arcoll_work_t*)1;
+    check_result(arcoll_ps_ipush(ps, 99, send, &bad), ARCOLL_ERROR_INVALID_ARGUMENT,
+                 "push of an unregistered key");
+    check(bad == NULL, "a refused push gives no work handle");
+    ok = ok && check_result(arcoll_ps_finish(ps), ARCOLL_SUCCESS, "arcoll_ps_finish");
+  }
+  check_result(arcoll_ps_destroy(ps), ARCOLL_SUCCESS, "arcoll_ps_destroy");
+  check_result(arcoll_ps_serve(ps), ARCOLL_ERROR_INVALID_ARGUMENT, "serve on a destroyed handle");
+  return ok;
+}
+
 static int test_point_to_point(arcoll_comm_t* comm, int rank) {
   enum { kSmall = 1000, kLarge = 4 << 20 };
   if (rank > 1) return 1;
@@ -707,7 +752,8 @@ static void run_rank(int rank, int size) {
   /* Each test returns 0 when a call failed: the ranks are then out of step, so stop. */
   if (test_allreduce(comm, rank, size) && test_reduce_scatter(comm, rank, size) &&
       test_allgather(comm, rank, size) && test_broadcast(comm, rank) &&
-      test_rooted_and_alltoall(comm, rank, size) && test_nonblocking(comm, rank, size)) {
+      test_rooted_and_alltoall(comm, rank, size) && test_nonblocking(comm, rank, size) &&
+      test_parameter_server(comm, rank, size)) {
     REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier");
     if (test_point_to_point(comm, rank)) {
       REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier after point-to-point");

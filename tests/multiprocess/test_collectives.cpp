@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <thread>
 
 #include "arcoll/error.hpp"
 #include "tests/support/ranks.hpp"
@@ -293,6 +294,28 @@ TEST(Errors, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
     comm.allreduce(v, 4, DataType::i32, ReduceOp::sum);
     EXPECT_EQ(v[0], 2);
     EXPECT_EQ(v[3], 8);
+  });
+}
+
+// A duplicate is a communicator of its own: its collectives run while the original's
+// non-blocking ones are in flight, on another thread, and neither sees the other's messages.
+TEST(Duplicate, RunsBesideTheOriginalWithoutMeetingIt) {
+  run_ranks(3, [](Communicator& comm) {
+    std::unique_ptr<Communicator> twin = comm.duplicate();
+    ASSERT_EQ(twin->rank(), comm.rank());
+    ASSERT_EQ(twin->size(), comm.size());
+    std::vector<std::int64_t> a(100000, comm.rank() + 1), b(100000, 10 * (comm.rank() + 1));
+    WorkPtr original = comm.iallreduce(a.data(), a.data(), a.size(), DataType::i64, ReduceOp::sum);
+    std::thread other([&] {
+      twin->allreduce(b.data(), b.size(), DataType::i64, ReduceOp::max);
+      twin->barrier();
+    });
+    other.join();
+    original->wait();
+    EXPECT_EQ(a.front(), 6);
+    EXPECT_EQ(a.back(), 6);
+    EXPECT_EQ(b.front(), 30);
+    EXPECT_EQ(b.back(), 30);
   });
 }
 
