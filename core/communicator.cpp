@@ -4,11 +4,12 @@
 #include "arcoll/communicator.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
 #include "base/auth.hpp"
 #include "base/socket.hpp"
@@ -28,8 +29,8 @@ CollectiveArgs allreduce_args(const Impl& impl, const void* send, void* recv, st
   return {send, recv, count, type, op, 0};
 }
 
-std::vector<Buffer> coalesced_args(const Impl& impl, std::span<const Buffer> buffers,
-                                   DataType type, ReduceOp op) {
+std::vector<Buffer> coalesced_args(const Impl& impl, std::span<const Buffer> buffers, DataType type,
+                                   ReduceOp op) {
   const char* operation = "allreduce_coalesced";
   for (const Buffer& b : buffers) impl.check_buffer(operation, b.data, b.count, type);
   impl.check_reduction(operation, type, op);
@@ -138,8 +139,10 @@ CollectiveArgs alltoallv_args(const Impl& impl, const void* send,
                               std::span<const std::size_t> recv_offsets, DataType type) {
   const char* operation = "alltoallv";
   const auto p = static_cast<std::size_t>(impl.rendezvous_.size);
-  for (auto [name, span] : {std::pair{"send_counts", send_counts}, {"send_offsets", send_offsets},
-                            {"recv_counts", recv_counts}, {"recv_offsets", recv_offsets}})
+  for (auto [name, span] : {std::pair{"send_counts", send_counts},
+                            {"send_offsets", send_offsets},
+                            {"recv_counts", recv_counts},
+                            {"recv_offsets", recv_offsets}})
     if (span.size() != p)
       throw InvalidArgument(operation,
                             std::string(name) + " holds " + std::to_string(span.size()) +
@@ -184,27 +187,45 @@ std::unique_ptr<Communicator> Communicator::from_env() {
 Communicator::~Communicator() = default;
 
 std::unique_ptr<Communicator> Communicator::duplicate() {
-  const Rendezvous& here = impl_->rendezvous_;
+  return split(0);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color) {
+  const int n = size();
+  std::vector<std::int32_t> colors(static_cast<std::size_t>(n));
+  const std::int32_t mine = color < 0 ? -1 : color;
+  allgather(&mine, colors.data(), 1, DataType::i32);
   LaunchInfo launch;
-  launch.rank = rank();
-  launch.world_size = size();
-  launch.local_rank = here.local_rank;
-  launch.local_size = here.local_size;
-  launch.source = "duplicate";
-  if (size() > 1) {
-    // Rank 0's new store listens where its transports do, on a port the kernel picks; the
-    // address and a fresh token travel through this communicator.
-    std::array<char, 256> address{};
-    if (rank() == 0) {
-      net::Fd listener = net::listen_on(here.listen_address, 0);
-      std::snprintf(address.data(), address.size(), "%s %d %s", here.listen_address.c_str(),
-                    net::local_endpoint(listener.get()).port, auth::new_token().c_str());
-      launch.store_listen_fd = listener.release();
-    }
-    broadcast(address.data(), address.size(), DataType::u8, 0);
+  launch.source = "split";
+  launch.rank = 0;
+  launch.world_size = 0;
+  int leader = -1;
+  for (int r = 0; r < n; ++r) {
+    if (colors[static_cast<std::size_t>(r)] != mine) continue;
+    if (leader < 0) leader = r;
+    if (r < rank()) ++launch.rank;
+    ++launch.world_size;
+  }
+  launch.world_size = std::max(launch.world_size, 1);
+  // Each group meets at a new store on its lowest rank, which listens where its transports do,
+  // on a port the kernel picks; the address and a fresh token travel through this communicator.
+  constexpr std::size_t kAddress = 256;
+  std::vector<char> own(kAddress, '\0'), all(kAddress * static_cast<std::size_t>(n), '\0');
+  const Rendezvous& here = impl_->rendezvous_;
+  if (mine >= 0 && leader == rank() && launch.world_size > 1) {
+    net::Fd listener = net::listen_on(here.listen_address, 0);
+    std::snprintf(own.data(), own.size(), "%s %d %s", here.listen_address.c_str(),
+                  net::local_endpoint(listener.get()).port, auth::new_token().c_str());
+    launch.store_listen_fd = listener.release();
+  }
+  allgather(own.data(), all.data(), kAddress, DataType::u8);
+  if (mine < 0) return nullptr;
+  if (launch.world_size > 1) {
+    const char* address = all.data() + static_cast<std::size_t>(leader) * kAddress;
     char host[200] = {}, token[128] = {};
-    if (std::sscanf(address.data(), "%199s %d %127s", host, &launch.master_port, token) != 3)
-      throw ProtocolError("duplicate", "rank 0 sent a malformed address", rank());
+    if (std::sscanf(address, "%199s %d %127s", host, &launch.master_port, token) != 3)
+      throw ProtocolError("split", "rank " + std::to_string(leader) + " sent a malformed address",
+                          rank());
     launch.master_addr = host;
     launch.job_token = token;
   }
@@ -284,6 +305,17 @@ AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
                           rank());
   const Plan plan = impl_->predict(algorithm, bytes);
   return {plan.algorithm, plan.chunk_bytes, plan.seconds};
+}
+
+AllreducePrediction Communicator::predict_parameter_server(std::size_t bytes, int dedicated_servers,
+                                                           std::size_t piece_bytes) const {
+  if (dedicated_servers < 0 || piece_bytes == 0)
+    throw InvalidArgument("predict_parameter_server",
+                          "servers must be 0 or more and pieces larger than 0 bytes", rank());
+  const double seconds =
+      cost::parameter_server_seconds(impl_->engine_->layout(), static_cast<double>(bytes),
+                                     dedicated_servers, static_cast<double>(piece_bytes));
+  return {dedicated_servers > 0 ? "ps/" + std::to_string(dedicated_servers) : "ps", 0, seconds};
 }
 
 void Communicator::set_wire(DataType wire) {
@@ -400,9 +432,8 @@ void Communicator::alltoallv(const void* send, std::span<const std::size_t> send
                              std::span<const std::size_t> send_offsets, void* recv,
                              std::span<const std::size_t> recv_counts,
                              std::span<const std::size_t> recv_offsets, DataType type) {
-  impl_->execute(Collective::alltoallv,
-                 alltoallv_args(*impl_, send, send_counts, send_offsets, recv, recv_counts,
-                                recv_offsets, type));
+  impl_->execute(Collective::alltoallv, alltoallv_args(*impl_, send, send_counts, send_offsets,
+                                                       recv, recv_counts, recv_offsets, type));
 }
 
 WorkPtr Communicator::ialltoallv(const void* send, std::span<const std::size_t> send_counts,
@@ -446,11 +477,11 @@ WorkPtr Communicator::irecv(void* buffer, std::size_t bytes, int peer, int tag) 
 
 void Communicator::sendrecv(const void* send_buffer, std::size_t send_bytes, int destination,
                             void* recv_buffer, std::size_t recv_bytes, int source, int tag) {
-  auto transfers = transfer(*impl_, "sendrecv", Request::Kind::send, send_buffer, send_bytes,
-                            destination, tag);
-  transfers.push_back(transfer(*impl_, "sendrecv", Request::Kind::recv, recv_buffer, recv_bytes,
-                               source, tag)
-                          .front());
+  auto transfers =
+      transfer(*impl_, "sendrecv", Request::Kind::send, send_buffer, send_bytes, destination, tag);
+  transfers.push_back(
+      transfer(*impl_, "sendrecv", Request::Kind::recv, recv_buffer, recv_bytes, source, tag)
+          .front());
   impl_->execute_transfers("sendrecv", std::move(transfers), tag);
 }
 

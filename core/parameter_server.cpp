@@ -62,10 +62,10 @@ struct Header {
   std::uint32_t op = 0;
   std::uint32_t piece = 0;
   std::uint64_t key = 0;
-  std::uint64_t clock = 0;  // push: this push's number (1, 2, ...); pull: pushes so far
-  std::uint64_t count = 0;  // init: the key's elements
-  std::uint32_t type = 0;   // init: its DataType
-  std::uint32_t request = 0;  // the reply's tag, less kReplyTagBase
+  std::uint64_t clock = 0;        // push: this push's number (1, 2, ...); pull: pushes so far
+  std::uint64_t count = 0;        // init: the key's elements
+  std::uint32_t type = 0;         // init: its DataType
+  std::uint32_t request = 0;      // the reply's tag, less kReplyTagBase
   std::uint32_t with_values = 0;  // init: initial values follow
   std::uint32_t unused = 0;
 };
@@ -167,11 +167,11 @@ class ParameterServer::Impl {
     int first_registrar = -1;
     bool has_initial = false;  // worker 0's init came: the piece may be used
     std::vector<std::pair<int, std::uint32_t>> awaiting_init;  // (worker, request)
-    std::shared_ptr<Bytes> value;  // asp, ssp; bsp: the weights (sgd)
-    std::vector<float> velocity;   // sgd
-    std::map<std::uint64_t, Step> steps;                     // bsp: clocks not yet complete
-    std::map<std::uint64_t, std::shared_ptr<Bytes>> results;  // bsp: completed clocks
-    std::map<int, std::uint64_t> clocks;                      // each worker's pushes
+    std::shared_ptr<Bytes> value;                              // asp, ssp; bsp: the weights (sgd)
+    std::vector<float> velocity;                               // sgd
+    std::map<std::uint64_t, Step> steps;                       // bsp: clocks not yet complete
+    std::map<std::uint64_t, std::shared_ptr<Bytes>> results;   // bsp: completed clocks
+    std::map<int, std::uint64_t> clocks;                       // each worker's pushes
     std::vector<PendingPull> pending;
   };
   struct Client {  // one worker, as this server reads it
@@ -233,19 +233,22 @@ ParameterServer::Impl::Impl(Communicator& comm, const ParameterServerOptions& op
   rank_ = comm.rank();
   for (int r : options.server_ranks)
     if (r < 0 || r >= size)
-      throw InvalidArgument(kOperation, "server rank " + std::to_string(r) + " is not a rank of " +
-                                            std::to_string(size), rank_);
+      throw InvalidArgument(
+          kOperation,
+          "server rank " + std::to_string(r) + " is not a rank of " + std::to_string(size), rank_);
   std::set<int> dedicated(options.server_ranks.begin(), options.server_ranks.end());
   if (dedicated.size() != options.server_ranks.size())
     throw InvalidArgument(kOperation, "a server rank is named twice", rank_);
   for (int r = 0; r < size; ++r)
     if (!dedicated.count(r)) workers_.push_back(r);
-  if (workers_.empty()) throw InvalidArgument(kOperation, "every rank is a server: no workers", rank_);
+  if (workers_.empty())
+    throw InvalidArgument(kOperation, "every rank is a server: no workers", rank_);
   servers_ = dedicated.empty() ? workers_ : std::vector<int>(dedicated.begin(), dedicated.end());
   is_server_ = std::find(servers_.begin(), servers_.end(), rank_) != servers_.end();
   for (std::size_t w = 0; w < workers_.size(); ++w)
     if (workers_[w] == rank_) worker_index_ = static_cast<int>(w);
-  if (options.piece_bytes == 0) throw InvalidArgument(kOperation, "the piece size must be positive", rank_);
+  if (options.piece_bytes == 0)
+    throw InvalidArgument(kOperation, "the piece size must be positive", rank_);
   if (options.consistency == Consistency::ssp && options.staleness < 0)
     throw InvalidArgument(kOperation, "ssp's staleness must be 0 or more", rank_);
   server_load_.assign(servers_.size(), 0);
@@ -285,16 +288,18 @@ std::vector<ParameterServer::Piece> ParameterServer::Impl::pieces(std::uint64_t 
 void ParameterServer::Impl::register_tensor(std::uint64_t key, std::size_t count, DataType type,
                                             const void* initial) {
   if (worker_index_ < 0)
-    throw InvalidArgument("register", "rank " + std::to_string(rank_) + " is a dedicated server", rank_);
+    throw InvalidArgument("register", "rank " + std::to_string(rank_) + " is a dedicated server",
+                          rank_);
   if (options_.rule == ServerRule::sgd && type != DataType::f32)
-    throw InvalidArgument("register", "the sgd rule holds f32 weights, not " +
-                                          std::string(to_string(type)), rank_);
+    throw InvalidArgument(
+        "register", "the sgd rule holds f32 weights, not " + std::string(to_string(type)), rank_);
   if (count > 0 && initial == nullptr && options_.rule == ServerRule::sgd && worker_index_ == 0)
     throw InvalidArgument("register", "the sgd rule needs worker 0's initial weights", rank_);
   {
     std::lock_guard lock(mutex_);
     if (keys_.count(key))
-      throw InvalidArgument("register", "key " + std::to_string(key) + " is registered already", rank_);
+      throw InvalidArgument("register", "key " + std::to_string(key) + " is registered already",
+                            rank_);
     KeyInfo info;
     info.count = count;
     info.type = type;
@@ -305,7 +310,8 @@ void ParameterServer::Impl::register_tensor(std::uint64_t key, std::size_t count
       const std::size_t n = std::min(per_piece, count - offset);
       const auto least = std::min_element(server_load_.begin(), server_load_.end());
       *least += n * size_of(type);
-      info.pieces.push_back({servers_[static_cast<std::size_t>(least - server_load_.begin())], offset, n});
+      info.pieces.push_back(
+          {servers_[static_cast<std::size_t>(least - server_load_.begin())], offset, n});
     }
     keys_[key] = std::move(info);
   }
@@ -313,8 +319,9 @@ void ParameterServer::Impl::register_tensor(std::uint64_t key, std::size_t count
 }
 
 WorkPtr ParameterServer::Impl::submit(Op op, std::uint64_t key, const void* send, void* recv) {
-  auto work = std::make_shared<QueuedWork>(std::string(op_name(op)) +
-                                           (op == Op::barrier || op == Op::finish ? "" : " of key " + std::to_string(key)));
+  auto work = std::make_shared<QueuedWork>(
+      std::string(op_name(op)) +
+      (op == Op::barrier || op == Op::finish ? "" : " of key " + std::to_string(key)));
   {
     std::lock_guard lock(mutex_);
     if (failure_) {
@@ -322,14 +329,17 @@ WorkPtr ParameterServer::Impl::submit(Op op, std::uint64_t key, const void* send
       return work;
     }
     if (worker_index_ < 0)
-      throw InvalidArgument(op_name(op), "rank " + std::to_string(rank_) + " is a dedicated server", rank_);
+      throw InvalidArgument(op_name(op), "rank " + std::to_string(rank_) + " is a dedicated server",
+                            rank_);
     if (finishing_ && op != Op::finish)
       throw InvalidArgument(op_name(op), "this worker has finished", rank_);
     if (op != Op::barrier && op != Op::finish && op != Op::init) {
       if (!keys_.count(key))
-        throw InvalidArgument(op_name(op), "key " + std::to_string(key) + " is not registered", rank_);
+        throw InvalidArgument(op_name(op), "key " + std::to_string(key) + " is not registered",
+                              rank_);
       const KeyInfo& info = keys_.at(key);
-      if (info.count > 0 && ((op != Op::pull && send == nullptr) || (op != Op::push && recv == nullptr)))
+      if (info.count > 0 &&
+          ((op != Op::pull && send == nullptr) || (op != Op::push && recv == nullptr)))
         throw InvalidArgument(op_name(op), "null buffer for key " + std::to_string(key), rank_);
     }
     calls_.push_back({op, key, static_cast<const char*>(send), static_cast<char*>(recv), work});
@@ -398,14 +408,14 @@ void ParameterServer::Impl::post(Request::Kind kind, int peer, void* buffer, std
                                  std::uint32_t tag, std::function<void()> done, std::string what,
                                  std::shared_ptr<const void> keep) {
   RequestPtr request = message(kind, peer, buffer, bytes, tag);
-  inflight_.push_back({std::move(request), std::move(done), std::move(keep), Clock::now() + timeout_,
-                       std::move(what)});
+  inflight_.push_back({std::move(request), std::move(done), std::move(keep),
+                       Clock::now() + timeout_, std::move(what)});
 }
 
 // Turns one user call into its messages. The Work completes when the last of them has.
 void ParameterServer::Impl::issue(Call call) {
   const Op op = call.op;
-  std::vector<std::pair<int, Header>> headers;  // (server, header)
+  std::vector<std::pair<int, Header>> headers;             // (server, header)
   std::vector<std::pair<std::size_t, std::size_t>> spans;  // (offset bytes, bytes) per header
   {
     std::lock_guard lock(mutex_);
@@ -458,7 +468,8 @@ void ParameterServer::Impl::issue(Call call) {
     auto header = std::make_shared<Bytes>(sizeof(Header));
     std::memcpy(header->data(), &h, sizeof h);
     ++*remaining;
-    post(Request::Kind::send, server, header->data(), header->size(), kHeaderTag, one_done, what, header);
+    post(Request::Kind::send, server, header->data(), header->size(), kHeaderTag, one_done, what,
+         header);
     if (carries_payload(h)) {
       ++*remaining;
       post(Request::Kind::send, server, const_cast<char*>(call.send) + offset, bytes, kPayloadTag,
@@ -483,16 +494,20 @@ void ParameterServer::Impl::handle_header(int worker) {
   Client& c = clients_[worker];
   const Header& h = c.header;
   if (h.op < static_cast<std::uint32_t>(Op::init) || h.op > static_cast<std::uint32_t>(Op::finish))
-    throw ProtocolError(kOperation, "rank " + std::to_string(worker) + " sent an unknown operation " +
-                                        std::to_string(h.op), rank_, worker);
+    throw ProtocolError(
+        kOperation,
+        "rank " + std::to_string(worker) + " sent an unknown operation " + std::to_string(h.op),
+        rank_, worker);
   if (carries_payload(h)) {
     if (h.type > static_cast<std::uint32_t>(DataType::i64))
-      throw ProtocolError(kOperation, "rank " + std::to_string(worker) + " sent an unknown type", rank_, worker);
+      throw ProtocolError(kOperation, "rank " + std::to_string(worker) + " sent an unknown type",
+                          rank_, worker);
     const std::size_t n = piece_count(h, options_.piece_bytes);
     if (n == 0)
-      throw ProtocolError(kOperation, "rank " + std::to_string(worker) + " sent " +
-                                          key_text(h.key, h.piece) + " beyond its " +
-                                          std::to_string(h.count) + " elements", rank_, worker);
+      throw ProtocolError(kOperation,
+                          "rank " + std::to_string(worker) + " sent " + key_text(h.key, h.piece) +
+                              " beyond its " + std::to_string(h.count) + " elements",
+                          rank_, worker);
     c.payload.resize(n * size_of(static_cast<DataType>(h.type)));
     c.payload_request =
         message(Request::Kind::recv, worker, c.payload.data(), c.payload.size(), kPayloadTag);
@@ -529,7 +544,8 @@ std::shared_ptr<const Bytes> ParameterServer::Impl::pull_value(PieceState& state
   return state.value;
 }
 
-void ParameterServer::Impl::answer_pulls(std::uint64_t key, std::uint32_t piece, PieceState& state) {
+void ParameterServer::Impl::answer_pulls(std::uint64_t key, std::uint32_t piece,
+                                         PieceState& state) {
   std::vector<PendingPull> waiting;
   waiting.swap(state.pending);
   for (const PendingPull& p : waiting) {
@@ -552,8 +568,9 @@ void ParameterServer::Impl::answer_pulls(std::uint64_t key, std::uint32_t piece,
 
 void ParameterServer::Impl::reply(int worker, std::uint32_t request,
                                   std::shared_ptr<const Bytes> bytes, const std::string& what) {
-  post(Request::Kind::send, worker, const_cast<char*>(bytes->data()), bytes->size(),
-       kReplyTagBase + request, [] {}, what + " to rank " + std::to_string(worker), bytes);
+  post(
+      Request::Kind::send, worker, const_cast<char*>(bytes->data()), bytes->size(),
+      kReplyTagBase + request, [] {}, what + " to rank " + std::to_string(worker), bytes);
 }
 
 void ParameterServer::Impl::apply(int worker, const Header& h, const Bytes& payload) {
@@ -585,10 +602,11 @@ void ParameterServer::Impl::apply(int worker, const Header& h, const Bytes& payl
       state.value = std::make_shared<Bytes>(n * size_of(type), 0);
       if (options_.rule == ServerRule::sgd) state.velocity.assign(n, 0.0f);
     } else if (state.type != type || state.count != n) {
-      throw InvalidArgument("register", "rank " + std::to_string(worker) + " registered key " +
-                                            std::to_string(h.key) + " as " + std::to_string(h.count) +
-                                            " " + std::string(to_string(type)) + ", unlike rank " +
-                                            std::to_string(state.first_registrar),
+      throw InvalidArgument("register",
+                            "rank " + std::to_string(worker) + " registered key " +
+                                std::to_string(h.key) + " as " + std::to_string(h.count) + " " +
+                                std::string(to_string(type)) + ", unlike rank " +
+                                std::to_string(state.first_registrar),
                             rank_, worker);
     }
     if (worker == workers_.front()) {
@@ -604,8 +622,10 @@ void ParameterServer::Impl::apply(int worker, const Header& h, const Bytes& payl
     return;
   }
   if (!state.has_initial)
-    throw ProtocolError(op_name(op), "rank " + std::to_string(worker) + " used " + where +
-                                         " before it was registered", rank_, worker);
+    throw ProtocolError(
+        op_name(op),
+        "rank " + std::to_string(worker) + " used " + where + " before it was registered", rank_,
+        worker);
   if (op == Op::push || op == Op::push_pull) {
     state.clocks[worker] = h.clock;
     const std::size_t n = state.count;
@@ -645,11 +665,13 @@ void ParameterServer::Impl::apply(int worker, const Header& h, const Bytes& payl
           w[i] -= float(options_.learning_rate) * state.velocity[i];
         }
       } else {
-        kernels::reduce(state.value->data(), state.value->data(), payload.data(), n, type, ReduceOp::sum);
+        kernels::reduce(state.value->data(), state.value->data(), payload.data(), n, type,
+                        ReduceOp::sum);
       }
     }
   }
-  if (op == Op::pull || op == Op::push_pull) state.pending.push_back({worker, h.clock, h.request, Clock::now()});
+  if (op == Op::pull || op == Op::push_pull)
+    state.pending.push_back({worker, h.clock, h.request, Clock::now()});
   answer_pulls(h.key, h.piece, state);
 }
 
@@ -664,7 +686,8 @@ void ParameterServer::Impl::check_stalls() {
         auto it = state.clocks.find(w);
         const std::uint64_t clock = it == state.clocks.end() ? 0 : it->second;
         if (!pull_ready(state, p.clock) && clock < p.clock)
-          missing += (missing.empty() ? "" : ", ") + std::to_string(w) + " (at push " + std::to_string(clock) + ")";
+          missing += (missing.empty() ? "" : ", ") + std::to_string(w) + " (at push " +
+                     std::to_string(clock) + ")";
       }
       throw TimeoutError(kOperation,
                          "the pull of " + key_text(id.first, id.second) + " by rank " +
@@ -731,9 +754,10 @@ bool ParameterServer::Impl::step() {
       continue;
     }
     if (now > f.deadline)
-      throw TimeoutError(kOperation, f.what + ": no progress within " + seconds_text(timeout_) +
-                                         " (ARCOLL_TIMEOUT); rank " + std::to_string(f.request->peer) +
-                                         " is not responding (hung, stopped, or gone)",
+      throw TimeoutError(kOperation,
+                         f.what + ": no progress within " + seconds_text(timeout_) +
+                             " (ARCOLL_TIMEOUT); rank " + std::to_string(f.request->peer) +
+                             " is not responding (hung, stopped, or gone)",
                          rank_, f.request->peer);
     ++i;
   }
@@ -755,15 +779,17 @@ void ParameterServer::Impl::run_loop() {
         if (idle && (worker_index_ < 0 || finishing_) && server_done()) break;
       }
       if (moved) continue;
-      // Nothing moved: let the transports sleep a little (a message wakes them), or wait for
-      // this rank's next call when nothing is expected.
-      const auto slice = inflight_.empty() && !is_server_ ? std::chrono::microseconds(1000)
-                                                          : std::chrono::microseconds(200);
+      // Nothing moved. A worker with nothing expected waits for its next call. Otherwise the
+      // transports sleep until a message comes, up to a slice: short while calls keep coming
+      // (this rank's next call does not wake a transport), longer once they have stopped.
       if (inflight_.empty() && !is_server_) {
         std::unique_lock lock(mutex_);
-        changed_.wait_for(lock, slice, [&] { return !calls_.empty() || finishing_; });
+        changed_.wait_for(lock, std::chrono::milliseconds(1),
+                          [&] { return !calls_.empty() || finishing_; });
       } else {
-        engine_->progress(Clock::now() + slice);
+        const bool busy = Clock::now() - last_progress_ < std::chrono::milliseconds(2);
+        engine_->progress(Clock::now() +
+                          (busy ? std::chrono::microseconds(10) : std::chrono::microseconds(200)));
       }
     }
   } catch (...) {
@@ -798,8 +824,11 @@ void ParameterServer::Impl::rethrow_failure() const {
 
 void ParameterServer::Impl::serve() {
   if (worker_index_ >= 0)
-    throw InvalidArgument("serve", "rank " + std::to_string(rank_) + " is a worker: its share is "
-                                   "served by a thread of its own", rank_);
+    throw InvalidArgument("serve",
+                          "rank " + std::to_string(rank_) +
+                              " is a worker: its share is "
+                              "served by a thread of its own",
+                          rank_);
   run_loop();
   std::lock_guard lock(mutex_);
   if (failure_) rethrow_failure();
@@ -811,11 +840,21 @@ ParameterServer::ParameterServer(Communicator& comm, const ParameterServerOption
     : impl_(std::make_unique<Impl>(comm, options)) {}
 ParameterServer::~ParameterServer() = default;
 
-bool ParameterServer::is_worker() const { return impl_->worker_index_ >= 0; }
-int ParameterServer::worker_count() const { return static_cast<int>(impl_->workers_.size()); }
-int ParameterServer::worker_index() const { return impl_->worker_index_; }
-const std::vector<int>& ParameterServer::server_ranks() const { return impl_->servers_; }
-void ParameterServer::serve() { impl_->serve(); }
+bool ParameterServer::is_worker() const {
+  return impl_->worker_index_ >= 0;
+}
+int ParameterServer::worker_count() const {
+  return static_cast<int>(impl_->workers_.size());
+}
+int ParameterServer::worker_index() const {
+  return impl_->worker_index_;
+}
+const std::vector<int>& ParameterServer::server_ranks() const {
+  return impl_->servers_;
+}
+void ParameterServer::serve() {
+  impl_->serve();
+}
 void ParameterServer::register_tensor(std::uint64_t key, std::size_t count, DataType type,
                                       const void* initial) {
   impl_->register_tensor(key, count, type, initial);
@@ -829,8 +868,12 @@ WorkPtr ParameterServer::ipull(std::uint64_t key, void* data) {
 WorkPtr ParameterServer::ipush_pull(std::uint64_t key, const void* send, void* recv) {
   return impl_->submit(Op::push_pull, key, send, recv);
 }
-void ParameterServer::barrier() { impl_->submit(Op::barrier, 0, nullptr, nullptr)->wait(); }
-void ParameterServer::finish() { impl_->finish(); }
+void ParameterServer::barrier() {
+  impl_->submit(Op::barrier, 0, nullptr, nullptr)->wait();
+}
+void ParameterServer::finish() {
+  impl_->finish();
+}
 std::vector<ParameterServer::Piece> ParameterServer::pieces(std::uint64_t key) const {
   return impl_->pieces(key);
 }

@@ -38,9 +38,6 @@ Policy parse_policy(const std::string& name) {
 
 std::vector<Bucket> plan_buckets(const Model& model, const Policy& policy,
                                  const std::vector<double>& backward_seconds) {
-  if (policy.kind == PolicyKind::ps)
-    throw std::invalid_argument(
-        "policy ps is unavailable: arcoll has no parameter-server algorithm yet");
   std::vector<Bucket> buckets;
   Bucket open;
   std::size_t tensor = 0;  // gradient order: layers backwards, each layer's tensors backwards
@@ -74,7 +71,8 @@ std::vector<Bucket> plan_buckets(const Model& model, const Policy& policy,
       const std::size_t cap = buckets.empty() ? policy.first_bucket_bytes : policy.bucket_bytes;
       if (policy.kind == PolicyKind::buckets && open.elements * sizeof(float) >= cap) close();
     }
-    if (policy.kind == PolicyKind::wfbp) close();
+    // A parameter server keeps a key per layer (MXNet's kvstore), as wfbp sends a layer a time.
+    if (policy.kind == PolicyKind::wfbp || policy.kind == PolicyKind::ps) close();
   }
   close();
   if (policy.kind == PolicyKind::sync_after_backward && !buckets.empty())

@@ -15,7 +15,8 @@ enum class PolicyKind {
   wfbp,                 // each layer's gradients as soon as its backward is done
   buckets,              // PyTorch DDP: buckets filled in gradient order, sent when full
   fusion,               // Horovod: what became ready in a cycle, fused up to a threshold
-  ps,                   // push/pull to a parameter server (MXNet)
+  ps,                   // MXNet's kvstore: push a layer's gradients when ready, pull them
+                        // back before that layer's next forward (a parameter server)
 };
 
 struct Policy {
@@ -41,9 +42,9 @@ struct Bucket {
   std::size_t ready_after = 0;
 };
 
-// The all-reduces of one iteration in the order every rank issues them. `backward_seconds[i]`
-// is the i-th layer's backward time in backward order (fusion groups by when gradients become
-// ready). Throws std::invalid_argument for ps, which arcoll cannot run yet.
+// The all-reduces (ps: push_pulls, a layer's tensors each) of one iteration in the order every
+// rank issues them. `backward_seconds[i]` is the i-th layer's backward time in backward order
+// (fusion groups by when gradients become ready).
 std::vector<Bucket> plan_buckets(const Model& model, const Policy& policy,
                                  const std::vector<double>& backward_seconds);
 

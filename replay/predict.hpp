@@ -2,7 +2,9 @@
 // layer; each all-reduce of the policy may start once its last gradient is ready and once the
 // one before it has ended (one communication stream, as the replay runs them); the iteration
 // ends when backward and the last all-reduce have. All-reduce times come from the library's
-// cost model, for the communicator at hand or for a described cluster.
+// cost model, for the communicator at hand or for a described cluster. Under the ps policy
+// they are the push_pulls' times, and a layer's forward waits for its pull from the
+// iteration before.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,7 @@
 #include "replay/replay.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -8,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "arcoll/parameter_server.hpp"
+
 namespace arcoll::replay {
 namespace {
 
@@ -15,6 +19,20 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The time some message was in flight: the spans' union (their sum when they run one after
+// another, as all-reduces on one stream do; less when push_pulls overlap).
+double covered(std::vector<BucketSpan> spans) {
+  std::sort(spans.begin(), spans.end(),
+            [](const BucketSpan& a, const BucketSpan& b) { return a.start < b.start; });
+  double total = 0, reached = -1e300;
+  for (const BucketSpan& s : spans) {
+    const double from = std::max(s.start, reached);
+    if (s.end > from) total += s.end - from;
+    reached = std::max(reached, s.end);
+  }
+  return total;
 }
 
 // Sleeps until `until`, the way compute on a GPU leaves the host's cores to others.
@@ -108,6 +126,91 @@ double backward_seconds(const ReplayConfig& config, const Layer& layer) {
   return config.device.seconds(layer.backward_flops * config.batch, config.half_compute);
 }
 
+namespace {
+
+// The ps policy (MXNet's kvstore) on a parameter server with a share in every rank: each
+// layer's push_pull starts when its backward is done and must be back before that layer's
+// forward in the next iteration. An iteration's communication is what waiting for pulls adds
+// to its forward (exposed); a bucket's span runs from its start to its pull's return.
+void replay_parameter_server(Communicator& comm, const ReplayConfig& config, ReplayResult& result,
+                             std::vector<std::vector<float>>& buffers,
+                             const std::vector<double>& backward, double forward) {
+  const auto& layers = config.model.layers;
+  const std::size_t n = layers.size();
+  ParameterServer server(comm, {});
+  for (std::size_t b = 0; b < buffers.size(); ++b)
+    server.register_tensor(b + 1, buffers[b].size(), DataType::f32);
+  std::vector<int> bucket_of(n, -1);  // by layer in forward order
+  for (std::size_t b = 0; b < result.plan.size(); ++b)
+    bucket_of[n - 1 - result.plan[b].ready_after] = static_cast<int>(b);
+  // A push_pull in flight: the iteration that started it, and when its pull came back.
+  struct Flight {
+    WorkPtr work;
+    std::size_t iteration = 0;
+    std::shared_ptr<std::atomic<double>> back;
+  };
+  std::vector<Flight> flights(result.plan.size());
+  std::vector<IterationRecord> records;
+  std::vector<double> origins;  // each iteration's start, from `epoch`
+  comm.barrier();
+  const auto epoch = Clock::now();
+  // Waits for a flight and closes its span in the iteration that started it.
+  auto land = [&](std::size_t bucket) {
+    Flight& f = flights[bucket];
+    if (!f.work) return;
+    f.work->wait();
+    IterationRecord& record = records[f.iteration];
+    record.buckets[bucket].end = f.back->load() - origins[f.iteration];
+    record.communication = covered(record.buckets);
+    f.work.reset();
+  };
+  for (int iteration = 0; iteration < config.warmup + config.iterations; ++iteration) {
+    const auto origin = Clock::now();
+    origins.push_back(since(epoch) - since(origin));
+    records.emplace_back();
+    IterationRecord& record = records.back();
+    record.buckets.resize(result.plan.size());
+    auto at = origin;
+    for (std::size_t l = 0; l < n; ++l) {
+      if (bucket_of[l] >= 0) {
+        const auto before = Clock::now();
+        land(static_cast<std::size_t>(bucket_of[l]));
+        record.exposed += since(before);
+        at = std::max(at, Clock::now());
+      }
+      at += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(forward_seconds(config, layers[l])));
+      compute_until(at);
+    }
+    record.forward_end = since(origin);
+    for (std::size_t b = 0; b < backward.size(); ++b) {
+      at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backward[b]));
+      compute_until(at);
+      const int bucket = bucket_of[n - 1 - b];
+      if (bucket < 0) continue;
+      const auto i = static_cast<std::size_t>(bucket);
+      const double now = since(origin);
+      record.buckets[i] = {result.plan[i].elements * sizeof(float), now, now, now};
+      Flight& f = flights[i];
+      f.iteration = records.size() - 1;
+      f.back = std::make_shared<std::atomic<double>>(0);
+      f.work = server.ipush_pull(static_cast<std::uint64_t>(i) + 1, buffers[i].data(),
+                                 buffers[i].data());
+      f.work->on_completion([back = f.back, epoch](const Work&) { *back = since(epoch); });
+    }
+    record.backward_end = since(origin);
+    record.total = record.backward_end;
+    record.compute = forward;
+    for (double s : backward) record.compute += s;
+  }
+  for (std::size_t b = 0; b < flights.size(); ++b) land(b);
+  server.finish();
+  for (std::size_t i = static_cast<std::size_t>(config.warmup); i < records.size(); ++i)
+    result.iterations.push_back(std::move(records[i]));
+}
+
+}  // namespace
+
 ReplayResult run_replay(Communicator& comm, const ReplayConfig& config) {
   const auto& layers = config.model.layers;
   std::vector<double> backward;  // in backward order
@@ -125,6 +228,10 @@ ReplayResult run_replay(Communicator& comm, const ReplayConfig& config) {
   for (std::size_t i = 0; i < result.plan.size(); ++i)
     ready_after[result.plan[i].ready_after].push_back(i);
 
+  if (config.policy.kind == PolicyKind::ps) {
+    replay_parameter_server(comm, config, result, buffers, backward, forward);
+    return result;
+  }
   comm.set_algorithm(config.algorithm);
   comm.barrier();
   CommunicationThread communication(comm, buffers);
@@ -184,8 +291,8 @@ std::vector<std::vector<IterationRecord>> gather_iterations(Communicator& comm,
       for (std::size_t b = 0; b < buckets; ++b) {
         const double* s = v + 4 + 3 * b;
         r.buckets.push_back({result.plan[b].elements * sizeof(float), s[0], s[1], s[2]});
-        r.communication += s[2] - s[1];
       }
+      r.communication = covered(r.buckets);
       r.exposed = std::max(0.0, r.total - r.backward_end);
       rank.push_back(std::move(r));
     }

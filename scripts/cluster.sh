@@ -7,12 +7,14 @@
 # SIGTERM.
 #
 # Usage:
-#   scripts/cluster.sh --hosts H --ranks-per-host L [--rate RATE] [--delay DELAY]
-#                      [--slow HOST=RATE]... [--port PORT] [--grace SECONDS] [--quiet]
-#                      -- COMMAND [ARGS...]
+#   scripts/cluster.sh --hosts H --ranks-per-host L [--server-hosts K] [--rate RATE]
+#                      [--delay DELAY] [--slow HOST=RATE]... [--port PORT] [--grace SECONDS]
+#                      [--quiet] -- COMMAND [ARGS...]
 #
 #   --hosts H            number of hosts (network namespaces), 1..250
 #   --ranks-per-host L   ranks started in each host; rank = host * L + local rank
+#   --server-hosts K     K more hosts of one rank each, ranks H*L .. H*L+K-1: dedicated
+#                        parameter servers (arbench --ps-servers K) with links of their own
 #   --rate RATE          link speed of every host, each direction, in tc's units (100mbit, 1gbit,
 #                        125mbps = bytes/s); default: unshaped (veth speed, CPU-bound)
 #   --slow HOST=RATE     host index HOST gets RATE instead (repeatable), e.g. --slow 1=100mbit
@@ -34,8 +36,8 @@
 # emulated host: it tells arcoll that the hosts share this machine's cores, so that with more ranks than cores its waits yield the
 # CPU while they poll (with plain "host<h>" names, 2 hosts x 2 ranks on 2 cores took ~4 ms per
 # small all-reduce instead of ~40 us). Also set: CLUSTER_HOSTS, CLUSTER_RANKS_PER_HOST,
-# CLUSTER_HOST (this rank's host index), CLUSTER_NETNS (its namespace) and CLUSTER_BRIDGE_NETNS
-# (e.g. `tc -n "$CLUSTER_BRIDGE_NETNS" -s qdisc` shows the bridge side's queues; host h's port
+# CLUSTER_SERVER_HOSTS, CLUSTER_HOST (this rank's host index), CLUSTER_NETNS (its namespace)
+# and CLUSTER_BRIDGE_NETNS (e.g. `tc -n "$CLUSTER_BRIDGE_NETNS" -s qdisc` shows the bridge side's queues; host h's port
 # there is h<h>, the host's own interface is eth0).
 # Rank 0's output goes to the terminal; the other ranks' output goes to log files that are
 # printed, prefixed with [rank N], for the ranks that fail.
@@ -58,7 +60,8 @@ usage() {
 die_usage() {
   echo "$prog: $*" >&2
   echo "usage: $prog --hosts H --ranks-per-host L [--rate RATE] [--delay DELAY]" \
-    "[--slow HOST=RATE]... [--port PORT] [--grace SECONDS] [--quiet] -- COMMAND [ARGS...]" >&2
+    "[--server-hosts K] [--slow HOST=RATE]... [--port PORT] [--grace SECONDS] [--quiet]" \
+    "-- COMMAND [ARGS...]" >&2
   exit 2
 }
 
@@ -83,7 +86,7 @@ rate_bytes() {
 
 # --- arguments ---------------------------------------------------------------------------
 
-hosts="" ranks_per_host="" rate="" delay="" port="" grace=15 quiet=0
+hosts="" ranks_per_host="" server_hosts=0 rate="" delay="" port="" grace=15 quiet=0
 declare -A slow=()
 while (($#)); do
   opt=$1 val="" has_val=0
@@ -91,7 +94,7 @@ while (($#)); do
     val=${opt#*=} opt=${opt%%=*} has_val=1
   fi
   case $opt in
-    --hosts | --ranks-per-host | --rate | --delay | --slow | --port | --grace)
+    --hosts | --ranks-per-host | --server-hosts | --rate | --delay | --slow | --port | --grace)
       if ((!has_val)); then
         (($# >= 2)) || die_usage "$opt needs a value"
         val=$2
@@ -100,6 +103,7 @@ while (($#)); do
       case $opt in
         --hosts) hosts=$val ;;
         --ranks-per-host) ranks_per_host=$val ;;
+        --server-hosts) server_hosts=$val ;;
         --rate) rate=$val ;;
         --delay) delay=$val ;;
         --port) port=$val ;;
@@ -126,9 +130,13 @@ fi
 if ! [[ $ranks_per_host =~ ^[0-9]+$ ]] || ((ranks_per_host < 1)); then
   die_usage "--ranks-per-host must be a number >= 1, got '$ranks_per_host'"
 fi
+if ! [[ $server_hosts =~ ^[0-9]+$ ]] || ((hosts + server_hosts > 250)); then
+  die_usage "--server-hosts must be a number of hosts, with --hosts at most 250, got '$server_hosts'"
+fi
 [[ -z $rate ]] || rate_bytes "$rate" >/dev/null || die_usage "--rate: '$rate' is not a tc rate like 1gbit or 100mbit"
 for h in "${!slow[@]}"; do
-  ((h < hosts)) || die_usage "--slow $h=${slow[$h]}: there is no host $h (hosts are 0..$((hosts - 1)))"
+  ((h < hosts + server_hosts)) ||
+    die_usage "--slow $h=${slow[$h]}: there is no host $h (hosts are 0..$((hosts + server_hosts - 1)))"
   rate_bytes "${slow[$h]}" >/dev/null || die_usage "--slow $h=${slow[$h]}: not a tc rate like 100mbit"
 done
 [[ -z $delay || $delay =~ ^[0-9]+(\.[0-9]+)?(s|sec|secs|ms|msec|msecs|us|usec|usecs)$ ]] ||
@@ -139,7 +147,9 @@ done
 
 # Each namespace has its own port space, so a random port cannot clash with another run.
 port=${port:-$((20000 + RANDOM % 20001))}
-world=$((hosts * ranks_per_host))
+# Server hosts come after the workers' hosts, one rank each.
+all_hosts=$((hosts + server_hosts))
+world=$((hosts * ranks_per_host + server_hosts))
 
 if ((EUID != 0)); then
   echo "$prog: cannot emulate hosts: creating network namespaces needs root (running as uid $EUID)" >&2
@@ -157,7 +167,7 @@ done
 prefix="arc$$"
 bridge_ns="${prefix}br"
 host_ns=()
-for ((h = 0; h < hosts; h++)); do host_ns+=("${prefix}h$h"); done
+for ((h = 0; h < all_hosts; h++)); do host_ns+=("${prefix}h$h"); done
 created_ns=() # what exists and must go, in creation order
 declare -A rank_of_pid=()
 tmp=""
@@ -272,7 +282,7 @@ if [[ -n $delay ]]; then
   fi
 fi
 
-for ((h = 0; h < hosts; h++)); do
+for ((h = 0; h < all_hosts; h++)); do
   ns=${host_ns[$h]}
   # Created inside the bridge namespace with its peer sent straight to the host's namespace.
   setup ip -n "$bridge_ns" link add "h$h" type veth peer name eth0 netns "$ns"
@@ -302,14 +312,16 @@ done
 
 if ((!quiet)); then
   links="${rate:-unshaped} each way"
-  for ((h = 0; h < hosts; h++)); do
+  for ((h = 0; h < all_hosts; h++)); do
     [[ -z ${slow[$h]:-} ]] || links+=", host $h: ${slow[$h]}"
   done
   if [[ -n $delay ]]; then
     if ((delay_ok)); then links+=", delay $delay one-way"; else links+=", no delay (no netem)"; fi
   fi
-  echo "$prog: $hosts hosts x $ranks_per_host ranks = $world ranks; links $links;" \
-    "subnet $subnet.0/24, master $subnet.1:$port; namespaces ${host_ns[0]}..h$((hosts - 1)), bridge in $bridge_ns" >&2
+  servers=""
+  ((server_hosts == 0)) || servers=" + $server_hosts server host(s) of 1 rank"
+  echo "$prog: $hosts hosts x $ranks_per_host ranks$servers = $world ranks; links $links;" \
+    "subnet $subnet.0/24, master $subnet.1:$port; namespaces ${host_ns[0]}..h$((all_hosts - 1)), bridge in $bridge_ns" >&2
 fi
 
 # --- ranks -------------------------------------------------------------------------------
@@ -319,16 +331,19 @@ pids=()
 machine=$(uname -n)
 # The job's secret, as a launcher makes one: only its ranks may connect to each other.
 job_token=${ARCOLL_JOB_TOKEN:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
-for ((h = 0; h < hosts; h++)); do
-  for ((l = 0; l < ranks_per_host; l++)); do
-    r=$((h * ranks_per_host + l))
+for ((h = 0; h < all_hosts; h++)); do
+  local_size=$ranks_per_host
+  ((h < hosts)) || local_size=1
+  for ((l = 0; l < local_size; l++)); do
+    r=$((h < hosts ? h * ranks_per_host + l : hosts * ranks_per_host + h - hosts))
     # ARCOLL_EMULATED_HOSTS would split each namespace again: the namespaces are the hosts.
     cmd=(ip netns exec "${host_ns[$h]}" env -u ARCOLL_EMULATED_HOSTS
       ARCOLL_RANK="$r" ARCOLL_WORLD_SIZE="$world"
-      ARCOLL_LOCAL_RANK="$l" ARCOLL_LOCAL_SIZE="$ranks_per_host"
+      ARCOLL_LOCAL_RANK="$l" ARCOLL_LOCAL_SIZE="$local_size"
       ARCOLL_MASTER_ADDR="$subnet.1" ARCOLL_MASTER_PORT="$port" ARCOLL_NODE_ID="$machine#host$h"
       ARCOLL_JOB_TOKEN="$job_token"
       CLUSTER_HOSTS="$hosts" CLUSTER_RANKS_PER_HOST="$ranks_per_host" CLUSTER_HOST="$h"
+      CLUSTER_SERVER_HOSTS="$server_hosts"
       CLUSTER_NETNS="${host_ns[$h]}" CLUSTER_BRIDGE_NETNS="$bridge_ns"
       "$@")
     # ip netns exec and env both exec, so $! is the rank's own process.

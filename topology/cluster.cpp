@@ -2,6 +2,7 @@
 
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/parameter_server.hpp"
 #include "base/json_file.hpp"
 #include "transports/transport.hpp"
 
@@ -156,7 +157,8 @@ ClusterSpec load_cluster(const std::string& path, int hosts) {
   return parse_cluster(json_file::read({"topology file", path}), path, hosts);
 }
 
-ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes) {
+ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes,
+                           const std::vector<int>& parameter_servers) {
   auto cost = [](const LinkSpec& l) {
     return LinkCost{l.latency_us * 1e-6, 1.0 / (l.bandwidth_gbs * 1e9), 1.0 / (l.reduce_gbs * 1e9)};
   };
@@ -175,6 +177,10 @@ ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes) {
   }
   const Plan best = cost::best(layout, b);
   plan.chosen = {best.algorithm, best.chunk_bytes, best.seconds};
+  for (int servers : parameter_servers)
+    plan.parameter_servers.push_back(
+        {servers > 0 ? "ps/" + std::to_string(servers) : "ps", 0,
+         cost::parameter_server_seconds(layout, b, servers, ParameterServerOptions{}.piece_bytes)});
   return plan;
 }
 

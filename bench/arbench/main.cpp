@@ -12,8 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "arbench/cli.hpp"
@@ -42,10 +42,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   add("-e,--maxbytes", flags.max_bytes, "SIZE", "Largest size in bytes (K/M/G suffixes)")
       ->capture_default_str();
   step_options[0] = add("-f,--stepfactor", flags.step_factor, "N",
-                                 "Multiply the size by N each step (1: add -i instead)")
-                                 ->capture_default_str();
+                        "Multiply the size by N each step (1: add -i instead)")
+                        ->capture_default_str();
   step_options[1] = add("-i,--stepbytes", flags.step_bytes, "SIZE",
-                                "Add SIZE bytes each step instead (default 1M with -f 1)");
+                        "Add SIZE bytes each step instead (default 1M with -f 1)");
   add("--np", flags.np, "N",
       "Ranks to fork on this host (default: online cores, 2 to 8); under a launcher it must match "
       "the world size");
@@ -69,9 +69,9 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   add("-o,--op", flags.op, "OP", "sum prod min max avg, a comma-separated list, or all")
       ->capture_default_str();
   add("--algo", flags.algo, "NAME",
-      "Allreduce algorithm (default: ARCOLL_ALGO or auto); a comma-separated list, or all (every "
-      "algorithm and auto): each at every size, with the cost model's prediction beside the "
-      "measured time");
+      "Allreduce algorithm (default: ARCOLL_ALGO or auto); ps, a parameter server's push_pull; a "
+      "comma-separated list, or all (every algorithm, ps and auto): each at every size, with the "
+      "cost model's prediction beside the measured time");
   add("--channels", flags.channels, "N",
       "Rings of the multi_ring algorithm (default: ARCOLL_CHANNELS or 2)");
   add("--wire", flags.wire, "TYPE",
@@ -104,6 +104,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   add("--gloo-algo", flags.gloo_algo, "NAME",
       "Gloo allreduce: ring, ring_chunked, halving_doubling or bcube")
       ->capture_default_str();
+  add("--ps-servers", flags.ps_servers, "K",
+      "--algo ps with K dedicated server ranks (the job's last, beside --np workers); 0: a "
+      "server share in every worker")
+      ->capture_default_str();
   add("--mpirun-args", flags.mpirun_args, "ARGS",
       "Extra mpirun flags when arbench starts mpirun itself (blank-separated)")
       ->capture_default_str();
@@ -121,7 +125,9 @@ int run_train(int argc, char** argv) {
   char self[PATH_MAX] = {};
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   const std::string dir =
-      n > 0 ? std::filesystem::path(std::string(self, static_cast<std::size_t>(n))).parent_path().string()
+      n > 0 ? std::filesystem::path(std::string(self, static_cast<std::size_t>(n)))
+                  .parent_path()
+                  .string()
             : ".";
   const std::string program = dir + "/arbench-train";
   if (::access(program.c_str(), X_OK) != 0) {
@@ -195,6 +201,11 @@ int main(int argc, char** argv) {
   plan->add_option("-e,--maxbytes", plan_flags.max_bytes, "Largest size")->capture_default_str();
   plan->add_option("-f,--stepfactor", plan_flags.step_factor, "Multiply the size by N each step")
       ->capture_default_str();
+  plan->add_option("--ps-servers", plan_flags.ps_servers,
+                   "A parameter server's push_pull beside them, for each count of dedicated "
+                   "server hosts in the list (0: a server share in every host)")
+      ->type_name("LIST")
+      ->capture_default_str();
   subcommands.push_back({plan, [&] { return arbench::run_plan_command(plan_flags); }});
   arbench::TopoFlags topo_flags;
   CLI::App* topo = app.add_subcommand(
@@ -204,7 +215,8 @@ int main(int argc, char** argv) {
       "each runs and the links between them");
   add_tool_flags(topo, topo_flags.tool);
   topo->add_option("--json", topo_flags.json, "Write the same as JSON")->type_name("FILE");
-  topo->add_option("--dot", topo_flags.dot, "Write a Graphviz picture of hosts, ranks, NICs and links")
+  topo->add_option("--dot", topo_flags.dot,
+                   "Write a Graphviz picture of hosts, ranks, NICs and links")
       ->type_name("FILE");
   subcommands.push_back({topo, [&] { return arbench::run_topo_command(topo_flags); }});
   arbench::ToolFlags replay_tool;

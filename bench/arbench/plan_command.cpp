@@ -16,7 +16,10 @@ namespace arbench {
 int run_plan_command(const PlanFlags& flags) {
   arcoll::ClusterSpec cluster;
   std::vector<std::size_t> sizes;
+  std::vector<int> servers;
   try {
+    for (const std::string& k : split_list(flags.ps_servers))
+      servers.push_back(static_cast<int>(parse_integer("--ps-servers", k, 0, 1 << 20)));
     const int hosts = static_cast<int>(parse_integer("--hosts", flags.hosts, 1, 1 << 20));
     const std::size_t min = parse_size("-b/--minbytes", flags.min_bytes);
     const std::size_t max = parse_size("-e/--maxbytes", flags.max_bytes);
@@ -48,17 +51,20 @@ int run_plan_command(const PlanFlags& flags) {
   std::string header = printf_string("# %10s", "size (B)");
   for (const std::string& name : arcoll::Communicator::allreduce_algorithms())
     header += printf_string(" %12.12s", name.c_str());
+  for (int k : servers)
+    header +=
+        printf_string(" %12.12s", (k > 0 ? "ps/" + std::to_string(k) : std::string("ps")).c_str());
   print(header + printf_string("  %-20s %10s %8s\n", "auto", "time", "busbw"));
   for (std::size_t bytes : sizes) {
-    const arcoll::ClusterPlan plan = arcoll::plan_allreduce(cluster, bytes);
+    const arcoll::ClusterPlan plan = arcoll::plan_allreduce(cluster, bytes, servers);
     std::string line = printf_string("%12zu", bytes);
-    for (const auto& p : plan.algorithms)
-      line += printf_string(" %12.4g", p.seconds * 1e6);
+    for (const auto& p : plan.algorithms) line += printf_string(" %12.4g", p.seconds * 1e6);
+    for (const auto& p : plan.parameter_servers) line += printf_string(" %12.4g", p.seconds * 1e6);
     const double busbw = ranks > 1 ? static_cast<double>(bytes) / plan.chosen.seconds / 1e9 * 2.0 *
                                          (ranks - 1) / ranks
                                    : 0.0;
     print(line + printf_string("  %-20s %10.4g %8.2f\n", plan.chosen.algorithm.c_str(),
-                                        plan.chosen.seconds * 1e6, busbw));
+                               plan.chosen.seconds * 1e6, busbw));
   }
   return 0;
 }

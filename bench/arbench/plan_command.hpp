@@ -12,6 +12,7 @@ struct PlanFlags {
   std::string min_bytes = "8";
   std::string max_bytes = "1G";
   std::string step_factor = "4";
+  std::string ps_servers = "0";  // parameter-server columns: dedicated server hosts each
 };
 
 int run_plan_command(const PlanFlags& flags);

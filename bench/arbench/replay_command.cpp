@@ -89,9 +89,7 @@ ReplaySetup replay_setup(const ReplayFlags& flags) {
   config.iterations = static_cast<int>(parse_integer("--iters", flags.iterations, 1, 1 << 20));
   config.warmup = static_cast<int>(parse_integer("--warmup", flags.warmup, 0, 1 << 20));
 
-  std::vector<std::string> runnable;  // every policy but ps under "all"
-  for (const std::string& name : rp::policy_names())
-    if (name != "ps") runnable.push_back(name);
+  const std::vector<std::string> runnable = rp::policy_names();
   std::vector<std::string> algorithms = arcoll::Communicator::allreduce_algorithms();
   algorithms.insert(algorithms.begin(), "auto");
   const auto policies = values_of("--policy", flags.policy, flags.sweep, "buckets",
@@ -116,16 +114,18 @@ ReplaySetup replay_setup(const ReplayFlags& flags) {
 
   for (const std::string& name : policies) {
     rp::Policy policy = rp::parse_policy(name);
-    rp::plan_buckets(config.model, policy, {});  // ps: unavailable, saying why
     // Only buckets has a bucket size to vary.
     const std::vector<std::size_t> sizes = policy.kind == rp::PolicyKind::buckets
                                                ? bucket_sizes
                                                : std::vector<std::size_t>{policy.bucket_bytes};
+    // A parameter server carries f32 and has no all-reduce algorithm: once per policy.
+    const bool parameter_server = policy.kind == rp::PolicyKind::ps;
     for (std::size_t size : sizes)
       for (const std::string& algorithm : algos)
         for (const std::string& wire : wires) {
+          if (parameter_server && (algorithm != algos.front() || wire != wires.front())) continue;
           policy.bucket_bytes = size;
-          setup.variants.push_back({policy, algorithm, wire});
+          setup.variants.push_back({policy, algorithm, parameter_server ? "f32" : wire});
         }
   }
   // A sweep says how much better than the defaults (DDP: 25 MiB buckets; auto; f32) it gets.
@@ -213,9 +213,10 @@ std::string header(const ReplaySetup& setup, const Where& where) {
       static_cast<double>(m.parameter_count()) * 4 / (1 << 20), c.batch);
   // A model file with measured times (arbench train --profile-layers) needs no device.
   text += m.measured_batch > 0
-              ? printf_string("# compute: the model file's measured layer times (at batch %d), "
-                              "scaled to this batch",
-                              m.measured_batch)
+              ? printf_string(
+                    "# compute: the model file's measured layer times (at batch %d), "
+                    "scaled to this batch",
+                    m.measured_batch)
               : "# compute: " + c.device.summary +
                     printf_string(", %.0f%% of peak", c.device.efficiency * 100);
   text += where.simulated ? "\n" : "; emulated by sleeping for each layer's time\n";
@@ -228,8 +229,9 @@ std::string header(const ReplaySetup& setup, const Where& where) {
 std::string single_text(const ReplaySetup& setup, const Where& where, const Outcome& o) {
   const int batch = setup.config.batch;
   const rp::Prediction& p = o.predicted;
-  std::string text = printf_string("# policy %s: %zu all-reduce(s) per iteration\n",
-                                   o.variant.label().c_str(), o.bucket_bytes.size());
+  std::string text = printf_string(
+      "# policy %s: %zu %s per iteration\n", o.variant.label().c_str(), o.bucket_bytes.size(),
+      o.variant.policy.kind == rp::PolicyKind::ps ? "push_pull(s)" : "all-reduce(s)");
   text += printf_string(kColumns, "iter (ms)", "p50", "p99", "compute", "comm", "exposed",
                         "overlap", "samples/s", "scaling");
   if (o.measured) {
@@ -375,8 +377,10 @@ int simulate(const ReplayFlags& flags, const ReplaySetup& setup) {
     const auto known = std::find(algorithms.begin(), algorithms.end(), v.algorithm);
     Outcome o{v, {}, std::nullopt, {}};
     for (const rp::Bucket& b : plan) o.bucket_bytes.push_back(b.elements * sizeof(float));
+    const bool parameter_server = v.policy.kind == rp::PolicyKind::ps;
     o.predicted = rp::predict_iteration(config, plan, [&](std::size_t bytes) {
-      const auto cluster_plan = arcoll::plan_allreduce(cluster, wire_bytes(bytes, v.wire));
+      const auto cluster_plan = arcoll::plan_allreduce(cluster, wire_bytes(bytes, v.wire), {0});
+      if (parameter_server) return cluster_plan.parameter_servers.front().seconds;
       return known == algorithms.end()
                  ? cluster_plan.chosen.seconds
                  : cluster_plan.algorithms[static_cast<std::size_t>(known - algorithms.begin())]
@@ -420,7 +424,9 @@ int replay_on_ranks(arcoll::Communicator& comm, const ReplayFlags& flags,
     Outcome o{v, {}, measure(result, ranks), {}};
     for (const rp::Bucket& b : result.plan) o.bucket_bytes.push_back(b.elements * sizeof(float));
     o.predicted = rp::predict_iteration(config, result.plan, [&](std::size_t bytes) {
-      return comm.predict_allreduce(wire_bytes(bytes, v.wire), v.algorithm).seconds;
+      return v.policy.kind == rp::PolicyKind::ps
+                 ? comm.predict_parameter_server(bytes, 0).seconds
+                 : comm.predict_allreduce(wire_bytes(bytes, v.wire), v.algorithm).seconds;
     });
     outcomes.push_back(std::move(o));
     traced = std::move(ranks);
@@ -444,9 +450,11 @@ void add_replay_flags(CLI::App* replay, ReplayFlags& flags) {
   replay->add_option("--batch", flags.batch, "Samples per rank")->capture_default_str();
   replay->add_option("--profile", flags.profile, "Device profile (p40 ... h100, cpu)")
       ->capture_default_str();
-  replay->add_option("--policy", flags.policy,
-                     "sync-after-backward, wfbp, buckets (default), fusion, ps; under --sweep a "
-                     "list or all (default: all but ps)");
+  replay->add_option(
+      "--policy", flags.policy,
+      "sync-after-backward, wfbp, buckets (default), fusion, ps (MXNet's kvstore on a "
+      "parameter server with a share in every rank); under --sweep a list or all "
+      "(default: all but ps)");
   replay->add_option("--algo", flags.algorithm,
                      "All-reduce algorithm (default auto); under --sweep a list or all "
                      "(default: auto,ring,hierarchical)");

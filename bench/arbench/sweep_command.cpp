@@ -29,6 +29,7 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/local_launcher.hpp"
 #include "arcoll/options.hpp"
+#include "arcoll/parameter_server.hpp"
 #include "arcoll/tuning.hpp"
 #include "arcoll/types.hpp"
 
@@ -70,7 +71,8 @@ struct Plan {
   std::size_t max_bytes = 0;
   std::optional<std::size_t> step_factor;
   std::optional<std::size_t> step_bytes;
-  std::optional<int> np;
+  std::optional<int> np;  // workers
+  int ps_servers = 0;     // --algo ps: dedicated server ranks, the job's last
   arcoll::Options options;
   std::string json_path;
   std::string csv_path;
@@ -132,8 +134,8 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
     throw UsageError("the sweep from -b " + flags.min_bytes + " to -e " + flags.max_bytes +
                      " in steps of " + std::to_string(*plan.step_bytes) + " bytes has more than " +
                      std::to_string(kMaxSizes) + " sizes; use a larger -i/--stepbytes or -f");
-  plan.sweep.sizes = sweep_sizes(
-      plan.min_bytes, plan.max_bytes, plan.step_factor.value_or(1), plan.step_bytes.value_or(0));
+  plan.sweep.sizes = sweep_sizes(plan.min_bytes, plan.max_bytes, plan.step_factor.value_or(1),
+                                 plan.step_bytes.value_or(0));
 
   if (!flags.np.empty()) plan.np = static_cast<int>(parse_integer("--np", flags.np, 1, 4096));
   plan.sweep.warmup_iters =
@@ -171,23 +173,30 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   } catch (const arcoll::Error& e) {
     throw UsageError(e.what());
   }
+  // ps, the parameter server's push_pull, stands beside the all-reduce algorithms.
   if (flags.algo == "all") {
     plan.algorithms = arcoll::Communicator::allreduce_algorithms();
+    plan.algorithms.push_back("ps");
     plan.algorithms.push_back("auto");
-  } else if (flags.algo.find(',') != std::string::npos) {
+  } else if (flags.algo.find(',') != std::string::npos || flags.algo == "ps") {
     const auto known = arcoll::Communicator::allreduce_algorithms();
     for (const std::string& name : split_list(flags.algo)) {
-      if (name != "auto" && std::find(known.begin(), known.end(), name) == known.end())
+      if (name != "auto" && name != "ps" &&
+          std::find(known.begin(), known.end(), name) == known.end())
         throw UsageError("--algo: unknown algorithm " + quoted(name) + " (known: auto, " + [&] {
           std::string list;
-          for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+          for (const auto& k : known) list += k + ", ";
           return list;
-        }() + ", all)");
+        }() + "ps, all)");
       plan.algorithms.push_back(name);
     }
   } else if (!flags.algo.empty()) {
     plan.options.algorithm = flags.algo;
   }
+  plan.ps_servers = static_cast<int>(parse_integer("--ps-servers", flags.ps_servers, 0, 4096));
+  if (plan.ps_servers > 0 &&
+      std::find(plan.algorithms.begin(), plan.algorithms.end(), "ps") == plan.algorithms.end())
+    throw UsageError("--ps-servers serves --algo ps: add ps to --algo");
   if (!flags.channels.empty())
     plan.options.channels = static_cast<int>(parse_integer("--channels", flags.channels, 1, 64));
   if (!flags.wire.empty()) {
@@ -229,8 +238,8 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   plan.csv_path = flags.csv;
 
   plan.backend_options.gloo_algorithm = flags.gloo_algo;
-  if (std::find(std::begin(kGlooAlgorithms), std::end(kGlooAlgorithms),
-                flags.gloo_algo) == std::end(kGlooAlgorithms))
+  if (std::find(std::begin(kGlooAlgorithms), std::end(kGlooAlgorithms), flags.gloo_algo) ==
+      std::end(kGlooAlgorithms))
     throw UsageError("--gloo-algo: unknown algorithm " + quoted(flags.gloo_algo) +
                      " (known: ring, ring_chunked, halving_doubling, bcube)");
   plan.mpirun_args = flags.mpirun_args;
@@ -240,8 +249,9 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
     throw UsageError("--algo all and --compare make different tables; give one of them");
   if (!plan.algorithms.empty() &&
       (plan.sweep.colls.size() != 1 || plan.sweep.colls.front() != Coll::allreduce))
-    throw UsageError("--algo with a list compares all-reduce algorithms: it takes --coll "
-                     "allreduce only");
+    throw UsageError(
+        "--algo with a list compares all-reduce algorithms: it takes --coll "
+        "allreduce only");
   if (!compare.empty()) {
     if (flags.backend != "arcoll")
       throw UsageError("--compare runs arcoll against the backends it names; drop --backend " +
@@ -319,14 +329,15 @@ RunInfo describe_run(arcoll::Communicator& comm, const Plan& plan) {
 
 // The cost model's prediction for a row of --algo all (the backend is "arcoll/<algorithm>").
 // A 16-bit wire halves the f32 bytes the model sees.
-Row with_prediction(const arcoll::Communicator& comm, const Plan& plan,
-                             const Row& row) {
+Row with_prediction(const arcoll::Communicator& comm, const Plan& plan, const Row& row) {
   Row out = row;
   const std::string algorithm = row.backend.substr(row.backend.find('/') + 1);
-  const bool narrowed =
-      plan.options.wire != arcoll::DataType::f32 && row.type == arcoll::DataType::f32;
-  const arcoll::AllreducePrediction p =
-      comm.predict_allreduce(narrowed ? row.size_bytes / 2 : row.size_bytes, algorithm);
+  const bool narrowed = algorithm != "ps" && plan.options.wire != arcoll::DataType::f32 &&
+                        row.type == arcoll::DataType::f32;
+  const std::size_t bytes = narrowed ? row.size_bytes / 2 : row.size_bytes;
+  const arcoll::AllreducePrediction p = algorithm == "ps"
+                                            ? comm.predict_parameter_server(bytes, plan.ps_servers)
+                                            : comm.predict_allreduce(bytes, algorithm);
   out.predicted_us = p.seconds * 1e6;
   if (algorithm == "auto") out.predicted_algorithm = p.algorithm;
   return out;
@@ -334,7 +345,8 @@ Row with_prediction(const arcoll::Communicator& comm, const Plan& plan,
 
 // The sweep on one rank. Rank 0 prints the table and writes the files; its exit code is 1
 // when a result was wrong or a file could not be written.
-int benchmark(arcoll::Communicator& comm, const Plan& plan) {
+// `job` holds the workers (`comm`) and, last, --ps-servers dedicated servers.
+int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan& plan) {
   const bool root = comm.rank() == 0;
 
   // Every rank creates the same backends in the same order (their setup is collective).
@@ -342,7 +354,8 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
   std::vector<Backend*> backends;
   std::vector<std::string> unavailable;
   for (const std::string& algorithm : plan.algorithms) {
-    owned.push_back(make_arcoll_backend(comm, algorithm));
+    owned.push_back(algorithm == "ps" ? make_parameter_server_backend(comm, job, plan.ps_servers)
+                                      : make_arcoll_backend(comm, algorithm));
     backends.push_back(owned.back().get());
   }
   for (const std::string& name :
@@ -408,8 +421,8 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
       };
     } else {
       // One line per size, once every backend that runs this type and op has its row.
-      callbacks.after = [&, pending = std::vector<Row>()](
-                            const Row& row, std::size_t, std::size_t) mutable {
+      callbacks.after = [&, pending = std::vector<Row>()](const Row& row, std::size_t,
+                                                          std::size_t) mutable {
         pending.push_back(row);
         std::size_t running = 0;
         for (Backend* backend : backends)
@@ -431,10 +444,8 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
   print(plan.compare ? compare_footer(info, rows) : table_footer(summary));
   int status = 0;
   try {
-    if (!plan.json_path.empty())
-      write_atomically(plan.json_path, json_report(info, rows, summary));
-    if (!plan.csv_path.empty())
-      write_atomically(plan.csv_path, csv_report(info, rows));
+    if (!plan.json_path.empty()) write_atomically(plan.json_path, json_report(info, rows, summary));
+    if (!plan.csv_path.empty()) write_atomically(plan.csv_path, csv_report(info, rows));
   } catch (const std::runtime_error& e) {
     std::fprintf(stderr, "arbench: %s\n", e.what());
     status = 1;
@@ -445,9 +456,9 @@ int benchmark(arcoll::Communicator& comm, const Plan& plan) {
     status = 1;
   }
   if (plan.min_busbw_gbs && summary.avg_busbw_gbs < *plan.min_busbw_gbs) {
-    print(printf_string(
-        "# FAILED: average bus bandwidth %.3f GB/s is below --min-busbw %.3f GB/s\n",
-        summary.avg_busbw_gbs, *plan.min_busbw_gbs));
+    print(
+        printf_string("# FAILED: average bus bandwidth %.3f GB/s is below --min-busbw %.3f GB/s\n",
+                      summary.avg_busbw_gbs, *plan.min_busbw_gbs));
     status = 1;
   }
   return status;
@@ -471,7 +482,21 @@ int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
                              e.code() == arcoll::ErrorCode::configuration;
       return bad_value ? kUsageError : 1;
     }
-    arcoll::Communicator& comm = *joined;
+    // --ps-servers: the job's last ranks only serve --algo ps; the workers sweep.
+    arcoll::Communicator& job = *joined;
+    std::unique_ptr<arcoll::Communicator> workers;
+    if (plan.ps_servers > 0) {
+      if (job.size() <= plan.ps_servers)
+        throw UsageError("--ps-servers " + std::to_string(plan.ps_servers) +
+                         " leaves no worker in " + std::to_string(job.size()) + " ranks");
+      const bool server = job.rank() >= job.size() - plan.ps_servers;
+      workers = job.split(server ? -1 : 0);
+      if (server) {
+        arcoll::ParameterServer(job, sweep_parameter_server_options(job, plan.ps_servers)).serve();
+        return 0;
+      }
+    }
+    arcoll::Communicator& comm = workers ? *workers : job;
     if (!outputs_checked) {
       // Only rank 0 writes; it tells the others whether to go on.
       std::int32_t bad = 0;
@@ -483,13 +508,15 @@ int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
       comm.broadcast(&bad, 1, arcoll::DataType::i32, 0);
       if (bad != 0) return kUsageError;
     }
-    return benchmark(comm, plan);
+    return benchmark(comm, job, plan);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
+    return kUsageError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", who.c_str(), e.what());
     return 1;
   }
 }
-
 
 }  // namespace
 
@@ -504,8 +531,9 @@ int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv
       throw UsageError(e.what());
     }
     if (here.source != "default") {
-      if (plan.np && *plan.np != here.world_size)
-        throw UsageError("--np " + std::to_string(*plan.np) + " disagrees with the world size " +
+      if (plan.np && *plan.np + plan.ps_servers != here.world_size)
+        throw UsageError("--np " + std::to_string(*plan.np) + " and --ps-servers " +
+                         std::to_string(plan.ps_servers) + " disagree with the world size " +
                          std::to_string(here.world_size) + " set by " + here.source);
     } else if (auto error = unwritable_output(plan)) {
       throw UsageError(*error);
@@ -517,7 +545,8 @@ int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv
 
   if (here.source != "default") return run_rank(plan, here, /*outputs_checked=*/false);
 
-  const int ranks = plan.np.value_or(std::max(2, std::min(8, arcoll::host_info().cores)));
+  const int ranks =
+      plan.np.value_or(std::max(2, std::min(8, arcoll::host_info().cores))) + plan.ps_servers;
   for (const std::string& name : plan.backends)
     if (backend_needs_mpirun(name) && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr)
       return reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);

@@ -46,6 +46,19 @@ DataParallel::DataParallel(const StagedNet& net, const arcoll::replay::Policy& p
     }
     buckets_[b].buffer.assign(offset, 0.0f);
   }
+  {
+    std::vector<std::pair<float*, std::vector<float>>> initial;
+    for (BucketState& bucket : buckets_) {
+      std::vector<float> weights(bucket.buffer.size());
+      for (std::size_t s : bucket.slots) {
+        const torch::Tensor values = slots_[s].param.detach().contiguous();
+        std::memcpy(weights.data() + slots_[s].offset, values.data_ptr<float>(),
+                    values.numel() * sizeof(float));
+      }
+      initial.emplace_back(bucket.buffer.data(), std::move(weights));
+    }
+    exchange_.prepare(initial);
+  }
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     torch::Tensor param = slots_[s].param;
     const unsigned handle =
@@ -114,22 +127,39 @@ void DataParallel::start_ready_buckets(bool all) {
 
 void DataParallel::finish_iteration() {
   start_ready_buckets(true);
-  torch::NoGradGuard no_grad;
   for (BucketState& bucket : buckets_) {
     Pending pending = std::move(bucket.pending);
     bucket.pending = nullptr;
     pending();
+  }
+  unpack_buckets();
+}
+
+void DataParallel::unpack_buckets() {
+  torch::NoGradGuard no_grad;
+  const bool weights = exchange_.returns_weights();
+  for (BucketState& bucket : buckets_) {
     for (std::size_t s : bucket.slots) {
       Slot& slot = slots_[s];
-      torch::Tensor reduced =
+      torch::Tensor values =
           torch::from_blob(bucket.buffer.data() + slot.offset, slot.param.sizes(), torch::kFloat32);
+      if (weights) {
+        slot.param.copy_(values);
+        continue;
+      }
       torch::Tensor& grad = slot.param.mutable_grad();
       if (grad.defined())
-        grad.copy_(reduced).mul_(scale_);
+        grad.copy_(values).mul_(scale_);
       else
-        grad = reduced.mul(scale_);
+        grad = values.mul(scale_);
     }
   }
+}
+
+void DataParallel::settle_weights() {
+  if (!exchange_.returns_weights()) return;
+  for (BucketState& bucket : buckets_) exchange_.latest_weights(bucket.buffer.data());
+  unpack_buckets();
 }
 
 }  // namespace arbench::train

@@ -40,6 +40,11 @@ class DataParallel {
   // the mean gradient over the ranks in each parameter's grad.
   void finish_iteration();
 
+  // Exchanges that keep the weights (returns_weights): every rank takes the weights as they
+  // are once all pushes so far are applied, so that replicas agree (before an evaluation, at
+  // the end). Nothing for the others, whose replicas agree after every step.
+  void settle_weights();
+
   const std::vector<arcoll::replay::Bucket>& plan() const { return plan_; }
   std::size_t bytes_per_iteration() const;
 
@@ -58,6 +63,8 @@ class DataParallel {
     bool started = false;
   };
   void arrived(std::size_t slot, const torch::Tensor& grad);
+  // The parameters' values or the mean gradient, from each bucket's buffer.
+  void unpack_buckets();
   void start_ready_buckets(bool all);
 
   arcoll::replay::Policy policy_;

@@ -36,7 +36,7 @@ class ArcollExchange final : public GradientExchange {
   std::string description_;
 };
 
-const ExchangeRegistrar kArcoll({"arcoll", "arcoll's non-blocking all-reduce", false, nullptr,
+const ExchangeRegistrar kArcoll({"arcoll", "arcoll's non-blocking all-reduce", false, true, nullptr,
                                  [](const ExchangeSetup& setup) {
                                    return std::make_unique<ArcollExchange>(setup);
                                  }});

@@ -89,7 +89,7 @@ class GlooExchange final : public GradientExchange {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
 };
 
-const ExchangeRegistrar kGloo({"gloo", "torch's c10d::ProcessGroupGloo", false, nullptr,
+const ExchangeRegistrar kGloo({"gloo", "torch's c10d::ProcessGroupGloo", false, true, nullptr,
                                [](const ExchangeSetup& setup) {
                                  return std::make_unique<GlooExchange>(setup);
                                }});

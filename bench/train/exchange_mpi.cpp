@@ -110,7 +110,7 @@ class MpiExchange final : public GradientExchange {
 };
 
 const ExchangeRegistrar kMpi({"mpi", "MPI_Allreduce (Open MPI), ranks started by mpirun", true,
-                              nullptr, [](const ExchangeSetup& setup) {
+                              true, nullptr, [](const ExchangeSetup& setup) {
                                 return std::make_unique<MpiExchange>(setup.timeout);
                               }});
 

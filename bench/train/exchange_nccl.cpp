@@ -84,7 +84,7 @@ class NcclExchange final : public GradientExchange {
 };
 
 const ExchangeRegistrar kNccl(
-    {"nccl", "ncclAllReduce on the GPUs of each host", false,
+    {"nccl", "ncclAllReduce on the GPUs of each host", false, true,
      [](const ExchangeSetup& setup) { return arbench::missing_gpu(setup.comm); },
      [](const ExchangeSetup& setup) { return std::make_unique<NcclExchange>(setup); }});
 

@@ -49,7 +49,7 @@ struct Flags {
                   lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
                   weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
                   data = kFashionMnistDir, json, profile_layers, timeout, threads = "1", transport,
-                  mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
+                  mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp", ps_servers = "0";
   bool list_models = false;
 };
 
@@ -60,7 +60,8 @@ class DataError : public std::runtime_error {
 };
 
 struct Plan {
-  std::optional<int> np;
+  std::optional<int> np;  // workers
+  int ps_servers = 0;     // dedicated parameter servers: the job's last ranks
   int threads = 1;
   std::vector<std::string> backends;
   std::vector<TrainConfig> configs;
@@ -84,6 +85,13 @@ std::vector<T> parse_list(const std::string& text, Parse parse) {
   return out;
 }
 
+// "ps-ssp:2" is the backend "ps-ssp" with the parameter "2".
+std::pair<std::string, std::string> backend_name(const std::string& backend) {
+  const auto colon = backend.find(':');
+  if (colon == std::string::npos) return {backend, ""};
+  return {backend.substr(0, colon), backend.substr(colon + 1)};
+}
+
 Plan make_plan(const Flags& flags) {
   Plan plan;
   if (!flags.np.empty()) plan.np = static_cast<int>(parse_integer("--np", flags.np, 1, 4096));
@@ -93,21 +101,41 @@ Plan make_plan(const Flags& flags) {
     throw UsageError("--model " + quoted(flags.model) +
                      " is not a model here (known: " + NetRegistry::instance().name_list() + ")");
   // Backends: the given ones, or every one of this build.
-  const bool backends_given = !flags.backends.empty();
-  plan.backends =
-      backends_given ? split_list(flags.backends) : ExchangeRegistry::instance().names();
-  if (!backends_given) {  // arcoll first: the others are compared with it
-    std::erase(plan.backends, "arcoll");
-    plan.backends.insert(plan.backends.begin(), "arcoll");
+  // Backends: the given ones, or those of this build that a comparison runs by default, arcoll
+  // first (the others are compared with it).
+  if (!flags.backends.empty()) {
+    plan.backends = split_list(flags.backends);
+  } else {
+    plan.backends.push_back("arcoll");
+    for (const ExchangeInfo* info : ExchangeRegistry::instance().all())
+      if (info->by_default && info->name != "arcoll") plan.backends.push_back(info->name);
   }
-  for (const std::string& name : plan.backends) {
+  plan.ps_servers = static_cast<int>(parse_integer("--ps-servers", flags.ps_servers, 0, 4096));
+  bool parameter_servers = false;
+  for (const std::string& backend : plan.backends) {
+    const auto [name, parameter] = backend_name(backend);
     if (auto package = missing_backend_package(name))
       throw UsageError("--backends: arbench was built without " + name + " (install " + *package +
                        ")");
     if (ExchangeRegistry::instance().find(name) == nullptr)
-      throw UsageError("--backends: unknown backend " + quoted(name) +
+      throw UsageError("--backends: unknown backend " + quoted(backend) +
                        " (known: " + ExchangeRegistry::instance().name_list() + ")");
+    try {
+      parameter_servers |= parameter_server_options(name, parameter, 2, 0, 0, 0).has_value();
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--backends " + quoted(backend) + ": " + e.what());
+    }
+    if (parameter.size() > 0 && name.rfind("ps-", 0) != 0)
+      throw UsageError("--backends " + quoted(backend) + ": " + name + " takes no ':' parameter");
+    if (name == "mpi" && plan.ps_servers > 0)
+      throw UsageError(
+          "--ps-servers: the mpi backend runs on all of MPI_COMM_WORLD, servers "
+          "included: leave it out of --backends");
   }
+  if (plan.ps_servers > 0 && !parameter_servers)
+    throw UsageError(
+        "--ps-servers " + std::to_string(plan.ps_servers) +
+        " without a parameter-server backend (ps-bsp, ps-asp, ps-ssp:K) in --backends");
   const auto policies = split_list(flags.policy);
   for (const std::string& p : policies) {
     if (p == "ps") throw UsageError("--policy ps: arbench train has no parameter server yet");
@@ -301,15 +329,50 @@ double max_difference(const std::vector<torch::Tensor>& a, const std::vector<tor
   return most;
 }
 
+// Whether `backend` trains `config`: algorithms and 16-bit wires are arcoll's, so the others
+// run each configuration once (its f32 form with the first --algo). The dedicated servers
+// follow the workers through the same list.
+bool runs(const std::string& backend, const TrainConfig& config, const Plan& plan) {
+  return backend == "arcoll" || (config.wire == arcoll::DataType::f32 &&
+                                 config.algorithm == plan.configs.front().algorithm);
+}
+
+// A dedicated server: serves every parameter-server run the workers make, in their order.
+int serve_parameter_servers(const Plan& plan, arcoll::Communicator& job) {
+  for (const TrainConfig& config : plan.configs)
+    for (const std::string& backend : plan.backends) {
+      const auto [name, parameter] = backend_name(backend);
+      const auto options = parameter_server_options(name, parameter, job.size(), plan.ps_servers,
+                                                    config.lr, config.momentum);
+      if (!options || !runs(backend, config, plan)) continue;
+      arcoll::ParameterServer server(job, *options);
+      server.serve();
+    }
+  return 0;
+}
+
 int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
              const char* const* argv) {
   torch::set_num_threads(plan.threads);
   arcoll::Options options = arcoll::Options::from_env();
   if (!plan.transport.empty()) options.transport = plan.transport;
   if (plan.timeout) options.timeout = *plan.timeout;
-  arcoll::Communicator comm(launch, options);
+  arcoll::Communicator job(launch, options);
+  agree_on_arguments(job, std::vector<std::string>(argv + 1, argv + argc));
+  // Dedicated parameter servers are the job's last ranks: they serve, and the workers train
+  // among themselves.
+  const int workers = job.size() - plan.ps_servers;
+  if (workers < 1)
+    throw UsageError("--ps-servers " + std::to_string(plan.ps_servers) + " leaves no worker in " +
+                     std::to_string(job.size()) + " ranks");
+  const bool server = job.rank() >= workers;
+  std::unique_ptr<arcoll::Communicator> worker_group;
+  if (plan.ps_servers > 0) {
+    worker_group = job.split(server ? -1 : 0);
+    if (server) return serve_parameter_servers(plan, job);
+  }
+  arcoll::Communicator& comm = worker_group ? *worker_group : job;
   const bool root = comm.rank() == 0;
-  agree_on_arguments(comm, std::vector<std::string>(argv + 1, argv + argc));
   const std::unique_ptr<TrainingData> data = load_data(comm, plan);
 
   const TrainConfig& first = plan.configs.front();
@@ -341,10 +404,9 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
     const std::size_t first_row = rows.size();
     std::vector<torch::Tensor> first_weights;
     for (const std::string& backend : plan.backends) {
-      const ExchangeInfo& exchange_info = *ExchangeRegistry::instance().find(backend);
-      // Algorithms and 16-bit wires are arcoll's: the others run each configuration once.
-      if (backend != "arcoll" && (config.wire != arcoll::DataType::f32 ||
-                                  config.algorithm != plan.configs.front().algorithm)) {
+      const auto [name, parameter] = backend_name(backend);
+      const ExchangeInfo& exchange_info = *ExchangeRegistry::instance().find(name);
+      if (!runs(backend, config, plan)) {
         if (skipped.insert(backend + " settings").second && root)
           print("# " + backend +
                 " runs only the f32 configurations with the first --algo (wire "
@@ -358,8 +420,17 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
                 "--np N starts it; under another launcher, leave it out of --backends)\n");
         continue;
       }
-      ExchangeSetup setup{
-          comm, launch, options.timeout, config.algorithm, config.wire, config.error_feedback};
+      ExchangeSetup setup{comm,
+                          launch,
+                          options.timeout,
+                          config.algorithm,
+                          config.wire,
+                          config.error_feedback,
+                          parameter,
+                          &job,
+                          plan.ps_servers,
+                          config.lr,
+                          config.momentum};
       if (exchange_info.unavailable)
         if (auto why = exchange_info.unavailable(setup)) {
           if (skipped.insert(backend).second && root)
@@ -451,14 +522,17 @@ void add_flags(CLI::App& app, Flags& f) {
   auto add = [&](const char* names, std::string& value, const char* type, const char* help) {
     return app.add_option(names, value, help)->type_name(type);
   };
-  add("--np", f.np, "N", "Ranks to fork on this host (default 2); under a launcher, its world");
+  add("--np", f.np, "N",
+      "Workers to fork on this host (default 2), --ps-servers more; under a launcher, its world "
+      "less the servers");
   add("--model", f.model, "NAME",
       "lenet, resnet18 (Fashion-MNIST, for accuracy), alexnet, googlenet, resnet50 (synthetic "
       "ImageNet batches, for throughput)")
       ->capture_default_str();
-  add("--backends", f.backends, "LIST",
+  add("--backends,--exchange", f.backends, "LIST",
       "What exchanges the gradients: arcoll, gloo (torch's ProcessGroupGloo), mpi "
-      "(MPI_Allreduce), nccl (GPU); default: every one of this build");
+      "(MPI_Allreduce), nccl (GPU), and parameter servers ps-bsp, ps-asp, ps-ssp:K; default: "
+      "arcoll, gloo, mpi and nccl where built");
   add("--policy", f.policy, "LIST",
       "When gradients travel: sync-after-backward, wfbp, buckets (DDP), fusion (Horovod); a list "
       "trains each")
@@ -500,6 +574,10 @@ void add_flags(CLI::App& app, Flags& f) {
   add("--timeout", f.timeout, "SECONDS",
       "How long any wait may last (default: ARCOLL_TIMEOUT or 60)");
   add("--transport", f.transport, "NAME", "arcoll's transport (default: auto)");
+  add("--ps-servers", f.ps_servers, "K",
+      "Dedicated parameter servers for the ps-* backends: K more ranks (the job's last) that "
+      "only serve; 0: a server share in every worker")
+      ->capture_default_str();
   add("--mpirun-args", f.mpirun_args, "ARGS", "Extra mpirun flags when arbench starts mpirun")
       ->capture_default_str();
   app.add_flag(
@@ -559,18 +637,19 @@ int main(int argc, char** argv) {
     } catch (const arcoll::Error& e) {
       throw arbench::UsageError(e.what());
     }
-    if (here.source != "default" && plan.np && *plan.np != here.world_size)
-      throw arbench::UsageError("--np " + std::to_string(*plan.np) +
-                                " disagrees with the world size " +
+    if (here.source != "default" && plan.np && *plan.np + plan.ps_servers != here.world_size)
+      throw arbench::UsageError("--np " + std::to_string(*plan.np) + " workers and " +
+                                std::to_string(plan.ps_servers) +
+                                " --ps-servers disagree with the world size " +
                                 std::to_string(here.world_size) + " set by " + here.source);
   } catch (const arbench::UsageError& e) {
     std::fprintf(stderr, "arbench train: %s\n", e.what());
     return arbench::kUsageError;
   }
   if (here.source != "default") return rank_main(plan, here, argc, argv);
-  const int ranks = plan.np.value_or(2);
-  for (const std::string& name : plan.backends)
-    if (ExchangeRegistry::instance().find(name)->needs_mpirun)
+  const int ranks = plan.np.value_or(2) + plan.ps_servers;
+  for (const std::string& backend : plan.backends)
+    if (ExchangeRegistry::instance().find(backend_name(backend).first)->needs_mpirun)
       return arbench::reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);
   arcoll::LocalLaunchOptions launch;
   launch.ranks = ranks;

@@ -293,7 +293,9 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
       const auto backward_end = Clock::now();
       parallel.finish_iteration();
       const double waited = seconds_since(backward_end);
-      sgd_step(net, momentum, learning_rate(epoch * steps + step, total_steps));
+      // A parameter server that keeps the weights has stepped them already.
+      if (!exchange.returns_weights())
+        sgd_step(net, momentum, learning_rate(epoch * steps + step, total_steps));
       loss_sum += loss.item<double>();
       if (epoch * steps + step >= untimed) {
         result.iteration_seconds.push_back(seconds_since(start));
@@ -308,6 +310,7 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
     cpu_system += cpu_seconds(after.ru_stime) - cpu_seconds(before.ru_stime);
     result.training_seconds += epoch_seconds;
     if (info_.data == DataKind::fashion_mnist) {
+      parallel.settle_weights();
       EpochPoint point{epoch + 1, result.training_seconds, evaluate(net),
                        loss_sum / double(std::max<std::int64_t>(1, steps))};
       result.curve.push_back(point);
@@ -323,6 +326,7 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
   result.bytes_allreduced = double(parallel.bytes_per_iteration()) * double(iterations);
   result.exposed_seconds =
       result.iteration_seconds.empty() ? 0 : exposed / double(result.iteration_seconds.size());
+  parallel.settle_weights();
   check_replicas(net, backend);
   final_weights_.clear();
   for (const torch::Tensor& p : params) final_weights_.push_back(p.detach().clone());

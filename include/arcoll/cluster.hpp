@@ -47,11 +47,15 @@ ClusterSpec parse_cluster(const std::string& text, const std::string& source, in
 ClusterSpec load_cluster(const std::string& path, int hosts = 1);
 
 // The cost model's prediction for an all-reduce of `bytes` with every algorithm on `cluster`
-// (in Communicator::allreduce_algorithms() order), and what auto would choose.
+// (in Communicator::allreduce_algorithms() order), and what auto would choose; beside them a
+// parameter server's push_pull with each count of dedicated server hosts in
+// `parameter_servers` (0: a share in every worker; the servers' links like the hosts').
 struct ClusterPlan {
   std::vector<AllreducePrediction> algorithms;
   AllreducePrediction chosen;
+  std::vector<AllreducePrediction> parameter_servers;
 };
-ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes);
+ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes,
+                           const std::vector<int>& parameter_servers = {});
 
 }  // namespace arcoll

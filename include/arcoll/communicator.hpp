@@ -48,6 +48,10 @@ class Communicator {
   // MPI_Comm_dup): for a library or a thread that needs its own. Collective: every rank calls
   // it, between the same calls; it carries this one's options and meets through its ranks.
   std::unique_ptr<Communicator> duplicate();
+  // The ranks that give the same `color` (>= 0) form a new communicator, ranked in this one's
+  // order (as MPI_Comm_split); a negative color joins none and gets null. Collective, like
+  // duplicate().
+  std::unique_ptr<Communicator> split(int color);
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const;
@@ -74,6 +78,12 @@ class Communicator {
   // `algorithm`, or with the one "auto" chooses.
   AllreducePrediction predict_allreduce(std::size_t bytes,
                                         const std::string& algorithm = "auto") const;
+  // The cost model's prediction for a parameter server's push_pull of `bytes` on every rank of
+  // this communicator (the workers), with `dedicated_servers` servers on hosts of their own
+  // (0: a share in every worker) and pieces of `piece_bytes` (parameter_server.hpp). Its
+  // algorithm reads "ps" or "ps/<servers>".
+  AllreducePrediction predict_parameter_server(std::size_t bytes, int dedicated_servers,
+                                               std::size_t piece_bytes = 4u << 20) const;
 
   // Mixed precision for the collectives that follow: f32 data reduced travels as f16 or bf16
   // (f32: as it is), as Options::wire; every rank must make the same change.

@@ -23,6 +23,7 @@ run sync-after-backward ring f32
 run wfbp hierarchical f16
 run buckets auto f32
 run fusion ring f16
+run ps auto f32
 
 # The timeline: Chrome trace events as the format documents them (traceEvents of complete
 # "X" events with ts and dur in microseconds, "M" metadata naming processes and threads).
@@ -113,7 +114,6 @@ check_bad_trace "replay it with as many ranks" '[{"comms": "barrier", "world_siz
 expect_usage_error_of "rank7.json: the file: cannot be read" "$arbench" replay --np 8 --comms-trace "$traces"
 expect_usage_error_of "needs --sweep" "$arbench" replay --np 2 --algo ring,tree
 expect_usage_error_of "--trace: a timeline" "$arbench" replay --np 2 --sweep --trace "$work/t.json"
-expect_usage_error_of "parameter-server" "$arbench" replay --np 2 --policy ps
 expect_usage_error_of "unknown model" "$arbench" replay --np 2 --model lenet
 expect_usage_error_of "unknown device profile" "$arbench" replay --np 2 --profile tpu
 expect_usage_error_of "--batch" "$arbench" replay --np 2 --batch 0

@@ -319,5 +319,27 @@ TEST(Duplicate, RunsBesideTheOriginalWithoutMeetingIt) {
   });
 }
 
+// Split: ranks of one color form a communicator in their old order; a negative color joins
+// none. Each group's collectives see only its ranks, and the original still works.
+TEST(Split, GroupsRanksByColorInTheirOrder) {
+  run_ranks(5, [](Communicator& comm) {
+    const int color = comm.rank() == 4 ? -1 : comm.rank() % 2;  // {0, 2}, {1, 3}, rank 4 none
+    std::unique_ptr<Communicator> group = comm.split(color);
+    if (color < 0) {
+      EXPECT_EQ(group, nullptr);
+    } else {
+      ASSERT_NE(group, nullptr);
+      EXPECT_EQ(group->size(), 2);
+      EXPECT_EQ(group->rank(), comm.rank() / 2);
+      std::int32_t sum = comm.rank();
+      group->allreduce(&sum, 1, DataType::i32, ReduceOp::sum);
+      EXPECT_EQ(sum, color == 0 ? 0 + 2 : 1 + 3);
+    }
+    std::int32_t all = 1;
+    comm.allreduce(&all, 1, DataType::i32, ReduceOp::sum);
+    EXPECT_EQ(all, 5);
+  });
+}
+
 }  // namespace
 }  // namespace arcoll::testing

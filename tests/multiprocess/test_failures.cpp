@@ -97,18 +97,7 @@ TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
   for (const auto& name : leaked_segments(segments_before))
     ADD_FAILURE() << "left in /dev/shm: " << name;
   ASSERT_EQ(exits.size(), 4u);
-  EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
-  const std::string name = "rank " + std::to_string(victim);
-  for (const auto& e : exits) {
-    if (e.rank == victim) continue;
-    EXPECT_TRUE(e.ok()) << describe(exits);
-    EXPECT_FALSE(e.killed_by_launcher) << describe(exits);
-    EXPECT_NE(e.output.find("detected after"), std::string::npos) << describe(exits);
-    EXPECT_NE(e.output.find(name), std::string::npos)
-        << "rank " << e.rank << " did not name " << name << ":\n"
-        << e.output;
-    EXPECT_LT(e.seconds, 10.0 + 5.0) << describe(exits);
-  }
+  expect_survivors_named(exits, victim, 10.0 + 5.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Victims, KilledRank, ::testing::Values(0, 2));

@@ -254,16 +254,7 @@ void expect_named_after_kill(int victim, const std::vector<int>& servers) {
     return 3;
   });
   ASSERT_EQ(exits.size(), 4u);
-  EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
-  const std::string name = "rank " + std::to_string(victim);
-  for (const auto& e : exits) {
-    if (e.rank == victim) continue;
-    EXPECT_TRUE(e.ok()) << describe(exits);
-    EXPECT_FALSE(e.killed_by_launcher) << describe(exits);
-    EXPECT_NE(e.output.find(name), std::string::npos)
-        << "rank " << e.rank << " did not name " << name << ":\n" << e.output;
-    EXPECT_LT(e.seconds, 8.0 + 6.0) << describe(exits);
-  }
+  expect_survivors_named(exits, victim, 8.0 + 6.0);
 }
 
 TEST(ParameterServer, AKilledWorkerIsNamedByEveryOtherRank) { expect_named_after_kill(1, {3}); }

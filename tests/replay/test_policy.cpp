@@ -70,9 +70,17 @@ TEST(Policies, FusionJoinsWhatBecomesReadyInOneCycleUpToTheThreshold) {
   EXPECT_EQ(slow.size(), plan_buckets(model, parse_policy("wfbp"), {}).size());
 }
 
-TEST(Policies, ParameterServerIsReportedUnavailableAndNamesAreChecked) {
+// MXNet's kvstore keeps a key per layer: the parameter server's push_pulls are wfbp's buckets.
+TEST(Policies, ParameterServerPushesALayerAtATimeAndNamesAreChecked) {
   const Model model = build_model("alexnet");
-  EXPECT_THROW(plan_buckets(model, parse_policy("ps"), {}), std::invalid_argument);
+  const auto ps = plan_buckets(model, parse_policy("ps"), {});
+  expect_covers_in_order(model, ps);
+  const auto wfbp = plan_buckets(model, parse_policy("wfbp"), {});
+  ASSERT_EQ(ps.size(), wfbp.size());
+  for (std::size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_EQ(ps[i].tensors, wfbp[i].tensors);
+    EXPECT_EQ(ps[i].ready_after, wfbp[i].ready_after);
+  }
   EXPECT_THROW(parse_policy("allreduce-later"), std::invalid_argument);
 }
 

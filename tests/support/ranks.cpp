@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstdlib>
 
 #include "transports/transport.hpp"
@@ -70,6 +71,22 @@ std::string describe(const std::vector<RankExit>& exits) {
       text += "---- output of rank " + std::to_string(e.rank) + " ----\n" + e.output;
   }
   return text;
+}
+
+void expect_survivors_named(const std::vector<RankExit>& exits, int victim, double max_seconds) {
+  ASSERT_GT(exits.size(), static_cast<std::size_t>(victim));
+  EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
+  const std::string name = "rank " + std::to_string(victim);
+  for (const auto& e : exits) {
+    if (e.rank == victim) continue;
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_FALSE(e.killed_by_launcher) << describe(exits);
+    EXPECT_NE(e.output.find("detected after"), std::string::npos) << describe(exits);
+    EXPECT_NE(e.output.find(name), std::string::npos)
+        << "rank " << e.rank << " did not name " << name << ":\n"
+        << e.output;
+    EXPECT_LT(e.seconds, max_seconds) << describe(exits);
+  }
 }
 
 void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std::string>& env) {

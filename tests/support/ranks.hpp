@@ -40,4 +40,8 @@ int thread_count();
 // A short string of the exits, for assertion messages.
 std::string describe(const std::vector<RankExit>& exits);
 
+// After `victim` was killed (SIGKILL): every other rank exited cleanly on its own, printed
+// "detected after", named "rank <victim>" and ended within `max_seconds`.
+void expect_survivors_named(const std::vector<RankExit>& exits, int victim, double max_seconds);
+
 }  // namespace arcoll::testing

@@ -12,6 +12,7 @@
 
 #include "arbench/collectives.hpp"
 #include "arcoll/communicator.hpp"
+#include "arcoll/parameter_server.hpp"
 #include "arcoll/types.hpp"
 #include "base/registry.hpp"
 
@@ -104,6 +105,14 @@ bool backend_needs_mpirun(const std::string& name);
 // BackendUsageError as above.
 std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communicator& comm,
                                       const BackendOptions& options);
+
+// `--algo ps` on the workers: a parameter server over `job` (the workers and, last,
+// `dedicated` server ranks, which serve it with sweep_parameter_server_options), named
+// "arcoll/ps". Collective over the job.
+std::unique_ptr<Backend> make_parameter_server_backend(arcoll::Communicator& workers,
+                                                       arcoll::Communicator& job, int dedicated);
+arcoll::ParameterServerOptions sweep_parameter_server_options(const arcoll::Communicator& job,
+                                                              int dedicated);
 
 // arcoll itself; with an algorithm ("ring", "auto"), that one, named "arcoll/<algorithm>".
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
