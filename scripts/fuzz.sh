@@ -12,9 +12,24 @@ if ! command -v clang++ >/dev/null || [ -z "$(find /usr/lib/llvm-*/lib/clang -na
 fi
 cmake -S tests/fuzz -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
 cmake --build build-fuzz --parallel 2 >/dev/null
-for target in fuzz_frame fuzz_store; do
+# The fuzzers run side by side, one a core.
+targets=(fuzz_frame fuzz_store)
+pids=()
+for target in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$target"
-  (cd build-fuzz && ./"$target" -max_total_time="$seconds" -print_final_stats=1 "corpus/$target" \
-    >"$target.log" 2>&1) || { tail -40 "build-fuzz/$target.log"; echo "fuzz: $target FAILED"; exit 1; }
-  echo "fuzz: $target passed: $(grep -o 'number_of_executed_units: [0-9]*' "build-fuzz/$target.log" | awk '{print $2}') inputs in ${seconds} s"
+  (cd build-fuzz && exec ./"$target" -max_total_time="$seconds" -print_final_stats=1 \
+    "corpus/$target" >"$target.log" 2>&1) &
+  pids+=($!)
 done
+failed=0
+for i in "${!targets[@]}"; do
+  target=${targets[$i]}
+  if wait "${pids[$i]}"; then
+    echo "fuzz: $target passed: $(grep -o 'number_of_executed_units: [0-9]*' "build-fuzz/$target.log" | awk '{print $2}') inputs in ${seconds} s"
+  else
+    tail -40 "build-fuzz/$target.log"
+    echo "fuzz: $target FAILED"
+    failed=1
+  fi
+done
+exit $failed
