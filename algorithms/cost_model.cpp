@@ -1,7 +1,7 @@
 #include "algorithms/cost_model.hpp"
 
 #include <algorithm>
-
+#include <cmath>
 #include <limits>
 
 #include "algorithms/algorithm.hpp"
@@ -71,30 +71,30 @@ double parameter_server_seconds(const Layout& layout, double bytes, int dedicate
                                 double piece_bytes) {
   const double workers = layout.ranks;
   const double piece = std::min(bytes, piece_bytes);
+  const double pieces = std::max(1.0, std::ceil(bytes / piece_bytes));
+  // Ranks that share a link: a host's across hosts; on one host each rank is its own.
+  const bool across = layout.hosts > 1;
+  const LinkCost& link = across ? layout.inter : layout.intra;
+  const double hosts = across ? layout.hosts : workers;
+  const double per_host = workers / hosts;
   if (dedicated > 0) {
-    // The workers' host links (their ranks share them) and the servers' own links.
-    const LinkCost& link = layout.hosts > 1 ? layout.inter : layout.intra;
-    const double per_host = layout.hosts > 1 ? workers / layout.hosts : 1;
-    const double server_bytes = workers * bytes / dedicated;
+    // The busiest server holds ceil(pieces / servers) of the key's pieces: a key of one piece
+    // lives on one server, whose link carries every worker's copy of it.
+    const double held = std::min(bytes, std::ceil(pieces / dedicated) * piece);
+    const double worker_link = per_host * (bytes + piece);
+    const double server_link = workers * (held + piece);
     return 2 * link.alpha +
-           std::max({per_host * bytes * link.beta, server_bytes * link.beta,
-                     server_bytes * link.gamma}) +
-           piece * (link.beta + workers * link.gamma);
+           std::max(std::max(worker_link, server_link) * link.beta, workers * held * link.gamma) +
+           workers * piece * link.gamma;
   }
-  // A share in every worker: what leaves a host is its workers' pushes to the shares other
-  // hosts serve and its shares' replies to other hosts' workers, as much of each.
-  if (layout.hosts > 1) {
-    const double per_host = workers / layout.hosts;
-    const double crossing = 2 * per_host * bytes * (layout.hosts - 1) / layout.hosts;
-    return 2 * layout.inter.alpha +
-           std::max(crossing * layout.inter.beta, bytes / layout.hosts * workers / layout.hosts *
-                                                      layout.intra.gamma) +
-           piece * (layout.inter.beta + workers * layout.intra.gamma);
-  }
-  const double crossing = 2 * bytes * (workers - 1) / workers;
-  return 2 * layout.intra.alpha + crossing * layout.intra.beta +
-         bytes * (workers - 1) / workers * layout.intra.gamma +
-         piece * (layout.intra.beta + workers * layout.intra.gamma);
+  // A share in every worker: what leaves the busiest host is its workers' pushes of the pieces
+  // other hosts serve and its servers' replies to other hosts' workers.
+  const double held = std::min(bytes, std::ceil(pieces / hosts) * piece);
+  const double others = workers - per_host;
+  const double leaving = per_host * (bytes - held) + others * held;
+  return 2 * link.alpha +
+         std::max((leaving + others * piece) * link.beta, workers * held / per_host * link.gamma) +
+         workers * piece * link.gamma;
 }
 
 }  // namespace arcoll::cost

@@ -31,14 +31,15 @@ Plan predict(const std::string& algorithm, const Layout& layout, double bytes);
 // `flat_only` or on a one-level layout. Ties go to the algorithm first in name order.
 Plan best(const Layout& layout, double bytes, bool flat_only = false);
 
-// A parameter server's push_pull of `bytes` on every rank of `layout` (each a worker), the
-// pieces (`piece_bytes` each) spread evenly over the servers: `dedicated` servers on hosts of
-// their own, each with a link like a worker host's, or (0) a share in every worker. Pushes of
-// later pieces overlap pulls of earlier ones, so each link's busier direction counts once: a
-// dedicated server's worker host link carries its workers' buffers (BytePS's argument: once,
-// against 2(n-1)/n times for an all-reduce), a server's carries workers/servers buffers; with
-// a share in every worker a host sends pushes and replies, 2(n-1)/n as a ring does. One
-// piece's round trip and reduction is not overlapped.
+// A parameter server's push_pull of `bytes` on every rank of `layout` (each a worker), cut
+// into pieces of `piece_bytes` spread over the servers: `dedicated` servers on hosts of their
+// own, each with a link like a worker host's, or (0) a share in every worker. Pushes of later
+// pieces overlap replies to earlier ones, so each link's busier direction counts once, plus
+// the replies of the last piece, which wait for its last push. A dedicated server's worker
+// host link carries its workers' buffers once (BytePS's argument, against 2(n-1)/n times for
+// an all-reduce), the busiest server's link every worker's copy of the pieces it holds (all
+// of a key of one piece); with a share in every worker a host sends pushes and replies,
+// 2(n-1)/n as a ring does when the pieces spread over every host.
 double parameter_server_seconds(const Layout& layout, double bytes, int dedicated,
                                 double piece_bytes);
 

@@ -108,6 +108,9 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "--algo ps with K dedicated server ranks (the job's last, beside --np workers); 0: a "
       "server share in every worker")
       ->capture_default_str();
+  add("--ps-piece", flags.ps_piece, "SIZE",
+      "--algo ps: the pieces tensors are cut into and spread over the servers (BytePS: 4M)")
+      ->capture_default_str();
   add("--mpirun-args", flags.mpirun_args, "ARGS",
       "Extra mpirun flags when arbench starts mpirun itself (blank-separated)")
       ->capture_default_str();

@@ -73,6 +73,7 @@ struct Plan {
   std::optional<std::size_t> step_bytes;
   std::optional<int> np;  // workers
   int ps_servers = 0;     // --algo ps: dedicated server ranks, the job's last
+  std::size_t ps_piece_bytes = 0;
   arcoll::Options options;
   std::string json_path;
   std::string csv_path;
@@ -197,6 +198,8 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (plan.ps_servers > 0 &&
       std::find(plan.algorithms.begin(), plan.algorithms.end(), "ps") == plan.algorithms.end())
     throw UsageError("--ps-servers serves --algo ps: add ps to --algo");
+  plan.ps_piece_bytes = parse_size("--ps-piece", flags.ps_piece);
+  if (plan.ps_piece_bytes == 0) throw UsageError("--ps-piece must be larger than 0 bytes");
   if (!flags.channels.empty())
     plan.options.channels = static_cast<int>(parse_integer("--channels", flags.channels, 1, 64));
   if (!flags.wire.empty()) {
@@ -336,7 +339,8 @@ Row with_prediction(const arcoll::Communicator& comm, const Plan& plan, const Ro
                         row.type == arcoll::DataType::f32;
   const std::size_t bytes = narrowed ? row.size_bytes / 2 : row.size_bytes;
   const arcoll::AllreducePrediction p = algorithm == "ps"
-                                            ? comm.predict_parameter_server(bytes, plan.ps_servers)
+                                            ? comm.predict_parameter_server(bytes, plan.ps_servers,
+                                                                            plan.ps_piece_bytes)
                                             : comm.predict_allreduce(bytes, algorithm);
   out.predicted_us = p.seconds * 1e6;
   if (algorithm == "auto") out.predicted_algorithm = p.algorithm;
@@ -354,7 +358,8 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
   std::vector<Backend*> backends;
   std::vector<std::string> unavailable;
   for (const std::string& algorithm : plan.algorithms) {
-    owned.push_back(algorithm == "ps" ? make_parameter_server_backend(comm, job, plan.ps_servers)
+    owned.push_back(algorithm == "ps" ? make_parameter_server_backend(
+                                            comm, job, plan.ps_servers, plan.ps_piece_bytes)
                                       : make_arcoll_backend(comm, algorithm));
     backends.push_back(owned.back().get());
   }
@@ -492,7 +497,8 @@ int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
       const bool server = job.rank() >= job.size() - plan.ps_servers;
       workers = job.split(server ? -1 : 0);
       if (server) {
-        arcoll::ParameterServer(job, sweep_parameter_server_options(job, plan.ps_servers)).serve();
+        arcoll::ParameterServer(job, sweep_parameter_server_options(job, plan.ps_servers,
+                                                                  plan.ps_piece_bytes)).serve();
         return 0;
       }
     }

@@ -38,6 +38,7 @@ struct SweepFlags {
   std::string gloo_algo = "ring_chunked";
   std::string mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
   std::string ps_servers = "0";
+  std::string ps_piece = "4M";
   // Whether -f and -i were given on the command line.
   bool step_factor_given = false;
   bool step_bytes_given = false;

@@ -40,7 +40,7 @@ else:
 run = json.load(open(f"{work}/all.json"))
 backends = {r["backend"] for r in run["rows"]}
 for algorithm in ("ring", "multi_ring", "recursive_doubling", "halving_doubling", "tree",
-                  "hierarchical", "torus2d", "auto"):
+                  "hierarchical", "torus2d", "ps", "auto"):
     if f"arcoll/{algorithm}" not in backends:
         errors.append(f"--algo all ran no arcoll/{algorithm} rows ({sorted(backends)})")
 for r in run["rows"]:

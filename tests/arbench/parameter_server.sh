@@ -16,7 +16,8 @@ grep -q "Out of bounds values : 0 OK" "$work/ps.txt" || fail "--algo ps results:
 for type in f32 f64 f16 bf16 i8 u8 i32 i64; do
   grep -qE "^ +[0-9]+ +[0-9]+ +$type +sum +ps " "$work/ps.txt" || fail "no $type row: $(cat "$work/ps.txt")"
 done
-"$arbench" --np 2 --ps-servers 2 --algo ps,ring -b 1K -e 1M -f 32 -n 3 -w 1 --json "$work/dedicated.json" \
+"$arbench" --np 2 --ps-servers 2 --ps-piece 64K --algo ps,ring -b 1K -e 1M -f 32 -n 3 -w 1 \
+  --json "$work/dedicated.json" \
   >"$work/dedicated.txt" 2>&1 || fail "--ps-servers 2: $(cat "$work/dedicated.txt")"
 $python - "$work/dedicated.json" <<'PY' || fail "dedicated servers' rows: $(cat "$work/dedicated.txt")"
 import json, sys
@@ -59,6 +60,7 @@ if ((EUID == 0)); then
 fi
 
 expect_usage_error_of "--ps-servers serves --algo ps" "$arbench" --np 2 --ps-servers 1 -b 8 -e 8
+expect_usage_error_of "--ps-piece must be larger than 0 bytes" "$arbench" --np 2 --algo ps --ps-piece 0
 expect_usage_error_of "the mpi backend runs on all of MPI_COMM_WORLD" \
   "$arbench" train --np 2 --ps-servers 1 --backends ps-bsp,mpi
 expect_usage_error_of "ps-ssp:K needs K" "$arbench" train --np 2 --backends ps-ssp

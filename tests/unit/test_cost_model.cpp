@@ -82,5 +82,38 @@ TEST(CostModel, AutoPrefersFewMessagesSmallAndFewBytesLarge) {
   EXPECT_THROW(cost::predict("no_such_algorithm", one_host(2), 8), std::exception);
 }
 
+// Hosts of one rank each: the parameter server's link terms against the ring's.
+Layout hosts_of_one(int hosts) {
+  Layout l = one_host(hosts);
+  l.hosts = hosts;
+  l.ranks_per_host = 1;
+  l.inter = {kAlpha, kBeta, 0};
+  return l;
+}
+
+TEST(CostModel, ParameterServerLinksFollowWherePiecesLive) {
+  constexpr double kPiece = 1 << 20;
+  const double big = 256 * kPiece;  // many pieces on every server
+  // Dedicated servers on links of their own: each worker sends and receives the buffer once;
+  // each server a quarter of every worker's, and its last piece to every worker.
+  EXPECT_DOUBLE_EQ(cost::parameter_server_seconds(hosts_of_one(4), big, 4, kPiece),
+                   2 * kAlpha + 4 * (big / 4 + kPiece) * kBeta);
+  EXPECT_DOUBLE_EQ(cost::parameter_server_seconds(hosts_of_one(4), big, 8, kPiece),
+                   2 * kAlpha + (big + kPiece) * kBeta);
+  // Two servers for four workers: each server's link carries half of every worker's buffer.
+  EXPECT_DOUBLE_EQ(cost::parameter_server_seconds(hosts_of_one(4), big, 2, kPiece),
+                   2 * kAlpha + 4 * (big / 2 + kPiece) * kBeta);
+  // A key of one piece lives on one server: every worker's copy crosses its link.
+  EXPECT_DOUBLE_EQ(cost::parameter_server_seconds(hosts_of_one(4), kPiece / 2, 4, kPiece),
+                   2 * kAlpha + 4 * kPiece * kBeta);
+  // A share in every worker moves what a ring moves, 2(n-1)/n of the buffer, plus the tail.
+  EXPECT_DOUBLE_EQ(cost::parameter_server_seconds(hosts_of_one(4), big, 0, kPiece),
+                   2 * kAlpha + (1.5 * big + 3 * kPiece) * kBeta);
+  // Dedicated servers beat the ring only where their links add bandwidth.
+  const double ring = cost::predict("ring", hosts_of_one(4), big).seconds;
+  EXPECT_LT(cost::parameter_server_seconds(hosts_of_one(4), big, 4, kPiece), ring);
+  EXPECT_GT(cost::parameter_server_seconds(hosts_of_one(4), big, 2, kPiece), ring);
+}
+
 }  // namespace
 }  // namespace arcoll

@@ -107,12 +107,14 @@ std::unique_ptr<Backend> make_backend(const std::string& name, arcoll::Communica
                                       const BackendOptions& options);
 
 // `--algo ps` on the workers: a parameter server over `job` (the workers and, last,
-// `dedicated` server ranks, which serve it with sweep_parameter_server_options), named
-// "arcoll/ps". Collective over the job.
+// `dedicated` server ranks, which serve it with sweep_parameter_server_options), tensors cut
+// into `piece_bytes` pieces, named "arcoll/ps". Collective over the job.
 std::unique_ptr<Backend> make_parameter_server_backend(arcoll::Communicator& workers,
-                                                       arcoll::Communicator& job, int dedicated);
+                                                       arcoll::Communicator& job, int dedicated,
+                                                       std::size_t piece_bytes);
 arcoll::ParameterServerOptions sweep_parameter_server_options(const arcoll::Communicator& job,
-                                                              int dedicated);
+                                                              int dedicated,
+                                                              std::size_t piece_bytes);
 
 // arcoll itself; with an algorithm ("ring", "auto"), that one, named "arcoll/<algorithm>".
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,

@@ -10,8 +10,10 @@
 namespace arbench {
 
 arcoll::ParameterServerOptions sweep_parameter_server_options(const arcoll::Communicator& job,
-                                                              int dedicated) {
+                                                              int dedicated,
+                                                              std::size_t piece_bytes) {
   arcoll::ParameterServerOptions options;
+  options.piece_bytes = piece_bytes;
   for (int s = 0; s < dedicated; ++s) options.server_ranks.push_back(job.size() - dedicated + s);
   return options;
 }
@@ -20,10 +22,12 @@ namespace {
 
 class ParameterServerBackend final : public Backend {
  public:
-  ParameterServerBackend(arcoll::Communicator& workers, arcoll::Communicator& job, int dedicated)
+  ParameterServerBackend(arcoll::Communicator& workers, arcoll::Communicator& job, int dedicated,
+                         std::size_t piece_bytes)
       : workers_(workers),
         dedicated_(dedicated),
-        server_(job, sweep_parameter_server_options(job, dedicated)) {}
+        piece_bytes_(piece_bytes),
+        server_(job, sweep_parameter_server_options(job, dedicated, piece_bytes)) {}
   ~ParameterServerBackend() override {
     try {
       server_.finish();
@@ -34,7 +38,8 @@ class ParameterServerBackend final : public Backend {
   std::string description() const override {
     return "arcoll parameter server, bsp push_pull, " +
            (dedicated_ > 0 ? std::to_string(dedicated_) + " dedicated server rank(s)"
-                           : std::string("a server share in every worker"));
+                           : std::string("a server share in every worker")) +
+           ", pieces of " + std::to_string(piece_bytes_) + " B";
   }
   std::optional<std::string> unsupported(Coll coll, arcoll::DataType,
                                          arcoll::ReduceOp op) const override {
@@ -57,6 +62,7 @@ class ParameterServerBackend final : public Backend {
  private:
   arcoll::Communicator& workers_;
   int dedicated_;
+  std::size_t piece_bytes_;
   arcoll::ParameterServer server_;
   std::map<std::pair<std::size_t, arcoll::DataType>, std::uint64_t> keys_;
 };
@@ -64,8 +70,9 @@ class ParameterServerBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_parameter_server_backend(arcoll::Communicator& workers,
-                                                       arcoll::Communicator& job, int dedicated) {
-  return std::make_unique<ParameterServerBackend>(workers, job, dedicated);
+                                                       arcoll::Communicator& job, int dedicated,
+                                                       std::size_t piece_bytes) {
+  return std::make_unique<ParameterServerBackend>(workers, job, dedicated, piece_bytes);
 }
 
 }  // namespace arbench
