@@ -37,10 +37,10 @@ class GradientExchange {
   virtual bool returns_weights() const { return false; }
   // Before training: every bucket's buffer with its initial weights laid out as the bucket
   // is, for exchanges that keep state per bucket (a parameter server registers its keys).
-  virtual void prepare(const std::vector<std::pair<float*, std::vector<float>>>& buckets) {}
+  virtual void prepare(const std::vector<std::pair<float*, std::vector<float>>>& /*buckets*/) {}
   // Exchanges that return weights: once every rank's pushes so far are applied, `bucket`'s
   // weights as they then are (the same on every rank).
-  virtual void latest_weights(float* bucket) {}
+  virtual void latest_weights(float* /*bucket*/) {}
 };
 
 // What an exchange is built from: this rank's place in the job and the communicator arbench
