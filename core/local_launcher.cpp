@@ -133,7 +133,8 @@ void pump_output(std::vector<Child>& children, RankOutput mode, int timeout_ms) 
 
 std::string RankExit::describe() const {
   std::string text = "rank " + std::to_string(rank);
-  if (killed_by_launcher) return text + " did not exit after another rank failed; killed";
+  if (killed_by_launcher)
+    return text + " was still running after another rank had failed: the launcher terminated it";
   if (signal != 0)
     return text + " killed by signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
   return text + " exited with code " + std::to_string(exit_code);
@@ -179,7 +180,7 @@ std::vector<RankExit> run_local_ranks(const LocalLaunchOptions& options,
   }
   listener.reset();  // rank 0 owns it now
 
-  std::optional<Clock::time_point> first_failure;
+  std::optional<Clock::time_point> first_failure, terminated;
   auto still_running = [&] {
     for (auto& c : children)
       if (c.running || c.output_fd >= 0) return true;
@@ -200,13 +201,22 @@ std::vector<RankExit> run_local_ranks(const LocalLaunchOptions& options,
         c.exit.exit_code = WEXITSTATUS(status);
       if (!c.exit.ok() && !first_failure) first_failure = Clock::now();
     }
-    if (first_failure && Clock::now() - *first_failure > options.failure_grace) {
+    if (first_failure && !terminated && Clock::now() - *first_failure > options.failure_grace) {
+      terminated = Clock::now();
       for (auto& c : children)
         if (c.running) {
-          ::kill(c.pid, SIGKILL);
+          if (options.output == RankOutput::forward)
+            std::fprintf(stderr, "arcoll launcher: rank %d still running %.0f s after a rank "
+                                 "failed: terminating it\n",
+                         c.rank, std::chrono::duration<double>(options.failure_grace).count());
+          ::kill(c.pid, SIGTERM);
+          ::kill(c.pid, SIGCONT);  // a stopped rank acts on SIGTERM only once continued
           c.exit.killed_by_launcher = true;
         }
     }
+    if (terminated && Clock::now() - *terminated > options.kill_grace)
+      for (auto& c : children)
+        if (c.running) ::kill(c.pid, SIGKILL);
   }
   std::vector<RankExit> exits;
   for (auto& c : children) exits.push_back(std::move(c.exit));

@@ -69,6 +69,17 @@ int exit_status(const std::vector<arcoll::RankExit>& exits) {
   return !failed ? 0 : only_usage_errors ? kUsageError : 1;
 }
 
+arcoll::LocalLaunchOptions local_launch(int ranks) {
+  arcoll::LocalLaunchOptions launch;
+  launch.ranks = ranks;
+  launch.output = arcoll::RankOutput::forward;
+  long long grace = 10;
+  if (const char* text = std::getenv("ARCOLL_LAUNCH_GRACE"); text != nullptr && *text != '\0')
+    grace = parse_integer("ARCOLL_LAUNCH_GRACE", text, 0, 24 * 3600);
+  launch.failure_grace = std::chrono::seconds(grace);
+  return launch;
+}
+
 void add_tool_flags(CLI::App* tool, ToolFlags& flags) {
   tool->add_option("--np", flags.np, "Ranks to fork on this host")->type_name("N");
   tool->add_option("--transport", flags.transport, "Transport (default: auto)")->type_name("NAME");
@@ -104,11 +115,11 @@ int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int defaul
     }
   };
   if (here.source != "default") return rank();
-  arcoll::LocalLaunchOptions launch;
-  launch.ranks = np.value_or(default_ranks);
-  launch.output = arcoll::RankOutput::forward;
   try {
-    return exit_status(arcoll::run_local_ranks(launch, rank));
+    return exit_status(arcoll::run_local_ranks(local_launch(np.value_or(default_ranks)), rank));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return kUsageError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "arbench: %s\n", e.what());
     return 1;

@@ -47,6 +47,11 @@ void print(const std::string& text);
 // 2 when every failed rank rejected a setting, 1 for any other failure.
 int exit_status(const std::vector<arcoll::RankExit>& exits);
 
+// How arbench forks `ranks` ranks here: output forwarded, and once a rank has failed the others
+// get ARCOLL_LAUNCH_GRACE seconds (default 10) to exit before the launcher terminates them.
+// UsageError for a bad value.
+arcoll::LocalLaunchOptions local_launch(int ranks);
+
 // What the tools beside the sweep share: ranks forked here (--np, at least `min_ranks`,
 // `default_ranks` when not given) or started by a launcher, one communicator each, and `body`
 // run on it. `check_flags` runs first, once: an error it returns exits 2. Returns the exit

@@ -1,5 +1,6 @@
 #include "arbench/links_command.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -9,6 +10,20 @@
 #include "arcoll/communicator.hpp"
 
 namespace arbench {
+namespace {
+
+// "25gbit", "100mbit", "1.5gbit" (as tc writes rates) in GB/s; 0 when it is not a rate.
+double parse_rate_gbs(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(value > 0)) return 0;
+  const std::string unit = end;
+  if (unit == "gbit") return value / 8;
+  if (unit == "mbit") return value / 8000;
+  return 0;
+}
+
+}  // namespace
 
 int run_links_command(const LinksFlags& links) {
   LinkSettings settings;
@@ -22,10 +37,29 @@ int run_links_command(const LinksFlags& links) {
         if (end == links.threshold.c_str() || *end != '\0' || !(settings.slow_fraction > 0) ||
             !(settings.slow_fraction < 1))
           return "--threshold: " + quoted(links.threshold) + " is not a fraction between 0 and 1";
+        if (!links.expect.empty()) {
+          settings.expected_gbs = parse_rate_gbs(links.expect);
+          if (settings.expected_gbs == 0)
+            return "--expect: " + quoted(links.expect) + " is not a rate (e.g. 100mbit, 25gbit)";
+          if (!links.baseline.empty()) return "--expect and --baseline: give one reference";
+        }
+        if (!links.baseline.empty()) {
+          try {
+            settings.baseline = load_link_baseline(links.baseline);
+          } catch (const std::runtime_error& e) {
+            return "--baseline: " + std::string(e.what());
+          }
+        }
         if (!links.json.empty()) return check_writable("--json", links.json);
         return std::nullopt;
       },
       [&](arcoll::Communicator& comm) {
+        if (settings.baseline && settings.baseline->ranks != comm.size()) {
+          if (comm.rank() == 0)
+            std::fprintf(stderr, "arbench links: --baseline %s holds %d ranks, this job %d\n",
+                         links.baseline.c_str(), settings.baseline->ranks, comm.size());
+          return kUsageError;
+        }
         const LinkMatrix matrix = measure_links(comm, settings);
         if (comm.rank() != 0) return 0;
         print("# arbench links: " + std::to_string(comm.size()) + " ranks on " +

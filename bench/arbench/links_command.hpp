@@ -13,6 +13,8 @@ struct LinksFlags {
   std::string bytes = "1M";
   std::string threshold = "0.5";
   std::string json;
+  std::string baseline;
+  std::string expect;  // a rate: 100mbit, 25gbit
 };
 
 int run_links_command(const LinksFlags& flags);

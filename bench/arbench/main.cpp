@@ -176,17 +176,27 @@ int main(int argc, char** argv) {
   CLI::App* links_app = app.add_subcommand(
       "links",
       "Latency and bandwidth between every ordered pair of ranks (each rank in one pair "
-      "at a time); flags pairs below a fraction of the median bandwidth");
+      "at a time); flags slow pairs and hosts: each host against the pairs between the others, "
+      "each pair against --baseline, or against --expect RATE");
   add_tool_flags(links_app, links.tool);
   links_app->add_option("--bytes", links.bytes, "Message size for bandwidth (K/M suffixes)")
       ->type_name("SIZE")
       ->capture_default_str();
   links_app
       ->add_option("--threshold", links.threshold,
-                   "Flag pairs below this fraction of the median bandwidth")
+                   "Flag pairs below this fraction of their reference")
       ->type_name("FRACTION")
       ->capture_default_str();
   links_app->add_option("--json", links.json, "Write the matrix as JSON")->type_name("FILE");
+  links_app
+      ->add_option("--baseline", links.baseline,
+                   "Judge each pair against the same pair in an earlier run's --json (two hosts "
+                   "have no other pair to compare with)")
+      ->type_name("FILE");
+  links_app
+      ->add_option("--expect", links.expect,
+                   "Judge every pair between hosts against this rate (e.g. 25gbit, 100mbit)")
+      ->type_name("RATE");
   subcommands.push_back({links_app, [&] { return arbench::run_links_command(links); }});
   arbench::PlanFlags plan_flags;
   CLI::App* plan = app.add_subcommand(

@@ -557,13 +557,14 @@ int run_sweep_command(const SweepFlags& flags, int argc, const char* const* argv
     if (backend_needs_mpirun(name) && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr)
       return reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);
 
-  arcoll::LocalLaunchOptions launch;
-  launch.ranks = ranks;
-  launch.output = arcoll::RankOutput::forward;
   std::vector<arcoll::RankExit> exits;
   try {
-    exits = arcoll::run_local_ranks(
-        launch, [&] { return run_rank(plan, std::nullopt, /*outputs_checked=*/true); });
+    exits = arcoll::run_local_ranks(local_launch(ranks), [&] {
+      return run_rank(plan, std::nullopt, /*outputs_checked=*/true);
+    });
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "arbench: %s\n", e.what());
+    return kUsageError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "arbench: %s\n", e.what());
     return 1;

@@ -651,11 +651,13 @@ int main(int argc, char** argv) {
   for (const std::string& backend : plan.backends)
     if (ExchangeRegistry::instance().find(backend_name(backend).first)->needs_mpirun)
       return arbench::reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);
-  arcoll::LocalLaunchOptions launch;
-  launch.ranks = ranks;
   try {
     return arbench::exit_status(arcoll::run_local_ranks(
-        launch, [&] { return rank_main(plan, arcoll::detect_launch(), argc, argv); }));
+        arbench::local_launch(ranks),
+        [&] { return rank_main(plan, arcoll::detect_launch(), argc, argv); }));
+  } catch (const arbench::UsageError& e) {
+    std::fprintf(stderr, "arbench train: %s\n", e.what());
+    return arbench::kUsageError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "arbench train: %s\n", e.what());
     return 1;

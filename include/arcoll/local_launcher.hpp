@@ -24,16 +24,18 @@ struct LocalLaunchOptions {
   RankOutput output = RankOutput::forward;
   // Extra environment for every rank (e.g. ARCOLL_TIMEOUT).
   std::map<std::string, std::string> env;
-  // Once a rank has failed, how long the others get to notice and exit on their own before
-  // the launcher kills them (and reports it).
+  // Once a rank has failed, how long the others get to notice and exit on their own. Then
+  // the launcher terminates those still running, as mpirun does: SIGTERM (and SIGCONT, for a
+  // stopped rank), then SIGKILL `kill_grace` later; their exits say so.
   std::chrono::milliseconds failure_grace{90'000};
+  std::chrono::milliseconds kill_grace{2'000};
 };
 
 struct RankExit {
   int rank = 0;
   int exit_code = 0;  // meaningful when signal == 0
   int signal = 0;     // signal that ended the rank, 0 if it exited
-  bool killed_by_launcher = false;
+  bool killed_by_launcher = false;  // still running failure_grace after another rank failed
   double seconds = 0;  // from launch to exit
   std::string output;  // RankOutput::capture only
   bool ok() const { return signal == 0 && exit_code == 0; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# arbench with a rank killed mid-run, and with a rank that never starts: every other rank
-# must exit non-zero within ARCOLL_TIMEOUT, naming the missing rank. Usage: rank_failures.sh ARBENCH
+# arbench with a rank killed mid-run, with a rank that never starts and with a stopped rank:
+# every other rank must exit non-zero within ARCOLL_TIMEOUT, naming the missing rank, and the
+# launcher ends the job. Usage: rank_failures.sh ARBENCH
 set -u
 arbench=$1
 out=$(mktemp -d)
@@ -53,6 +54,31 @@ for r in 0 1 2; do
 done
 elapsed=$(($(now_ms) - start))
 [ "$elapsed" -lt $(((3 + 5) * 1000)) ] || fail "missing rank detected after ${elapsed} ms, timeout was 3 s"
+
+# 3. Rank 1 of 3 is stopped (SIGSTOP) mid-run: the others fail within ARCOLL_TIMEOUT naming it,
+# and the launcher terminates the stopped rank ARCOLL_LAUNCH_GRACE later, names it and fails.
+start=$(now_ms)
+ARCOLL_TIMEOUT=3 ARCOLL_LAUNCH_GRACE=2 "$arbench" --np 3 -b 1M -e 1M -n 1000000 -w 1 \
+  >"$out/stop.out" 2>"$out/stop.err" &
+launcher=$!
+sleep 2
+children=($(pgrep -P "$launcher" | sort -n))
+if [ ${#children[@]} -ne 3 ]; then
+  fail "expected 3 ranks under the launcher, found ${#children[@]}"
+else
+  kill -STOP "${children[1]}"
+fi
+wait "$launcher"
+code=$?
+elapsed=$(($(now_ms) - start))
+cat "$out/stop.err"
+[ "$code" -ne 0 ] || fail "arbench exited 0 although rank 1 was stopped"
+grep -q "rank 1 was still running after another rank had failed: the launcher terminated it" \
+  "$out/stop.err" || fail "the launcher did not name the stopped rank 1"
+grep -E "arbench: rank 0: .*rank 1" "$out/stop.err" >/dev/null ||
+  fail "rank 0 did not report an error naming rank 1"
+# 2 s before the stop, the 3 s timeout, the 2 s grace, and margin.
+[ "$elapsed" -lt $(((2 + 3 + 2 + 5) * 1000)) ] || fail "the stopped job took ${elapsed} ms to end"
 
 if [ "$failures" -eq 0 ]; then echo "rank failure checks: all passed"; exit 0; fi
 exit 1

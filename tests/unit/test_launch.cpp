@@ -1,10 +1,14 @@
 // Rank, size and rendezvous address from each launcher's variables.
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
+#include "arcoll/local_launcher.hpp"
 #include "arcoll/options.hpp"
 
 namespace arcoll {
@@ -162,6 +166,57 @@ TEST(ByteSize, Suffixes) {
   EXPECT_EQ(parse_byte_size("12Q"), std::nullopt);
   EXPECT_EQ(parse_byte_size("-1"), std::nullopt);
   EXPECT_EQ(parse_byte_size("99999999999999999999G"), std::nullopt);
+}
+
+// The local launcher ends a job whose rank failed while another is stopped (or hung): it
+// terminates the stopped one once the grace period has passed, says so, and the job fails.
+TEST(LocalLauncher, TerminatesARankStillRunningAfterAnotherFailed) {
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.output = RankOutput::capture;
+  options.failure_grace = std::chrono::milliseconds(500);
+  options.kill_grace = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = run_local_ranks(options, [] {
+    const char* rank = std::getenv("ARCOLL_RANK");
+    if (std::string(rank) == "1") ::raise(SIGSTOP);
+    if (std::string(rank) == "0") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      return 3;
+    }
+    return 0;
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(exits.size(), 3u);
+  EXPECT_EQ(exits[0].exit_code, 3);
+  EXPECT_TRUE(exits[2].ok());
+  EXPECT_FALSE(exits[0].killed_by_launcher);
+  EXPECT_FALSE(exits[2].killed_by_launcher);
+  EXPECT_TRUE(exits[1].killed_by_launcher);
+  EXPECT_EQ(exits[1].signal, SIGTERM);  // continued, it acted on SIGTERM: no SIGKILL needed
+  EXPECT_NE(exits[1].describe().find("rank 1 was still running after another rank had failed"),
+            std::string::npos)
+      << exits[1].describe();
+  // 0.2 s to the failure, the 0.5 s grace, and the launcher's 20 ms polls.
+  EXPECT_LT(seconds, 3.0);
+}
+
+// A rank that ignores SIGTERM is killed kill_grace later.
+TEST(LocalLauncher, KillsARankThatIgnoresTermination) {
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.output = RankOutput::capture;
+  options.failure_grace = std::chrono::milliseconds(200);
+  options.kill_grace = std::chrono::milliseconds(300);
+  const auto exits = run_local_ranks(options, [] {
+    if (std::string(std::getenv("ARCOLL_RANK")) == "0") return 1;
+    ::signal(SIGTERM, SIG_IGN);
+    for (;;) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[1].killed_by_launcher);
+  EXPECT_EQ(exits[1].signal, SIGKILL);
 }
 
 }  // namespace
