@@ -311,6 +311,12 @@ HostTopology discover_host_topology() {
   return t;
 }
 
+std::vector<NetworkInterface> discover_network_interfaces() {
+  HostTopology t;
+  discover_interfaces(t);
+  return t.interfaces;
+}
+
 std::string topology_text(const HostTopology& t) {
   std::string out;
   char line[512];

@@ -28,7 +28,8 @@ std::string cell(const ResultsJson& v) {
 std::string row_of(const std::vector<std::string>& cells, const char* tag = "td",
                    const std::string& css_class = "") {
   std::string out = css_class.empty() ? "<tr>" : "<tr class=\"" + css_class + "\">";
-  for (const std::string& c : cells) out += "<" + std::string(tag) + ">" + c + "</" + tag + ">";
+  for (const std::string& c : cells)
+    out.append("<").append(tag).append(">").append(c).append("</").append(tag).append(">");
   return out + "</tr>\n";
 }
 

@@ -62,7 +62,7 @@ void measure_pair(arcoll::Communicator& comm, int from, int to, const LinkSettin
 
 // The default route's NIC, when it is a device with a driver that reports its speed.
 int nominal_nic_mbps() {
-  for (const arcoll::NetworkInterface& n : arcoll::discover_host_topology().interfaces)
+  for (const arcoll::NetworkInterface& n : arcoll::discover_network_interfaces())
     if (n.default_route && !n.loopback && !n.driver.empty() && n.speed_mbps > 0)
       return n.speed_mbps;
   return -1;

@@ -51,7 +51,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "the world size");
   add("-w,--warmup_iters", flags.warmup_iters, "N", "Untimed iterations before each timing")
       ->capture_default_str();
-  add("-n,--iters", flags.iters, "N", "Timed iterations")->capture_default_str();
+  add("-n,--iters", flags.iters, "N",
+      "Timed iterations; auto: as many as fill 50 ms per size and group (at least 5), the "
+      "default of arbench without arguments")
+      ->capture_default_str();
   add("--repeat", flags.repeat, "R",
       "Time each size R times (-n iterations each): the median is reported, and min, max, p99 "
       "and the coefficient of variation go to the JSON and a cv(%) column, for arbench compare")
@@ -99,8 +102,9 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "Run arcoll and these backends (comma-separated, e.g. mpi,gloo) size by size and print "
       "them side by side");
   app.add_flag("--memcpy", flags.memcpy,
-               "Also time a single-core memcpy of each size (rank 0 alone) in the same run, and "
-               "show arcoll's busbw against it (adds memcpy to --compare)");
+               "Also time a single-core memcpy of each size (rank 0 alone) and every rank's "
+               "copy at once, which gives the all-reduce's memory-traffic ceiling, in the same "
+               "run (adds memcpy and ceiling to --compare)");
   add("--gloo-algo", flags.gloo_algo, "NAME",
       "Gloo allreduce: ring, ring_chunked, halving_doubling or bcube")
       ->capture_default_str();

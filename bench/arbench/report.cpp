@@ -77,6 +77,7 @@ json group_json(const GroupResult& g) {
   json j = {{"time_us", g.time_us},
             {"algbw_gbs", g.algbw_gbs},
             {"busbw_gbs", g.busbw_gbs},
+            {"iters", g.iters},
             {"wrong", optional_json(g.wrong)}};
   if (g.max_abs_error) {
     j["max_abs_error"] = *g.max_abs_error;
@@ -95,6 +96,43 @@ std::string wire_error_text(const Row& row) {
   return printf_string(
       "  %8.2e  %8.2e", std::max(*row.out_of_place.max_abs_error, *row.in_place.max_abs_error),
       std::max(row.out_of_place.max_rel_error.value_or(0), row.in_place.max_rel_error.value_or(0)));
+}
+
+// "20", or "auto (50 ms per size and group, at least 5)".
+std::string iters_text(const SweepSettings& sweep) {
+  if (sweep.target_seconds <= 0) return std::to_string(sweep.iters);
+  return printf_string("auto (%.0f ms per size and group, at least %d)",
+                       sweep.target_seconds * 1e3, kMinAutoIters);
+}
+
+// "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
+// place; over the rows of the table's first collective, type and operator). Against a
+// reference (memcpy, the ceiling), which bounds large sizes only: the largest size.
+std::string versus_line(const std::string& first, const BackendInfo& peer,
+                        const std::vector<Row>& rows) {
+  std::vector<std::pair<std::size_t, double>> ratios;  // (size, ratio) in size order
+  for (const Row& mine : rows) {
+    if (mine.backend != first || mine.coll != rows.front().coll ||
+        mine.type != rows.front().type || mine.op != rows.front().op)
+      continue;
+    for (const Row& theirs : rows)
+      if (theirs.backend == peer.name && theirs.coll == mine.coll && theirs.type == mine.type &&
+          theirs.op == mine.op && theirs.size_bytes == mine.size_bytes &&
+          theirs.out_of_place.busbw_gbs > 0 && mine.out_of_place.busbw_gbs > 0)
+        ratios.emplace_back(mine.size_bytes,
+                            mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs);
+  }
+  if (ratios.empty()) return "";
+  const auto lowest = std::min_element(ratios.begin(), ratios.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  auto at = [](const std::pair<std::size_t, double>& r) {
+    return printf_string("x%.2f at %s", r.second, format_bytes(static_cast<double>(r.first)).c_str());
+  };
+  if (!peer.reduces)
+    return "# " + first + " vs " + peer.name + ": " + at(ratios.back()) + " (busbw ratio)\n";
+  std::string out = "# " + first + " vs " + peer.name + ": " + at(ratios.front());
+  if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(*lowest);
+  return out + " (busbw ratio)\n";
 }
 
 }  // namespace
@@ -130,9 +168,9 @@ std::string table_header(const RunInfo& info) {
                        info.git_commit.c_str(), colls_text(info.sweep).c_str());
   const bool by_factor = info.step_factor.has_value();
   out += printf_string(
-      "# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d validation: %d\n",
+      "# minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %s validation: %d\n",
       info.min_bytes, info.max_bytes, by_factor ? *info.step_factor : info.step_bytes.value_or(0),
-      by_factor ? "factor" : "bytes", info.sweep.warmup_iters, info.sweep.iters,
+      by_factor ? "factor" : "bytes", info.sweep.warmup_iters, iters_text(info.sweep).c_str(),
       info.sweep.check ? 1 : 0);
   out += printf_string("# datatype %s  redop %s\n", join(type_names(info.sweep), ",").c_str(),
                        join(op_names(info.sweep), ",").c_str());
@@ -299,14 +337,16 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
                          b.name.c_str(), s.out_of_bounds, s.out_of_bounds != 0 ? "FAILED" : "OK",
                          s.avg_busbw_gbs);
   }
-  out += printf_string("# Out of bounds values : %d %s\n#\n", bad, bad != 0 ? "FAILED" : "OK");
-  return out;
+  out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
+  for (std::size_t i = 1; i < info.backends.size(); ++i)
+    out += versus_line(info.backends.front().name, info.backends[i], rows);
+  return out + "#\n";
 }
 
 std::string skipped_line(const std::string& backend, Coll coll, arcoll::DataType type,
                          arcoll::ReduceOp op, const std::string& reason) {
   std::string what = std::string(to_string(coll)) + " " + std::string(arcoll::to_string(type));
-  if (reduces(coll)) what += " " + std::string(arcoll::to_string(op));
+  if (reduces(coll)) what.append(" ").append(arcoll::to_string(op));
   return printf_string("# %s: %s skipped: %s\n", backend.c_str(), what.c_str(), reason.c_str());
 }
 
@@ -346,7 +386,8 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"step_bytes", optional_json(info.step_bytes)},
       {"datatypes", type_names(info.sweep)},
       {"ops", op_names(info.sweep)},
-      {"iters", info.sweep.iters},
+      {"iters", info.sweep.target_seconds > 0 ? json("auto") : json(info.sweep.iters)},
+      {"target_time_s", info.sweep.target_seconds > 0 ? json(info.sweep.target_seconds) : json()},
       {"repeat", info.sweep.repeat},
       {"warmup_iters", info.sweep.warmup_iters},
       {"check", info.sweep.check},
@@ -401,7 +442,7 @@ std::string csv_report(const RunInfo& info, const std::vector<Row>& rows) {
       std::to_string(info.nodes),
       info.ranks_per_node ? std::to_string(*info.ranks_per_node) : std::string(),
       info.date,
-      std::to_string(info.sweep.iters),
+      info.sweep.target_seconds > 0 ? std::string("auto") : std::to_string(info.sweep.iters),
       std::to_string(info.sweep.warmup_iters),
       info.sweep.check ? "1" : "0",
       info.command_line,

@@ -25,6 +25,7 @@ struct RankPlace {
 struct BackendInfo {
   std::string name;         // "arcoll", "mpi", "gloo", "nccl"
   std::string description;  // what exactly ran
+  bool reduces = true;      // false: a reference (memcpy, ceiling), not a peer
 };
 
 // Everything about a run except its rows.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <new>
@@ -36,6 +37,7 @@ Buffer allocate(std::size_t bytes) {
 
 struct LocalResult {
   std::vector<double> seconds;  // mean per iteration of each repetition, this rank
+  int iters = 0;
   std::int64_t wrong = 0;
   Pattern::Errors errors;
 };
@@ -95,9 +97,29 @@ std::int64_t count_wrong(const Call& c, const RowPatterns& p, int rank, int rank
 // One group: warm-up, `iters` timed iterations, then (when checking) one iteration on fresh
 // inputs whose result is compared with the reference. In place, the timed iterations feed on
 // their own results; only the checked iteration starts from the inputs again.
-LocalResult run_group(Backend& backend, Coll coll, const RowPatterns& patterns,
-                      std::byte* send_buffer, std::byte* recv_buffer, std::size_t count,
-                      bool in_place, const SweepSettings& settings, int rank, int ranks) {
+// -n auto: rounds of 1, 4, 16, ... iterations until a round takes a tenth of the target on
+// the slowest rank (every rank runs the same rounds: the calls are collective); the count
+// that fills the target at that pace.
+int agreed_iterations(arcoll::Communicator& comm, const std::function<void()>& once,
+                      double target_seconds) {
+  constexpr int kMaxIters = 1'000'000;
+  for (int round = 1;; round *= 4) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < round; ++i) once();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    comm.allreduce(&seconds, 1, DataType::f64, ReduceOp::max);
+    if (seconds >= target_seconds / 10 || round >= kMaxIters / 4) {
+      const double each = seconds / round;
+      const double wanted = each > 0 ? target_seconds / each : kMaxIters;
+      return static_cast<int>(std::clamp(wanted, double{kMinAutoIters}, double{kMaxIters}));
+    }
+  }
+}
+
+LocalResult run_group(arcoll::Communicator& comm, Backend& backend, Coll coll,
+                      const RowPatterns& patterns, std::byte* send_buffer, std::byte* recv_buffer,
+                      std::size_t count, bool in_place, const SweepSettings& settings) {
+  const int rank = comm.rank(), ranks = comm.size();
   const Pattern& pattern = patterns.mine;
   const std::size_t e = arcoll::size_of(pattern.type());
   const CollShape s = shape(coll, count, ranks, rank, /*root=*/0);
@@ -112,12 +134,15 @@ LocalResult run_group(Backend& backend, Coll coll, const RowPatterns& patterns,
   backend.stage_in(send, call.recv, bytes);
   for (int i = 0; i < settings.warmup_iters; ++i) once();
   LocalResult result;
+  result.iters = settings.target_seconds > 0
+                     ? agreed_iterations(comm, once, settings.target_seconds)
+                     : settings.iters;
   for (int r = 0; r < settings.repeat; ++r) {
     backend.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < settings.iters; ++i) once();
+    for (int i = 0; i < result.iters; ++i) once();
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    result.seconds.push_back(std::chrono::duration<double>(elapsed).count() / settings.iters);
+    result.seconds.push_back(std::chrono::duration<double>(elapsed).count() / result.iters);
   }
   if (settings.check && backend.reduces()) {
     if (!in_place) pattern.poison(call.recv, s.recv);
@@ -243,10 +268,10 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           row.size_bytes = row.count * arcoll::size_of(type);
           if (callbacks.before) callbacks.before(row, rows.size(), total);
 
-          const LocalResult out = run_group(*backend, coll, patterns, send.get(), recv.get(),
-                                            row.count, /*in_place=*/false, settings, rank, n);
-          const LocalResult in = run_group(*backend, coll, patterns, send.get(), recv.get(),
-                                           row.count, /*in_place=*/true, settings, rank, n);
+          const LocalResult out = run_group(comm, *backend, coll, patterns, send.get(),
+                                            recv.get(), row.count, /*in_place=*/false, settings);
+          const LocalResult in = run_group(comm, *backend, coll, patterns, send.get(), recv.get(),
+                                           row.count, /*in_place=*/true, settings);
           std::vector<double> seconds = out.seconds;  // out of place, then in place
           seconds.insert(seconds.end(), in.seconds.begin(), in.seconds.end());
           comm.allreduce(seconds.data(), seconds.size(), DataType::f64, ReduceOp::max);
@@ -254,6 +279,8 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           const double factor = backend->bus_factor(coll, n);
           row.out_of_place = finish({seconds.begin(), middle}, row.size_bytes, factor);
           row.in_place = finish({middle, seconds.end()}, row.size_bytes, factor);
+          row.out_of_place.iters = out.iters;
+          row.in_place.iters = in.iters;
           if (settings.check && backend->reduces()) {
             std::int64_t wrong[2] = {out.wrong, in.wrong};
             comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);

@@ -17,6 +17,9 @@ namespace arbench {
 
 class Backend;
 
+inline constexpr int kMinAutoIters = 5;
+inline constexpr double kAutoTargetSeconds = 0.05;  // -n auto
+
 struct SweepSettings {
   std::vector<Coll> colls = {Coll::allreduce};
   std::vector<std::size_t> sizes;  // bytes; each row uses size / sizeof(type) elements
@@ -25,6 +28,9 @@ struct SweepSettings {
                                       // collectives that do not reduce run one row ("none")
   int warmup_iters = 5;
   int iters = 20;
+  // -n auto: each group times as many iterations as fill about this many seconds (at least
+  // kMinAutoIters), counted from a probe the ranks agree on; 0: `iters` iterations.
+  double target_seconds = 0;
   // Timings of `iters` iterations per group (after one warm-up): a row's time is their
   // median, and their spread says how noisy it is (nccl-tests' -N runs the sweep again).
   int repeat = 1;
@@ -48,6 +54,7 @@ struct GroupResult {
                          // (the median over the repetitions with --repeat)
   double algbw_gbs = 0;  // size_bytes / time, in 1e9 bytes per second
   double busbw_gbs = 0;  // algbw * 2 (n - 1) / n
+  int iters = 0;         // timed iterations of each repetition
   // Elements that differ from the reference, summed over ranks; nullopt when not checked.
   std::optional<std::int64_t> wrong;
   // Rows rounded by a 16-bit wire: the largest absolute error and the largest error relative

@@ -141,7 +141,12 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (!flags.np.empty()) plan.np = static_cast<int>(parse_integer("--np", flags.np, 1, 4096));
   plan.sweep.warmup_iters =
       static_cast<int>(parse_integer("-w/--warmup_iters", flags.warmup_iters, 0, 1'000'000));
-  plan.sweep.iters = static_cast<int>(parse_integer("-n/--iters", flags.iters, 1, 1'000'000));
+  // No arguments at all: the first run, which times by the clock (below 1 us, 20 iterations
+  // are noise); -n keeps nccl-tests' fixed count for everyone who asks for it.
+  if (flags.iters == "auto" || argc == 1)
+    plan.sweep.target_seconds = kAutoTargetSeconds;
+  else
+    plan.sweep.iters = static_cast<int>(parse_integer("-n/--iters", flags.iters, 1, 1'000'000));
   plan.sweep.repeat = static_cast<int>(parse_integer("--repeat", flags.repeat, 1, 10'000));
   if (!flags.min_busbw.empty()) {
     char* end = nullptr;
@@ -247,7 +252,14 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
                      " (known: ring, ring_chunked, halving_doubling, bcube)");
   plan.mpirun_args = flags.mpirun_args;
   std::string compare = flags.compare;
-  if (flags.memcpy) compare += compare.empty() ? "memcpy" : ",memcpy";
+  // The first run (no arguments) answers how arcoll does here: beside the CPU peers this
+  // arbench was built with and the memory ceiling.
+  if (argc == 1) {
+    for (const char* peer : {"mpi", "gloo"})
+      if (BackendRegistry::instance().find(peer) != nullptr)
+        compare += std::string(compare.empty() ? "" : ",") + peer;
+  }
+  if (flags.memcpy || argc == 1) compare += compare.empty() ? "memcpy,ceiling" : ",memcpy,ceiling";
   if (!compare.empty() && !plan.algorithms.empty())
     throw UsageError("--algo all and --compare make different tables; give one of them");
   if (!plan.algorithms.empty() &&
@@ -383,7 +395,7 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
   RunInfo info = describe_run(comm, plan);
   info.algorithms = !plan.algorithms.empty();
   for (Backend* backend : backends)
-    info.backends.push_back({backend->name(), backend->description()});
+    info.backends.push_back({backend->name(), backend->description(), backend->reduces()});
   if (root) {
     print(table_header(info));
     for (const std::string& line : unavailable) print(line);

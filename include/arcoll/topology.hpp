@@ -101,6 +101,8 @@ struct HostTopology {
 };
 
 HostTopology discover_host_topology();
+// The network interfaces alone (getifaddrs and sysfs: no library loaded), as above.
+std::vector<NetworkInterface> discover_network_interfaces();
 
 // A readable tree (like lstopo, only what matters for communication) and the same as JSON.
 std::string topology_text(const HostTopology& topology);

@@ -76,6 +76,10 @@ awk -F'|' -v n=${#backends[@]} '/^ +[0-9]+ +[0-9]+ +f32 +sum \|/ {
   }
 }' "$work/compare.txt" || fail "a comparison line is wrong"
 grep -q "^# Out of bounds values : 0 OK" "$work/compare.txt" || fail "wrong values in --compare"
+for backend in "${backends[@]}"; do
+  grep -qE "^# arcoll vs $backend: x[0-9.]+ at 1 KiB, x[0-9.]+ at 1 MiB; lowest x[0-9.]+ at [0-9]+ [KM]iB \(busbw ratio\)$" \
+    "$work/compare.txt" || fail "no summary line of arcoll against $backend"
+done
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
 "$python" - "$work/compare.json" $((3 * (${#backends[@]} + 1))) <<'PY' || fail "the JSON rows"

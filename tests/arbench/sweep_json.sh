@@ -158,5 +158,32 @@ expect_usage_error --op -d i32 -o avg
 rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum \| .* \| .* N/A +x[0-9.]+$' "$work/memcpy.txt")
 [[ $rows -eq 3 ]] || fail "--memcpy: expected 3 rows with an arcoll and a memcpy group, got $rows: $(cat "$work/memcpy.txt")"
 grep -q "^# backend memcpy: " "$work/memcpy.txt" || fail "--memcpy: no memcpy backend line"
+grep -q "^# backend ceiling: " "$work/memcpy.txt" || fail "--memcpy: no ceiling backend line"
+grep -qE "^# arcoll vs ceiling: x[0-9.]+ at 64 KiB \(busbw ratio\)$" \
+  "$work/memcpy.txt" || fail "--memcpy: no line of arcoll against the ceiling: $(cat "$work/memcpy.txt")"
+
+# -n auto: each group times as many iterations as fill its target (at least 5), the same on
+# every rank, reported per group; the ceiling's busbw is 4 (n-1) / (3n-1) of its algbw.
+"$arbench" --np 3 --memcpy -n auto -b 8 -e 1M -f 32 -w 1 --json "$work/auto.json" \
+  >"$work/auto.txt" 2>&1 || fail "-n auto exited $?: $(cat "$work/auto.txt")"
+grep -q "iters: auto (50 ms per size and group, at least 5)" "$work/auto.txt" ||
+  fail "-n auto: the header does not say so: $(head -5 "$work/auto.txt")"
+"$python" - "$work/auto.json" <<'PY' || fail "-n auto: $(cat "$work/auto.txt")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["metadata"]["iters"] == "auto" and d["metadata"]["target_time_s"] == 0.05, d["metadata"]
+rows = d["rows"]
+assert sorted({r["backend"] for r in rows}) == ["arcoll", "ceiling", "memcpy"], rows
+for r in rows:
+    for g in (r["out_of_place"], r["in_place"]):
+        assert g["iters"] >= 5, r
+        # about 50 ms of timed iterations, unless the floor of 5 holds it up
+        assert g["iters"] == 5 or 0.01 < g["iters"] * g["time_us"] * 1e-6 < 0.5, r
+    if r["backend"] == "ceiling":
+        g = r["out_of_place"]
+        assert abs(g["busbw_gbs"] - g["algbw_gbs"] * 4 * 2 / 8) <= 1e-9 * g["algbw_gbs"], r
+small = [r for r in rows if r["backend"] == "arcoll" and r["size_bytes"] == 8][0]
+assert small["out_of_place"]["iters"] > 20, small  # 8 B calls take microseconds
+PY
 
 echo "arbench sweep/JSON/CSV checks passed"
