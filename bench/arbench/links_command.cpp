@@ -58,6 +58,7 @@ int run_links_command(const LinksFlags& links) {
           if (comm.rank() == 0)
             std::fprintf(stderr, "arbench links: --baseline %s holds %d ranks, this job %d\n",
                          links.baseline.c_str(), settings.baseline->ranks, comm.size());
+          comm.barrier();  // every rank done joining before any leaves: all exit 2
           return kUsageError;
         }
         const LinkMatrix matrix = measure_links(comm, settings);

@@ -9,7 +9,7 @@
 namespace arcoll::testing {
 namespace {
 
-const std::size_t kCounts[] = {0, 1, 2, 3, 5, 7, 13, 64, 1000, 4099, 20011, 131101};
+const std::size_t kCounts[] = {0, 1, 2, 3, 5, 7, 13, 64, 1000, 4099, 20011, 65537};
 
 }  // namespace
 
