@@ -9,7 +9,7 @@
 # Usage:
 #   scripts/cluster.sh --hosts H --ranks-per-host L [--server-hosts K] [--rate RATE]
 #                      [--delay DELAY] [--slow HOST=RATE]... [--port PORT] [--grace SECONDS]
-#                      [--quiet] -- COMMAND [ARGS...]
+#                      [--mpirun] [--quiet] -- COMMAND [ARGS...]
 #
 #   --hosts H            number of hosts (network namespaces), 1..250
 #   --ranks-per-host L   ranks started in each host; rank = host * L + local rank
@@ -24,6 +24,14 @@
 #   --grace SECONDS      after a rank fails, how long the others may take to fail on their own
 #                        before they are killed (default 15)
 #   --quiet              do not print the one-line description of the cluster
+#   --mpirun             start COMMAND once under Open MPI's mpirun, run from host 0, whose
+#                        ranks (L per host) it places on the hosts through this script as its
+#                        rsh agent (`--rsh-agent ADDRESS COMMAND`: COMMAND in the namespace that
+#                        holds ADDRESS); each rank gets ARCOLL_NODE_ID and CLUSTER_HOST as below,
+#                        and Open MPI's shared-memory segments a folder per host (the hosts share
+#                        /dev/shm here). MPI and arcoll then go over the shaped links between hosts
+#                        (arbench --compare mpi on the cluster). Open MPI yields while it waits:
+#                        the hosts share this machine's cores.
 #
 # Example: 2 hosts of 2 ranks on 1 Gbit/s links, an all-reduce sweep:
 #   scripts/cluster.sh --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
@@ -60,7 +68,7 @@ usage() {
 die_usage() {
   echo "$prog: $*" >&2
   echo "usage: $prog --hosts H --ranks-per-host L [--rate RATE] [--delay DELAY]" \
-    "[--server-hosts K] [--slow HOST=RATE]... [--port PORT] [--grace SECONDS] [--quiet]" \
+    "[--server-hosts K] [--slow HOST=RATE]... [--port PORT] [--grace SECONDS] [--mpirun] [--quiet]" \
     "-- COMMAND [ARGS...]" >&2
   exit 2
 }
@@ -84,9 +92,33 @@ rate_bytes() {
   }'
 }
 
+# --- mpirun's agent and its ranks (--mpirun) ---------------------------------------------
+
+# mpirun starts its daemons as `AGENT ADDRESS COMMAND`, as it would through ssh.
+if [[ ${1:-} == --rsh-agent ]]; then
+  address=$2
+  shift 2
+  for ns in $(ip netns list | awk '{print $1}'); do
+    if ip -n "$ns" -4 addr show dev eth0 2>/dev/null | grep -q "inet $address/"; then
+      exec ip netns exec "$ns" sh -c "$*"
+    fi
+  done
+  echo "$prog: --rsh-agent: no host of a running cluster has address $address" >&2
+  exit 1
+fi
+# Each rank mpirun starts: its host from its namespace (<prefix>h<host>), then COMMAND.
+if [[ ${1:-} == --mpi-rank ]]; then
+  shift
+  ns=$(ip netns identify $$)
+  export CLUSTER_NETNS=$ns CLUSTER_HOST=${ns##*h} ARCOLL_NODE_ID="$(uname -n)#host${ns##*h}"
+  export OMPI_MCA_btl_vader_backing_directory="$CLUSTER_MPI_SHM/$ns"
+  mkdir -p "$OMPI_MCA_btl_vader_backing_directory"
+  exec "$@"
+fi
+
 # --- arguments ---------------------------------------------------------------------------
 
-hosts="" ranks_per_host="" server_hosts=0 rate="" delay="" port="" grace=15 quiet=0
+hosts="" ranks_per_host="" server_hosts=0 rate="" delay="" port="" grace=15 quiet=0 mpirun=0
 declare -A slow=()
 while (($#)); do
   opt=$1 val="" has_val=0
@@ -116,6 +148,7 @@ while (($#)); do
       shift
       ;;
     --quiet) quiet=1 && shift ;;
+    --mpirun) mpirun=1 && shift ;;
     -h | --help) usage && exit 0 ;;
     --) shift && break ;;
     -*) die_usage "unknown option '$opt'" ;;
@@ -153,6 +186,10 @@ world=$((hosts * ranks_per_host + server_hosts))
 
 if ((EUID != 0)); then
   echo "$prog: cannot emulate hosts: creating network namespaces needs root (running as uid $EUID)" >&2
+  exit 77
+fi
+if ((mpirun)) && ! command -v mpirun >/dev/null; then
+  echo "$prog: --mpirun: mpirun is not installed (openmpi-bin)" >&2
   exit 77
 fi
 for tool in ip tc; do
@@ -210,6 +247,7 @@ cleanup() {
   # Deleting a namespace destroys the veth ends and the bridge inside it.
   for ns in "${created_ns[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
   [[ -z $tmp ]] || rm -rf "$tmp"
+  rm -rf "/dev/shm/$prefix-mpi"
 }
 
 # shellcheck disable=SC2317
@@ -331,7 +369,22 @@ pids=()
 machine=$(uname -n)
 # The job's secret, as a launcher makes one: only its ranks may connect to each other.
 job_token=${ARCOLL_JOB_TOKEN:-$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}
-for ((h = 0; h < all_hosts; h++)); do
+if ((mpirun)); then
+  # One process, mpirun in host 0, stands for the job: its status is the job's.
+  slots=()
+  for ((h = 0; h < all_hosts; h++)); do slots+=("$subnet.$((h + 1)):$((h < hosts ? ranks_per_host : 1))"); done
+  self=$(realpath "$0")
+  ip netns exec "${host_ns[0]}" env -u ARCOLL_EMULATED_HOSTS CLUSTER_MPI_SHM="/dev/shm/$prefix-mpi" \
+    CLUSTER_HOSTS="$hosts" CLUSTER_RANKS_PER_HOST="$ranks_per_host" \
+    CLUSTER_SERVER_HOSTS="$server_hosts" CLUSTER_BRIDGE_NETNS="$bridge_ns" \
+    mpirun --allow-run-as-root --oversubscribe --host "$(IFS=,; echo "${slots[*]}")" -np "$world" \
+    --mca plm_rsh_agent "$self --rsh-agent" --mca btl self,vader,tcp --mca mpi_yield_when_idle 1 \
+    --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "$self" --mpi-rank "$@" &
+  pids+=($!)
+  rank_of_pid[$!]=0
+  world=1
+fi
+for ((h = 0; h < all_hosts && !mpirun; h++)); do
   local_size=$ranks_per_host
   ((h < hosts)) || local_size=1
   for ((l = 0; l < local_size; l++)); do
