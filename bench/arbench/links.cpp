@@ -113,11 +113,9 @@ LinkMatrix measure_links(arcoll::Communicator& comm, const LinkSettings& setting
   comm.allgather(mine, names.data(), sizeof mine, arcoll::DataType::u8);
   for (int r = 0; r < p; ++r)
     m.hosts.emplace_back(names.data() + sizeof mine * static_cast<std::size_t>(r));
-  m.nic_mbps.assign(static_cast<std::size_t>(p), -1);
-  std::int32_t nic = nominal_nic_mbps();
-  std::vector<std::int32_t> nics(static_cast<std::size_t>(p));
-  comm.allgather(&nic, nics.data(), 1, arcoll::DataType::i32);
-  std::copy(nics.begin(), nics.end(), m.nic_mbps.begin());
+  m.nic_mbps.resize(static_cast<std::size_t>(p));
+  const std::int32_t nic = nominal_nic_mbps();
+  comm.allgather(&nic, m.nic_mbps.data(), 1, arcoll::DataType::i32);
 
   std::vector<double> latencies, bandwidths;
   for (int from = 0; from < p; ++from)

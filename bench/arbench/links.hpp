@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -45,7 +46,7 @@ struct LinkSettings {
 struct LinkMatrix {
   int ranks = 0;
   std::vector<std::string> hosts;     // of each rank
-  std::vector<int> nic_mbps;          // nominal speed of each rank's NIC, -1 unknown or virtual
+  std::vector<std::int32_t> nic_mbps;  // nominal speed of each rank's NIC, -1 unknown or virtual
   std::vector<double> latency_us;     // [from * ranks + to], one way
   std::vector<double> bandwidth_gbs;  // [from * ranks + to]
   double median_latency_us = 0;
