@@ -12,8 +12,8 @@ namespace {
 
 using Json = json_file::Json;
 
-constexpr const char* kFormat = "arcoll-tuning";
-constexpr int kVersion = 1;
+constexpr const char* kFileFormat = "arcoll-tuning";
+constexpr int kFileVersion = 1;
 
 }  // namespace
 
@@ -27,8 +27,8 @@ Tuning default_tuning() {
 
 void save_tuning(const Tuning& tuning, const std::string& path) {
   Json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
+  j["format"] = kFileFormat;
+  j["version"] = kFileVersion;
   j["measured_on"] = tuning.measured_on;
   for (const auto& [name, c] : tuning.transports)
     j["transports"][name] = {{"latency_us", c.latency_us},
@@ -42,10 +42,10 @@ void save_tuning(const Tuning& tuning, const std::string& path) {
 Tuning load_tuning(const std::string& path) {
   const json_file::Source source{"tuning file", path};
   const Json j = json_file::parse_object(json_file::read(source), source);
-  if (!j.contains("format") || j["format"] != kFormat)
-    json_file::bad(source, "format", std::string("must be \"") + kFormat + "\"");
-  if (!j.contains("version") || j["version"] != kVersion)
-    json_file::bad(source, "version", "must be " + std::to_string(kVersion));
+  if (!j.contains("format") || j["format"] != kFileFormat)
+    json_file::bad(source, "format", std::string("must be \"") + kFileFormat + "\"");
+  if (!j.contains("version") || j["version"] != kFileVersion)
+    json_file::bad(source, "version", "must be " + std::to_string(kFileVersion));
   Tuning tuning;
   if (j.contains("measured_on") && j["measured_on"].is_string())
     tuning.measured_on = j["measured_on"].get<std::string>();

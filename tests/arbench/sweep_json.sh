@@ -181,8 +181,6 @@ for r in rows:
     if r["backend"] == "ceiling":
         g = r["out_of_place"]
         assert abs(g["busbw_gbs"] - g["algbw_gbs"] * 4 * 2 / 8) <= 1e-9 * g["algbw_gbs"], r
-small = [r for r in rows if r["backend"] == "arcoll" and r["size_bytes"] == 8][0]
-assert small["out_of_place"]["iters"] > 20, small  # 8 B calls take microseconds
 PY
 
 echo "arbench sweep/JSON/CSV checks passed"

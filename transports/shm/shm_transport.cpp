@@ -33,7 +33,7 @@
 #include "transports/common/matching.hpp"
 #include "transports/transport.hpp"
 
-namespace arcoll {
+namespace arcoll::shm {
 namespace {
 
 using net::Clock;
@@ -673,4 +673,4 @@ const TransportRegistrar kShmRegistration{{
     .create = [](const TransportSetup& setup) { return std::make_unique<ShmTransport>(setup); }}};
 
 }  // namespace
-}  // namespace arcoll
+}  // namespace arcoll::shm

@@ -24,7 +24,7 @@
 #include "transports/tcp/frame.hpp"
 #include "transports/transport.hpp"
 
-namespace arcoll {
+namespace arcoll::tcp {
 namespace {
 
 using namespace tcp;
@@ -827,4 +827,4 @@ const TransportRegistrar kTcpRegistration{{
     .create = [](const TransportSetup& setup) { return std::make_unique<TcpTransport>(setup); }}};
 
 }  // namespace
-}  // namespace arcoll
+}  // namespace arcoll::tcp

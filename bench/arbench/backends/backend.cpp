@@ -15,6 +15,27 @@ void Backend::stage_out(void*, std::size_t) {}
 
 namespace {
 
+template <typename T>
+void divide(void* buffer, std::size_t count, int ranks) {
+  T* p = static_cast<T*>(buffer);
+  const T d = static_cast<T>(ranks);
+  for (std::size_t i = 0; i < count; ++i) p[i] /= d;
+}
+
+}  // namespace
+
+void divide_by_ranks(void* buffer, std::size_t count, arcoll::DataType type, int ranks) {
+  if (type == arcoll::DataType::f32) divide<float>(buffer, count, ranks);
+  if (type == arcoll::DataType::f64) divide<double>(buffer, count, ranks);
+  if (type == arcoll::DataType::f16) {
+    auto* p = static_cast<std::uint16_t*>(buffer);
+    for (std::size_t i = 0; i < count; ++i)
+      p[i] = arcoll::float_to_half(arcoll::half_to_float(p[i]) / static_cast<float>(ranks));
+  }
+}
+
+namespace {
+
 // Peers that register only when their library was found, and what the others need.
 const std::map<std::string, std::string> kPeersNotBuilt = {
     {"mpi", "arbench was built without MPI (install libopenmpi-dev)"},

@@ -116,6 +116,9 @@ arcoll::ParameterServerOptions sweep_parameter_server_options(const arcoll::Comm
                                                               int dedicated,
                                                               std::size_t piece_bytes);
 
+// avg for peers that only sum: divides `count` elements of f32, f64 or f16 by `ranks`.
+void divide_by_ranks(void* buffer, std::size_t count, arcoll::DataType type, int ranks);
+
 // arcoll itself; with an algorithm ("ring", "auto"), that one, named "arcoll/<algorithm>".
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
                                              const std::string& algorithm = "");

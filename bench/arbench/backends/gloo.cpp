@@ -117,18 +117,6 @@ gloo::ReduceOptions::Func reduce_function(ReduceOp op) {
   return nullptr;
 }
 
-template <typename T>
-void divide(void* buffer, std::size_t count, int n) {
-  T* p = static_cast<T*>(buffer);
-  for (std::size_t i = 0; i < count; ++i) p[i] /= static_cast<T>(n);
-}
-
-void divide_half(void* buffer, std::size_t count, int n) {
-  auto* p = static_cast<std::uint16_t*>(buffer);
-  for (std::size_t i = 0; i < count; ++i)
-    p[i] = arcoll::float_to_half(arcoll::half_to_float(p[i]) / static_cast<float>(n));
-}
-
 class GlooBackend final : public Backend {
  public:
   GlooBackend(arcoll::Communicator& comm, const BackendOptions& options)
@@ -245,7 +233,7 @@ class GlooBackend final : public Backend {
         o.setRoot(c.root);
         o.setReduceFunction(reduce_function<T>(c.op));
         gloo::reduce(o);
-        if (c.op == ReduceOp::avg && root) divide_result(recv, elements, c.type);
+        if (c.op == ReduceOp::avg && root) divide_by_ranks(recv, elements, c.type, size_);
         break;
       }
       case Coll::alltoall: {
@@ -295,11 +283,6 @@ class GlooBackend final : public Backend {
     output_aside_.resize(n * sizeof(T));
     return reinterpret_cast<T*>(output_aside_.data());
   }
-  void divide_result(void* buffer, std::size_t count, DataType type) const {
-    if (type == DataType::f32) divide<float>(buffer, count, size_);
-    if (type == DataType::f64) divide<double>(buffer, count, size_);
-    if (type == DataType::f16) divide_half(buffer, count, size_);
-  }
   void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op) {
     if (send != recv && count > 0) std::memcpy(recv, send, count * arcoll::size_of(type));
     if (count == 0) return;
@@ -337,7 +320,7 @@ class GlooBackend final : public Backend {
       key_ = key;
     }
     cached_->run();
-    if (op == ReduceOp::avg) divide_result(recv, count, type);
+    if (op == ReduceOp::avg) divide_by_ranks(recv, count, type, size_);
   }
 
   std::string algorithm_;

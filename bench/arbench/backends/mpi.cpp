@@ -73,13 +73,6 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_OP_NULL;
 }
 
-template <typename T>
-void divide(void* buffer, std::size_t count, int n) {
-  T* p = static_cast<T*>(buffer);
-  const T d = static_cast<T>(n);
-  for (std::size_t i = 0; i < count; ++i) p[i] /= d;
-}
-
 class MpiBackend final : public Backend {
  public:
   explicit MpiBackend(arcoll::Communicator& comm) {
@@ -151,7 +144,7 @@ class MpiBackend final : public Backend {
           check(MPI_Reduce_scatter_block(c.send, c.recv, n, type, mpi_op(c.op), comm_),
                 "MPI_Reduce_scatter_block");
         }
-        if (c.op == ReduceOp::avg) divide_result(c.recv, c.count, c.type);
+        if (c.op == ReduceOp::avg) divide_by_ranks(c.recv, c.count, c.type, size_);
         break;
       }
       case Coll::broadcast:
@@ -163,7 +156,7 @@ class MpiBackend final : public Backend {
         check(MPI_Reduce(in_place ? MPI_IN_PLACE : c.send, c.recv, n, type, mpi_op(c.op), c.root,
                          comm_),
               "MPI_Reduce");
-        if (c.op == ReduceOp::avg && rank == c.root) divide_result(c.recv, c.count, c.type);
+        if (c.op == ReduceOp::avg && rank == c.root) divide_by_ranks(c.recv, c.count, c.type, size_);
         break;
       }
       case Coll::alltoall:
@@ -217,11 +210,7 @@ class MpiBackend final : public Backend {
       done += n;
       if (n == 0) break;
     }
-    if (c.op == ReduceOp::avg) divide_result(c.recv, c.count, c.type);
-  }
-  void divide_result(void* buffer, std::size_t count, DataType type) const {
-    if (type == DataType::f32) divide<float>(buffer, count, size_);
-    if (type == DataType::f64) divide<double>(buffer, count, size_);
+    if (c.op == ReduceOp::avg) divide_by_ranks(c.recv, c.count, c.type, size_);
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
