@@ -25,7 +25,7 @@ Tuning default_tuning() {
   return t;
 }
 
-void save_tuning(const Tuning& tuning, const std::string& path) {
+std::string tuning_json(const Tuning& tuning) {
   Json j;
   j["format"] = kFileFormat;
   j["version"] = kFileVersion;
@@ -34,14 +34,12 @@ void save_tuning(const Tuning& tuning, const std::string& path) {
     j["transports"][name] = {{"latency_us", c.latency_us},
                              {"bandwidth_gbs", c.bandwidth_gbs},
                              {"reduce_gbs", c.reduce_gbs}};
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw ConfigurationError("tuning file", path + ": cannot be written");
+  return j.dump(2) + "\n";
 }
 
-Tuning load_tuning(const std::string& path) {
-  const json_file::Source source{"tuning file", path};
-  const Json j = json_file::parse_object(json_file::read(source), source);
+Tuning parse_tuning(const std::string& text, const std::string& name) {
+  const json_file::Source source{"tuning file", name};
+  const Json j = json_file::parse_object(text, source);
   if (!j.contains("format") || j["format"] != kFileFormat)
     json_file::bad(source, "format", std::string("must be \"") + kFileFormat + "\"");
   if (!j.contains("version") || j["version"] != kFileVersion)
@@ -51,13 +49,24 @@ Tuning load_tuning(const std::string& path) {
     tuning.measured_on = j["measured_on"].get<std::string>();
   if (!j.contains("transports") || !j["transports"].is_object() || j["transports"].empty())
     json_file::bad(source, "transports", "must be an object with one entry per transport");
-  for (const auto& [name, entry] : j["transports"].items()) {
-    const std::string at = "transports." + name;
-    tuning.transports[name.data()] = {json_file::positive(entry, source, at, "latency_us"),
-                                      json_file::positive(entry, source, at, "bandwidth_gbs"),
-                                      json_file::positive(entry, source, at, "reduce_gbs")};
+  for (const auto& [transport, entry] : j["transports"].items()) {
+    const std::string at = "transports." + transport;
+    tuning.transports[transport.data()] = {
+        json_file::positive(entry, source, at, "latency_us"),
+        json_file::positive(entry, source, at, "bandwidth_gbs"),
+        json_file::positive(entry, source, at, "reduce_gbs")};
   }
   return tuning;
+}
+
+void save_tuning(const Tuning& tuning, const std::string& path) {
+  std::ofstream out(path);
+  out << tuning_json(tuning);
+  if (!out) throw ConfigurationError("tuning file", path + ": cannot be written");
+}
+
+Tuning load_tuning(const std::string& path) {
+  return parse_tuning(json_file::read({"tuning file", path}), path);
 }
 
 }  // namespace arcoll

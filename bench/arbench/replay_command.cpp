@@ -399,18 +399,18 @@ int simulate(const ReplayFlags& flags, const ReplaySetup& setup) {
 // One rank of a replay over real ranks: every variant in turn.
 int replay_on_ranks(arcoll::Communicator& comm, const ReplayFlags& flags,
                     const ReplaySetup& setup) {
-  // The prediction is only as good as the link costs: without a tuning file, measure them
-  // here, with this job's ranks and hosts, as `arbench tune` does.
+  // The prediction is only as good as the link costs: without a tuning file, this host's for
+  // this layout, measured on its first run (as `arbench tune` does) and kept.
   Where where;
   where.ranks = comm.size();
   where.description = std::to_string(comm.size()) + " ranks on " +
                       std::to_string(comm.node_count()) + " host(s), " + comm.transport_name();
   where.link_costs = "link costs from " + comm.options().tuning_file;
-  if (comm.options().tuning_file.empty() && comm.size() > 1) {
-    comm.set_tuning(arcoll::measure_tuning(comm));
-    where.link_costs = "link costs measured just now with every rank busy, as arbench tune does";
-  } else if (comm.options().tuning_file.empty()) {
-    where.link_costs = "built-in link costs";
+  if (comm.options().tuning_file.empty()) {
+    const arcoll::CalibratedTuning calibrated =
+        arcoll::calibrated_tuning(comm, arcoll::calibration_from_env());
+    if (!calibrated.tuning.transports.empty()) comm.set_tuning(calibrated.tuning);
+    where.link_costs = calibrated.source;
   }
   std::vector<Outcome> outcomes;
   std::vector<std::vector<rp::IterationRecord>> traced;

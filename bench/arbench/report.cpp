@@ -183,6 +183,7 @@ std::string table_header(const RunInfo& info) {
       "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s\n",
       info.transport.c_str(), info.algorithm.c_str(), info.chunk_bytes, info.sockets_per_peer,
       info.timeout_s);
+  if (!info.link_costs.empty()) out += "# cost model: " + info.link_costs + "\n";
   const bool wire = info.sweep.wire != arcoll::DataType::f32;
   if (wire)
     out += printf_string(
@@ -394,6 +395,7 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"chunk_bytes", info.chunk_bytes},
       {"sockets_per_peer", info.sockets_per_peer},
       {"timeout_s", info.timeout_s},
+      {"link_costs", info.link_costs},
       {"wire", arcoll::to_string(info.sweep.wire)},
   };
   json backends = json::array();

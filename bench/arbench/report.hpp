@@ -49,6 +49,7 @@ struct RunInfo {
   std::size_t chunk_bytes = 0;
   int sockets_per_peer = 0;
   double timeout_s = 0;
+  std::string link_costs;  // where the cost model's link costs come from (calibration)
   std::vector<BackendInfo> backends;  // in table order; the first is the reference of --compare
   bool compare = false;               // --compare: the side-by-side table
   bool algorithms = false;            // --algo all: predicted against measured, per algorithm

@@ -86,6 +86,7 @@ struct Plan {
   BackendOptions backend_options;
   std::string mpirun_args;
   std::optional<double> min_busbw_gbs;  // --min-busbw: the health gate
+  arcoll::Calibration calibration = arcoll::Calibration::cache;  // without a tuning file
 };
 
 // "all" or a comma-separated list of names `parse` accepts.
@@ -224,6 +225,11 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
       throw UsageError((flags.tuning.empty() ? "ARCOLL_TUNING_FILE: " : "--tuning: ") +
                        e.message());
     }
+  }
+  try {
+    plan.calibration = arcoll::calibration_from_env();
+  } catch (const arcoll::Error& e) {
+    throw UsageError(e.what());
   }
   if (!flags.transport.empty()) plan.options.transport = flags.transport;
   if (!flags.chunk.empty()) {
@@ -364,6 +370,14 @@ Row with_prediction(const arcoll::Communicator& comm, const Plan& plan, const Ro
 // `job` holds the workers (`comm`) and, last, --ps-servers dedicated servers.
 int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan& plan) {
   const bool root = comm.rank() == 0;
+  // The cost model that `auto` and the predictions use: this host's link costs, measured on
+  // its first run of this layout and kept, unless a tuning file gives them.
+  std::string link_costs = "link costs from " + comm.options().tuning_file;
+  if (comm.options().tuning_file.empty()) {
+    arcoll::CalibratedTuning calibrated = arcoll::calibrated_tuning(comm, plan.calibration);
+    if (!calibrated.tuning.transports.empty()) comm.set_tuning(calibrated.tuning);
+    link_costs = calibrated.source;
+  }
 
   // Every rank creates the same backends in the same order (their setup is collective).
   std::vector<std::unique_ptr<Backend>> owned;
@@ -393,6 +407,7 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
   }
 
   RunInfo info = describe_run(comm, plan);
+  info.link_costs = link_costs;
   info.algorithms = !plan.algorithms.empty();
   for (Backend* backend : backends)
     info.backends.push_back({backend->name(), backend->description(), backend->reduces()});

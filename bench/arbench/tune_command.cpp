@@ -12,7 +12,10 @@ int run_tune_command(const TuneFlags& flags) {
   return run_tool(
       "tune", flags.tool, 2, 2, [&] { return check_writable("-o/--output", output); },
       [&](arcoll::Communicator& comm) {
-        const arcoll::Tuning tuning = arcoll::measure_tuning(comm);
+        // Measured again: the cache of calibration on first use is renewed too.
+        const arcoll::CalibratedTuning calibrated =
+            arcoll::calibrated_tuning(comm, arcoll::Calibration::now);
+        const arcoll::Tuning& tuning = calibrated.tuning;
         if (comm.rank() != 0) return 0;
         print("# arbench tune: " + tuning.measured_on + "\n# " +
               printf_string("%-10s %14s %16s %14s", "transport", "latency (us)",
@@ -21,6 +24,7 @@ int run_tune_command(const TuneFlags& flags) {
         for (const auto& [name, c] : tuning.transports)
           print(printf_string("  %-10s %14.2f %16.2f %14.2f\n", name.c_str(), c.latency_us,
                                        c.bandwidth_gbs, c.reduce_gbs));
+        print("# " + calibrated.source + "\n");
         arcoll::save_tuning(tuning, output);
         print("# written to " + output + " (use it with --tuning or ARCOLL_TUNING_FILE)\n");
         return 0;

@@ -35,5 +35,27 @@ Tuning measure_tuning(Communicator& comm);
 // JSON files. load_tuning throws ConfigurationError naming the file and the field at fault.
 void save_tuning(const Tuning& tuning, const std::string& path);
 Tuning load_tuning(const std::string& path);
+// The same as text; `name` says where the text came from in errors.
+std::string tuning_json(const Tuning& tuning);
+Tuning parse_tuning(const std::string& text, const std::string& name);
+
+// Calibration on first use: the figures measure_tuning finds for a layout (ranks, hosts, the
+// transports between them) on a host and CPU model are kept in a per-user cache, and later
+// jobs of that layout there reuse them, so a host pays the measurement (under a second) once.
+// ARCOLL_CALIBRATE chooses: "cache" (the default: the kept figures, or measure and keep),
+// "now" (measure again and keep: after a hardware or driver change), "off" (the built-in
+// figures). ARCOLL_CACHE_DIR is the folder (default $XDG_CACHE_HOME/arcoll, else
+// ~/.cache/arcoll).
+enum class Calibration { cache, now, off };
+// ARCOLL_CALIBRATE; ConfigurationError for another value.
+Calibration calibration_from_env();
+struct CalibratedTuning {
+  Tuning tuning;       // empty with Calibration::off and for a world of one
+  std::string source;  // where the figures come from, for a report's header
+};
+// Collective: rank 0 looks in its cache (the key: its host name, CPU model, the ranks and
+// hosts of the job, the transports rank 0 uses) and every rank returns the same figures. A
+// cache that cannot be written costs a warning, not the job.
+CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode);
 
 }  // namespace arcoll

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "arcoll/communicator.hpp"
@@ -191,6 +193,69 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
               EXPECT_EQ(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
             },
             {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "auto"}});
+}
+
+// Calibration on first use: the first job of a layout measures the link costs and keeps them
+// in the cache folder, the next job reuses them (every rank the same figures), "now" measures
+// again, "off" keeps the built-in figures, a damaged file is measured over, and another value
+// of ARCOLL_CALIBRATE is a configuration error.
+TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
+  char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder_template), nullptr);
+  const std::string folder = folder_template;
+  auto job = [&](const std::string& mode, const std::string& expected_source) {
+    run_ranks(
+        3,
+        [&](Communicator& comm) {
+          const Calibration calibration = calibration_from_env();
+          const CalibratedTuning calibrated = calibrated_tuning(comm, calibration);
+          EXPECT_EQ(calibrated.source.rfind(expected_source, 0), 0u) << calibrated.source;
+          if (calibration == Calibration::off) {
+            EXPECT_TRUE(calibrated.tuning.transports.empty());
+            comm.barrier();  // rank 0's store stays up until every rank has joined
+            return;
+          }
+          // An entry per transport in use (two on emulated hosts).
+          ASSERT_FALSE(calibrated.tuning.transports.empty());
+          std::vector<double> figures;
+          for (const auto& [name, c] : calibrated.tuning.transports) {
+            EXPECT_GT(c.latency_us, 0) << name;
+            EXPECT_GT(c.bandwidth_gbs, 0) << name;
+            EXPECT_GT(c.reduce_gbs, 0) << name;
+            figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs});
+          }
+          std::vector<double> highest = figures;
+          comm.allreduce(highest.data(), highest.size(), DataType::f64, ReduceOp::max);
+          EXPECT_EQ(highest, figures);  // the same on every rank
+          comm.barrier();               // rank 0 has written the file
+          const std::string file = calibrated.source.substr(calibrated.source.find(folder));
+          const Tuning kept = load_tuning(file.substr(0, file.find(' ')));
+          ASSERT_EQ(kept.transports.size(), calibrated.tuning.transports.size());
+          for (const auto& [name, c] : calibrated.tuning.transports)
+            EXPECT_EQ(kept.transports.at(name).bandwidth_gbs, c.bandwidth_gbs) << name;
+        },
+        {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});
+  };
+  job("cache", "link costs measured just now, kept in " + folder + "/tuning-");
+  job("cache", "link costs kept in " + folder + "/tuning-");
+  job("now", "link costs measured just now, kept in " + folder + "/tuning-");
+  job("off", "built-in link costs");
+  // A damaged file: measured over, and whole again.
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    files.push_back(entry.path().string());
+  ASSERT_EQ(files.size(), 1u);
+  std::ofstream(files.front()) << "{\"format\": ";
+  job("cache", "link costs measured just now, kept in " + folder + "/tuning-");
+  job("cache", "link costs kept in " + folder + "/tuning-");
+  run_ranks(
+      2,
+      [](Communicator& comm) {
+        EXPECT_THROW(calibration_from_env(), ConfigurationError);
+        comm.barrier();
+      },
+      {{"ARCOLL_CALIBRATE", "sometimes"}});
+  std::filesystem::remove_all(folder);
 }
 
 // The model behind auto: predictions exist for every algorithm and auto takes the least.

@@ -177,7 +177,13 @@ TEST(NonBlocking, AFailedCallFailsEveryLaterOneWithItsCause) {
     for (int i = 0; i < 8; ++i) {
       if (i == 3) {
         for (const WorkPtr& w : works) w->wait();
-        comm->barrier();
+        // A rank may still be in the barrier when the others have left it and failed call 3:
+        // its barrier then fails with that cause, and so do its calls 3 to 7.
+        try {
+          comm->barrier();
+        } catch (const Error& e) {
+          std::printf("barrier: %s\n", e.what());
+        }
       }
       const std::size_t count = i == 3 && comm->rank() == 1 ? 999 : 1000;
       buffers.emplace_back(count, 1.0f);

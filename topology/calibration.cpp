@@ -1,0 +1,136 @@
+// Calibration on first use (arcoll/tuning.hpp): measure_tuning's figures kept per host, CPU
+// model and layout in a per-user cache. A user of the public API, like measure_tuning.
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "arcoll/communicator.hpp"
+#include "arcoll/error.hpp"
+#include "arcoll/host.hpp"
+#include "arcoll/tuning.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
+
+namespace arcoll {
+namespace {
+
+std::string cache_folder() {
+  if (auto folder = env::get("ARCOLL_CACHE_DIR")) return *folder;
+  if (auto xdg = env::get("XDG_CACHE_HOME"); xdg && !xdg->empty()) return *xdg + "/arcoll";
+  if (auto home = env::get("HOME"); home && !home->empty()) return *home + "/.cache/arcoll";
+  return "";
+}
+
+std::uint64_t fnv1a(const std::string& text) {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports.
+std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
+  std::set<std::string> transports;
+  for (int peer = 0; peer < comm.size(); ++peer)
+    if (peer != comm.rank()) transports.insert(comm.transport_to(peer));
+  std::ostringstream key;
+  key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
+  for (const std::string& t : transports) key << t << ",";
+  return key.str();
+}
+
+// File names keep to letters, digits, '.', '-' and '_'.
+std::string file_safe(const std::string& text) {
+  std::string out;
+  for (const char c : text) out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
+  return out;
+}
+
+std::string cache_file(const Communicator& comm) {
+  const std::string folder = cache_folder();
+  if (folder.empty()) return "";
+  const HostInfo host = host_info();
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx",
+                static_cast<unsigned long long>(fnv1a(layout_key(comm, host.cpu_model))));
+  return folder + "/tuning-" + file_safe(host.hostname) + "-" + std::to_string(comm.size()) +
+         "r" + std::to_string(comm.node_count()) + "h-" + hash + ".json";
+}
+
+// Written beside and renamed over: jobs that start together never read half a file.
+void keep(const Tuning& tuning, const std::string& file) {
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(file).parent_path(), error);
+  const std::string partial = file + "." + std::to_string(::getpid()) + ".partial";
+  {
+    std::ofstream out(partial);
+    out << tuning_json(tuning);
+    if (!out) {
+      log::warn("calibration: " + file + " cannot be written; the next job measures again");
+      std::filesystem::remove(partial, error);
+      return;
+    }
+  }
+  std::filesystem::rename(partial, file, error);
+  if (error) log::warn("calibration: " + file + ": " + error.message());
+}
+
+void broadcast_text(Communicator& comm, std::string& text) {
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  comm.broadcast(&length, 1, DataType::i64, 0);
+  text.resize(static_cast<std::size_t>(length));
+  comm.broadcast(text.data(), text.size(), DataType::u8, 0);
+}
+
+}  // namespace
+
+Calibration calibration_from_env() {
+  const auto value = env::get("ARCOLL_CALIBRATE");
+  if (!value || *value == "cache") return Calibration::cache;
+  if (*value == "now") return Calibration::now;
+  if (*value == "off") return Calibration::off;
+  throw ConfigurationError("ARCOLL_CALIBRATE",
+                           "'" + *value + "' is not cache, now or off");
+}
+
+CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
+  if (mode == Calibration::off) return {{}, "built-in link costs (ARCOLL_CALIBRATE=off)"};
+  if (comm.size() == 1) return {{}, "built-in link costs (one rank: no link to measure)"};
+  // Rank 0 decides for all: its cache file and what it holds, or nothing (measure).
+  std::string file, kept;
+  if (comm.rank() == 0) {
+    file = cache_file(comm);
+    if (mode == Calibration::cache && !file.empty()) {
+      std::ifstream in(file);
+      std::ostringstream text;
+      text << in.rdbuf();
+      if (in) {
+        kept = text.str();
+        try {
+          parse_tuning(kept, file);
+        } catch (const ConfigurationError& e) {
+          log::warn("calibration: " + std::string(e.what()) + "; measuring again");
+          kept.clear();
+        }
+      }
+    }
+  }
+  broadcast_text(comm, file);
+  broadcast_text(comm, kept);
+  if (!kept.empty()) {
+    Tuning tuning = parse_tuning(kept, file);
+    return {tuning, "link costs kept in " + file + " (" + tuning.measured_on + ")"};
+  }
+  Tuning tuning = measure_tuning(comm);
+  if (file.empty())
+    return {tuning, "link costs measured just now (no cache folder: set ARCOLL_CACHE_DIR or HOME)"};
+  if (comm.rank() == 0) keep(tuning, file);
+  return {tuning, "link costs measured just now, kept in " + file};
+}
+
+}  // namespace arcoll
