@@ -7,6 +7,21 @@
 #include "algorithms/algorithm.hpp"
 #include "arcoll/error.hpp"
 
+namespace arcoll {
+
+LinkCost LinkCost::at(double bytes) const {
+  // How far `bytes` is from the cached size towards the uncached one, in log(bytes).
+  const double toward_memory = std::clamp(
+      std::log(std::max(bytes, 1.0) / kCachedBytes) / std::log(kUncachedBytes / kCachedBytes),
+      0.0, 1.0);
+  auto blend = [&](double cached, double uncached) {
+    return cached > 0 ? cached + toward_memory * (uncached - cached) : uncached;
+  };
+  return {alpha, blend(cached_beta, beta), blend(cached_gamma, gamma), 0, 0};  // sized once
+}
+
+}  // namespace arcoll
+
 namespace arcoll::cost {
 
 int floor_log2(int p) {
@@ -31,7 +46,10 @@ namespace {
 
 constexpr double kTie = 1e-9;
 
-Plan predict_with(const AlgorithmInfo& info, const Layout& layout, double bytes) {
+Plan predict_with(const AlgorithmInfo& info, const Layout& unsized, double bytes) {
+  Layout layout = unsized;
+  layout.intra = unsized.intra.at(bytes);
+  layout.inter = unsized.inter.at(bytes);
   Plan plan{info.name, layout.chunk_bytes,
             info.allreduce_cost({layout, bytes, layout.chunk_bytes})};
   if (info.chunked)
@@ -74,7 +92,7 @@ double parameter_server_seconds(const Layout& layout, double bytes, int dedicate
   const double pieces = std::max(1.0, std::ceil(bytes / piece_bytes));
   // Ranks that share a link: a host's across hosts; on one host each rank is its own.
   const bool across = layout.hosts > 1;
-  const LinkCost& link = across ? layout.inter : layout.intra;
+  const LinkCost link = (across ? layout.inter : layout.intra).at(bytes);
   const double hosts = across ? layout.hosts : workers;
   const double per_host = workers / hosts;
   if (dedicated > 0) {

@@ -8,12 +8,21 @@
 #include <functional>
 #include <string>
 
+#include "arcoll/transport_costs.hpp"
+
 namespace arcoll {
 
 struct LinkCost {
   double alpha = 0;  // seconds per message
   double beta = 0;   // seconds per byte moved
   double gamma = 0;  // seconds per byte reduced
+  // β and γ of buffers that stay in the caches (0: the same as above); see at().
+  double cached_beta = 0;
+  double cached_gamma = 0;
+  // The costs of an all-reduce of `bytes`: the cached figures up to kCachedBytes, the others
+  // from kUncachedBytes, and in between a blend linear in log(bytes) (transport_costs.hpp).
+  // The result has no cached figures: it is sized once.
+  LinkCost at(double bytes) const;
 };
 
 // What the model knows of the ranks of a call.

@@ -30,10 +30,14 @@ std::string tuning_json(const Tuning& tuning) {
   j["format"] = kFileFormat;
   j["version"] = kFileVersion;
   j["measured_on"] = tuning.measured_on;
-  for (const auto& [name, c] : tuning.transports)
-    j["transports"][name] = {{"latency_us", c.latency_us},
-                             {"bandwidth_gbs", c.bandwidth_gbs},
-                             {"reduce_gbs", c.reduce_gbs}};
+  for (const auto& [name, c] : tuning.transports) {
+    Json& entry = j["transports"][name];
+    entry = {{"latency_us", c.latency_us},
+             {"bandwidth_gbs", c.bandwidth_gbs},
+             {"reduce_gbs", c.reduce_gbs}};
+    if (c.cached_bandwidth_gbs > 0) entry["cached_bandwidth_gbs"] = c.cached_bandwidth_gbs;
+    if (c.cached_reduce_gbs > 0) entry["cached_reduce_gbs"] = c.cached_reduce_gbs;
+  }
   return j.dump(2) + "\n";
 }
 
@@ -51,10 +55,15 @@ Tuning parse_tuning(const std::string& text, const std::string& name) {
     json_file::bad(source, "transports", "must be an object with one entry per transport");
   for (const auto& [transport, entry] : j["transports"].items()) {
     const std::string at = "transports." + transport;
+    // The cached figures are optional (files of earlier versions have none).
+    auto optional = [&](const char* key) {
+      return entry.contains(key) ? json_file::positive(entry, source, at, key) : 0.0;
+    };
     tuning.transports[transport.data()] = {
         json_file::positive(entry, source, at, "latency_us"),
         json_file::positive(entry, source, at, "bandwidth_gbs"),
-        json_file::positive(entry, source, at, "reduce_gbs")};
+        json_file::positive(entry, source, at, "reduce_gbs"), optional("cached_bandwidth_gbs"),
+        optional("cached_reduce_gbs")};
   }
   return tuning;
 }

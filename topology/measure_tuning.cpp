@@ -18,8 +18,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kSmallBytes = 8;
 constexpr int kSmallRounds = 200;
-constexpr std::size_t kLargeBytes = 16 << 20;
+constexpr std::size_t kLargeBytes = static_cast<std::size_t>(kUncachedBytes);
 constexpr int kLargeRounds = 16;
+// Exchanges that stay in the caches: as many bytes in all as one large exchange.
+constexpr std::size_t kCachedBytesPerExchange = static_cast<std::size_t>(kCachedBytes);
+constexpr int kCachedRounds = static_cast<int>(kLargeBytes / kCachedBytesPerExchange);
 constexpr int kTag = 7001;
 
 double seconds_since(Clock::time_point start) {
@@ -76,16 +79,18 @@ double exchange_seconds(Communicator& comm, int peer, std::size_t bytes, int rou
   return times[static_cast<std::size_t>(rounds / 2)];
 }
 
-// GB/s of an f32 sum over buffers larger than the caches: the median of a few runs, as the
-// other ranks of a loaded host reduce at the same time.
-double reduce_gbs() {
-  const std::size_t count = (32u << 20) / sizeof(float);
+// GB/s of an f32 sum of `bytes` (larger than the caches, or within them), `passes` times
+// over: the median of a few runs, as the other ranks of a loaded host reduce at the same time.
+double reduce_gbs(std::size_t bytes, int passes) {
+  const std::size_t count = bytes / sizeof(float);
   std::vector<float> a(count, 1.0f), b(count, 2.0f);
+  kernels::reduce(a.data(), a.data(), b.data(), count, DataType::f32, ReduceOp::sum);  // warm
   std::vector<double> times;
   for (int i = 0; i < 5; ++i) {
     const auto start = Clock::now();
-    kernels::reduce(a.data(), a.data(), b.data(), count, DataType::f32, ReduceOp::sum);
-    times.push_back(seconds_since(start));
+    for (int pass = 0; pass < passes; ++pass)
+      kernels::reduce(a.data(), a.data(), b.data(), count, DataType::f32, ReduceOp::sum);
+    times.push_back(seconds_since(start) / passes);
   }
   std::nth_element(times.begin(), times.begin() + 2, times.end());
   return static_cast<double>(count * sizeof(float)) / times[2] / 1e9;
@@ -143,13 +148,15 @@ Tuning measure_tuning(Communicator& comm) {
   std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
   const std::int32_t mine = comm.node_id();
   comm.allgather(&mine, node_of.data(), 1, DataType::i32);
-  const double gamma_gbs = reduce_gbs();  // all at once too
+  const double gamma_gbs = reduce_gbs(32u << 20, 1);  // all at once too
+  const double cached_gamma_gbs = reduce_gbs(kCachedBytesPerExchange, 16);
 
   Tuning tuning;
   for (const bool across : {false, true}) {
     const Role role = roles(node_of, across)[static_cast<std::size_t>(comm.rank())];
-    // Summed over the counted pairs: latency (us), bandwidth (GB/s), reduction (GB/s), ranks.
-    double figures[4] = {0, 0, 0, 0};
+    // Summed over the counted pairs: latency (us), bandwidth (GB/s), reduction (GB/s), the
+    // same two in cache, ranks.
+    double figures[6] = {0, 0, 0, 0, 0, 0};
     // Across hosts, ranks left alone copy for as long as the pairs measure: a probe of two
     // exchanges tells them how long that is. (Within hosts every rank but an odd one is paired.)
     double probe = 0;
@@ -160,17 +167,26 @@ Tuning measure_tuning(Communicator& comm) {
     if (role.partner >= 0) {
       const double alpha = one_way_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
+      const double cached =
+          exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
+      auto gbs = [&](std::size_t bytes, double seconds) {
+        return static_cast<double>(bytes) / std::max(seconds - alpha, 1e-9) / 1e9;
+      };
       if (role.counted) {
         figures[0] = alpha * 1e6;
-        figures[1] = static_cast<double>(kLargeBytes) / std::max(large - alpha, 1e-9) / 1e9;
+        figures[1] = gbs(kLargeBytes, large);
         figures[2] = gamma_gbs;
-        figures[3] = 1;
+        figures[3] = gbs(kCachedBytesPerExchange, cached);
+        figures[4] = cached_gamma_gbs;
+        figures[5] = 1;
       }
     } else if (across) {
-      copy_load(kLargeBytes, probe * (kLargeRounds + 2));
+      // The large exchanges and their warm-up, then the cached ones (as many bytes as one
+      // large exchange, and warm-up).
+      copy_load(kLargeBytes, probe * (kLargeRounds + 4));
     }
-    comm.allreduce(figures, 4, DataType::f64, ReduceOp::sum);
-    if (figures[3] == 0) continue;  // one host, or one rank per host
+    comm.allreduce(figures, 6, DataType::f64, ReduceOp::sum);
+    if (figures[5] == 0) continue;  // one host, or one rank per host
     // Every counted pair of a round crosses the same kind of link: that of the lowest
     // counted rank, told to the others by a broadcast of the name.
     std::array<char, 32> name{};
@@ -178,8 +194,9 @@ Tuning measure_tuning(Communicator& comm) {
     std::int32_t holder = role.counted ? comm.rank() : comm.size();
     comm.allreduce(&holder, 1, DataType::i32, ReduceOp::min);
     comm.broadcast(name.data(), name.size(), DataType::u8, holder);
-    tuning.transports[name.data()] = {figures[0] / figures[3], figures[1] / figures[3],
-                                      figures[2] / figures[3]};
+    const double pairs = figures[5];
+    tuning.transports[name.data()] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
+                                      figures[3] / pairs, figures[4] / pairs};
   }
   tuning.measured_on = std::to_string(comm.size()) + " ranks on " +
                        std::to_string(comm.node_count()) + " host(s), rank 0 on " +

@@ -8,6 +8,14 @@ struct TransportCosts {
   double latency_us = 0;     // one small message, one way (α)
   double bandwidth_gbs = 0;  // GB/s each way of a large exchange (1/β)
   double reduce_gbs = 0;     // GB/s of reduction, f32 sum out of cache (1/γ)
+  // The same of buffers that stay in the caches (kCachedBytes); 0: as out of cache. The model
+  // goes from these to the ones above between kCachedBytes and kUncachedBytes.
+  double cached_bandwidth_gbs = 0;
+  double cached_reduce_gbs = 0;
 };
+
+// The buffer sizes the figures above are measured at.
+inline constexpr double kCachedBytes = 256 * 1024;
+inline constexpr double kUncachedBytes = 16 * 1024 * 1024;
 
 }  // namespace arcoll

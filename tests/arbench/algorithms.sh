@@ -33,7 +33,8 @@ else:
     [(name, costs)] = tuning["transports"].items()
     if name not in open(f"{work}/tune.txt").read():
         errors.append(f"tune printed no {name} line")
-    for key in ("latency_us", "bandwidth_gbs", "reduce_gbs"):
+    for key in ("latency_us", "bandwidth_gbs", "reduce_gbs", "cached_bandwidth_gbs",
+                "cached_reduce_gbs"):
         if not costs[key] > 0:
             errors.append(f"tuning {name}.{key} = {costs[key]}")
 

@@ -158,6 +158,21 @@ TEST(InterleavedHosts, EveryAlgorithmMatchesReference) {
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
+// Every figure of every transport measured (above zero), and the same on every rank.
+void expect_measured_alike_on_every_rank(Communicator& comm, const Tuning& tuning) {
+  std::vector<double> figures;
+  for (const auto& [name, c] : tuning.transports) {
+    for (const double figure : {c.latency_us, c.bandwidth_gbs, c.reduce_gbs,
+                                c.cached_bandwidth_gbs, c.cached_reduce_gbs})
+      EXPECT_GT(figure, 0) << name;
+    figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs,
+                                   c.cached_bandwidth_gbs, c.cached_reduce_gbs});
+  }
+  std::vector<double> highest = figures;
+  comm.allreduce(highest.data(), highest.size(), DataType::f64, ReduceOp::max);
+  EXPECT_EQ(highest, figures);
+}
+
 // Tuning measures every transport of the job with all ranks busy, gives every rank the same
 // figures, and set_tuning makes the cost model use them.
 TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
@@ -171,16 +186,7 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
               for (const auto& [name, c] : measured.transports) measured_names.insert(name);
               EXPECT_EQ(measured_names, in_use);
               ASSERT_EQ(measured.transports.size(), 2u);
-              std::vector<double> figures;
-              for (const auto& [name, c] : measured.transports) {
-                EXPECT_GT(c.latency_us, 0) << name;
-                EXPECT_GT(c.bandwidth_gbs, 0) << name;
-                EXPECT_GT(c.reduce_gbs, 0) << name;
-                figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs});
-              }
-              std::vector<double> highest = figures;
-              comm.allreduce(highest.data(), highest.size(), DataType::f64, ReduceOp::max);
-              EXPECT_EQ(highest, figures);  // the same on every rank
+              expect_measured_alike_on_every_rank(comm, measured);
 
               constexpr std::size_t kBytes = 64 << 20;
               comm.set_tuning(measured);
@@ -217,16 +223,7 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
           }
           // An entry per transport in use (two on emulated hosts).
           ASSERT_FALSE(calibrated.tuning.transports.empty());
-          std::vector<double> figures;
-          for (const auto& [name, c] : calibrated.tuning.transports) {
-            EXPECT_GT(c.latency_us, 0) << name;
-            EXPECT_GT(c.bandwidth_gbs, 0) << name;
-            EXPECT_GT(c.reduce_gbs, 0) << name;
-            figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs});
-          }
-          std::vector<double> highest = figures;
-          comm.allreduce(highest.data(), highest.size(), DataType::f64, ReduceOp::max);
-          EXPECT_EQ(highest, figures);  // the same on every rank
+          expect_measured_alike_on_every_rank(comm, calibrated.tuning);
           comm.barrier();               // rank 0 has written the file
           const std::string file = calibrated.source.substr(calibrated.source.find(folder));
           const Tuning kept = load_tuning(file.substr(0, file.find(' ')));

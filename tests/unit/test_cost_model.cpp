@@ -30,6 +30,28 @@ TEST(CostModel, RingIsTwoPMinusOneStepsOfASegment) {
                    6 * 32 * kAlpha + 1.5 * big * kBeta + 0.75 * big * kGamma);
 }
 
+// Buffers in cache move at the cached rates, large ones at the others, and sizes between
+// go from one to the other, halfway (in log size) half of the way.
+TEST(CostModel, CachedRatesHoldForSmallBuffersAndFadeOutToMemoryRates) {
+  Layout cached = one_host(4);
+  cached.intra.cached_beta = kBeta / 4;
+  cached.intra.cached_gamma = kGamma / 2;
+  const LinkCost small = cached.intra.at(64 * 1024), large = cached.intra.at(64 << 20);
+  EXPECT_DOUBLE_EQ(small.beta, kBeta / 4);
+  EXPECT_DOUBLE_EQ(small.gamma, kGamma / 2);
+  EXPECT_DOUBLE_EQ(large.beta, kBeta);
+  EXPECT_DOUBLE_EQ(large.gamma, kGamma);
+  EXPECT_DOUBLE_EQ(cached.intra.at(2 << 20).beta, (kBeta / 4 + kBeta) / 2);  // 2 MiB: halfway
+  EXPECT_EQ(small.at(64 << 20).beta, small.beta);  // sized once
+  // No cached figures (the built-in costs): one rate at every size.
+  EXPECT_DOUBLE_EQ(one_host(4).intra.at(1024).beta, kBeta);
+  // The prediction uses the rates of its size.
+  const double n = 1 << 20;
+  EXPECT_LT(cost::predict("ring", cached, n).seconds, cost::predict("ring", one_host(4), n).seconds);
+  EXPECT_DOUBLE_EQ(cost::predict("ring", cached, 64 << 20).seconds,
+                   cost::predict("ring", one_host(4), 64 << 20).seconds);
+}
+
 TEST(CostModel, RecursiveDoublingAndHalvingDoubling) {
   const double n = 4096;
   EXPECT_DOUBLE_EQ(cost::predict("recursive_doubling", one_host(4), n).seconds,
