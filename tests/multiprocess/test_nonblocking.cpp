@@ -220,6 +220,7 @@ TEST(NonBlocking, AbortFailsWhatIsQueuedOnEveryRank) {
   options.failure_grace = std::chrono::seconds(30);
   auto exits = launch(options, [] {
     auto comm = Communicator::from_env();
+    comm->barrier();  // every rank done joining (rank 0's store read) before the abort
     std::vector<std::vector<float>> buffers(30, std::vector<float>(1 << 20, 1.0f));
     std::vector<WorkPtr> works;
     for (auto& b : buffers)
@@ -259,6 +260,7 @@ TEST(NonBlocking, DestroyingACommunicatorWithWorkInFlightFailsIt) {
   options.failure_grace = std::chrono::seconds(30);
   auto exits = launch(options, [] {
     auto comm = Communicator::from_env();
+    comm->barrier();  // every rank done joining (rank 0's store read) before rank 0 leaves
     const int rank = comm->rank();
     std::vector<std::vector<float>> buffers(20, std::vector<float>(1 << 20, 1.0f));
     std::vector<WorkPtr> works;
