@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -67,14 +66,12 @@ void keep(const Tuning& tuning, const std::string& file) {
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(file).parent_path(), error);
   const std::string partial = file + "." + std::to_string(::getpid()) + ".partial";
-  {
-    std::ofstream out(partial);
-    out << tuning_json(tuning);
-    if (!out) {
-      log::warn("calibration: " + file + " cannot be written; the next job measures again");
-      std::filesystem::remove(partial, error);
-      return;
-    }
+  try {
+    save_tuning(tuning, partial);
+  } catch (const ConfigurationError& e) {
+    log::warn("calibration: " + std::string(e.what()) + "; the next job measures again");
+    std::filesystem::remove(partial, error);
+    return;
   }
   std::filesystem::rename(partial, file, error);
   if (error) log::warn("calibration: " + file + ": " + error.message());
@@ -105,18 +102,11 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   std::string file, kept;
   if (comm.rank() == 0) {
     file = cache_file(comm);
-    if (mode == Calibration::cache && !file.empty()) {
-      std::ifstream in(file);
-      std::ostringstream text;
-      text << in.rdbuf();
-      if (in) {
-        kept = text.str();
-        try {
-          parse_tuning(kept, file);
-        } catch (const ConfigurationError& e) {
-          log::warn("calibration: " + std::string(e.what()) + "; measuring again");
-          kept.clear();
-        }
+    if (mode == Calibration::cache && !file.empty() && std::filesystem::exists(file)) {
+      try {
+        kept = tuning_json(load_tuning(file));
+      } catch (const ConfigurationError& e) {
+        log::warn("calibration: " + std::string(e.what()) + "; measuring again");
       }
     }
   }
