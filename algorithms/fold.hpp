@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -21,6 +22,18 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
                      ReduceOp op, bool reduce) {
   const std::size_t elem = size_of(type);
   const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
+  const std::size_t recv_bytes = recv_count * elem;
+  auto receive = [&](std::size_t offset, std::size_t n) {
+    return reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem, type, op)
+                  : p2p.irecv(partner, recv + offset, n);
+  };
+  if (send_bytes <= chunk && recv_bytes <= chunk) {
+    // One message each way, as small exchanges are: nothing to allocate.
+    const std::array<RequestPtr, 2> requests{p2p.isend(partner, send, send_bytes),
+                                             receive(0, recv_bytes)};
+    p2p.wait_all(requests);
+    return;
+  }
   std::vector<RequestPtr> requests;
   std::size_t offset = 0;
   do {
@@ -28,13 +41,10 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
     requests.push_back(p2p.isend(partner, send + offset, n));
     offset += n;
   } while (offset < send_bytes);
-  const std::size_t recv_bytes = recv_count * elem;
   offset = 0;
   do {
     const std::size_t n = std::min(chunk, recv_bytes - offset);
-    requests.push_back(reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem,
-                                                 type, op)
-                              : p2p.irecv(partner, recv + offset, n));
+    requests.push_back(receive(offset, n));
     offset += n;
   } while (offset < recv_bytes);
   p2p.wait_all(requests);

@@ -102,9 +102,10 @@ void Communicator::Impl::check_buffer(const char* operation, const void* buffer,
   if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::i64))
     throw InvalidArgument(operation, "unknown data type", rank_);
   // Bytes must fit in 63 bits, with room for the size() blocks of gathered buffers.
-  const std::size_t limit = (std::numeric_limits<std::size_t>::max() >> 1) / size_of(type) /
-                            static_cast<std::size_t>(rendezvous_.size);
-  if (count > limit)
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(count, size_of(type) * static_cast<std::size_t>(rendezvous_.size),
+                             &bytes) ||
+      bytes > std::numeric_limits<std::size_t>::max() >> 1)
     throw InvalidArgument(operation, "count " + std::to_string(count) + " overflows", rank_);
   if (buffer == nullptr && count * blocks != 0)
     throw InvalidArgument(operation, "null buffer with count " + std::to_string(count * blocks),
@@ -278,20 +279,28 @@ Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes
   return algorithm == "auto" ? cost::best(layout, b) : cost::predict(algorithm, layout, b);
 }
 
-const Plan& Communicator::Impl::plan_for(Collective collective, std::size_t bytes) {
-  // Cached: small collectives should not pay for the model or for copying names.
+Communicator::Impl::PlannedCall Communicator::Impl::planned(Collective collective,
+                                                           Plan plan) const {
+  const CollectiveFn* fn = find_collective(plan.algorithm, collective);
+  const int index = AlgorithmRegistry::instance().index_of(plan.algorithm);
+  return {std::move(plan), fn, index};
+}
+
+const Communicator::Impl::PlannedCall& Communicator::Impl::plan_for(Collective collective,
+                                                                    std::size_t bytes) {
+  // Cached: small collectives should not pay for the model or for looking up names.
   if (collective == Collective::allreduce && options_.algorithm == "auto") {
     auto cached = auto_plans_.find(bytes);
     if (cached != auto_plans_.end()) return cached->second;
     if (auto_plans_.size() > 4096) auto_plans_.clear();  // sizes seen by one job stay few
-    return auto_plans_[bytes] = predict("auto", bytes);
+    return auto_plans_[bytes] = planned(collective, predict("auto", bytes));
   }
   auto fixed = fixed_plans_.find(collective);
   if (fixed != fixed_plans_.end()) return fixed->second;
   const bool implemented = find_collective(options_.algorithm, collective) != nullptr;
-  return fixed_plans_[collective] = {
-             implemented ? options_.algorithm : kDefaultAlgorithm.at(collective),
-             options_.chunk_bytes, 0};
+  return fixed_plans_[collective] = planned(
+             collective, {implemented ? options_.algorithm : kDefaultAlgorithm.at(collective),
+                          options_.chunk_bytes, 0});
 }
 
 // ---- running -----------------------------------------------------------------------------
@@ -334,15 +343,13 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
       narrowable && args.type == DataType::f32 && size > 1 ? options_.wire : DataType::f32;
   const bool narrowed = wire != DataType::f32;
   const std::size_t bytes = args.count * size_of(args.type);
-  const Plan& plan = plan_for(collective, narrowed ? bytes / 2 : bytes);
-  const CollectiveFn* fn = find_collective(plan.algorithm, collective);
+  const PlannedCall& chosen = plan_for(collective, narrowed ? bytes / 2 : bytes);
   engine_->begin({.kind = to_string(collective),
                   .sequence = sequence_,
-                  .signature = pack({collective, args.type, args.op,
-                                     AlgorithmRegistry::instance().index_of(plan.algorithm),
+                  .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
                                      args.root, args.count}),
                   .wire = wire,
-                  .chunk_bytes = plan.chunk_bytes},
+                  .chunk_bytes = chosen.plan.chunk_bytes},
                  options_.timeout);
   CollectiveArgs effective = args;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
@@ -352,7 +359,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
       apply_error_feedback(args, wire);
       effective.send = args.recv;
     }
-    (*fn)(*engine_, effective);
+    (*chosen.fn)(*engine_, effective);
     // The rank that finished a segment holds it in f32, the others as it came off the wire:
     // one more rounding makes every rank's result the same.
     if (narrowed_allreduce) engine_->round_through_wire(args.recv, args.count, wire);

@@ -82,16 +82,24 @@ class Communicator::Impl {
   void drain(const char* operation);  // waits for every queued call, before a setting changes
   template <class Name>
   void check_usable(const Name& operation) const;
-  // The algorithm (and chunk) a collective of `bytes` runs with; valid until the next call.
-  const Plan& plan_for(Collective collective, std::size_t bytes);
+  // A plan with what running it takes, looked up once per plan: the algorithm's function, and
+  // its index in the registry (which the call's signature carries).
+  struct PlannedCall {
+    Plan plan;
+    const CollectiveFn* fn = nullptr;
+    int algorithm_index = -1;
+  };
+  // How a collective of `bytes` runs; valid until the next call.
+  const PlannedCall& plan_for(Collective collective, std::size_t bytes);
+  PlannedCall planned(Collective collective, Plan plan) const;
   [[noreturn]] void fail(const Error& e, const std::string& operation);
   void apply_error_feedback(const CollectiveArgs& args, DataType wire);
 
   // Error feedback: the rounding residual of the last all-reduce of each (buffer, count).
   std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
-  std::unordered_map<std::size_t, Plan> auto_plans_;  // by all-reduce bytes
-  std::map<Collective, Plan> fixed_plans_;            // the rest, until set_algorithm
-  std::uint64_t sequence_ = 0;                        // collectives started
+  std::unordered_map<std::size_t, PlannedCall> auto_plans_;  // by all-reduce bytes
+  std::map<Collective, PlannedCall> fixed_plans_;  // the rest, until set_algorithm
+  std::uint64_t sequence_ = 0;                     // collectives started
   std::string broken_;           // why the communicator can no longer be used
   std::vector<char> coalesced_;  // the buffers of a coalesced call, one after another
   std::vector<char> send_copy_;  // a send whose buffer the call's receive overwrites

@@ -142,7 +142,7 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
              ? 0
              : kCollectiveTagBit | static_cast<std::uint32_t>(call.sequence & kSequenceMask);
   timeout_ = timeout;
-  deadline_ = Clock::now() + timeout;
+  deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
 }
 
@@ -177,7 +177,7 @@ RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::
 
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag, std::optional<Request::Landing> landing) {
-  auto request = std::make_shared<Request>();
+  RequestPtr request = fresh_request();
   request->kind = kind;
   request->peer = peer;
   request->tag = tag;
@@ -186,6 +186,24 @@ RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t
   request->bytes = bytes;
   request->landing = landing;
   route_[static_cast<std::size_t>(peer)]->post(request);
+  return request;
+}
+
+RequestPtr Engine::fresh_request() {
+  // Requests are mostly let go in the order they were made, so the next few past the cursor
+  // are the likely free ones; a call with many messages in flight grows the pool instead.
+  constexpr std::size_t kLooks = 4;
+  constexpr std::size_t kPoolLimit = 256;
+  for (std::size_t look = 0; look < std::min(kLooks, requests_.size()); ++look) {
+    RequestPtr& pooled = requests_[request_cursor_];
+    request_cursor_ = (request_cursor_ + 1) % requests_.size();
+    if (pooled.use_count() == 1) {
+      *pooled = Request{};
+      return pooled;
+    }
+  }
+  auto request = std::make_shared<Request>();
+  if (requests_.size() < kPoolLimit) requests_.push_back(request);
   return request;
 }
 
@@ -282,6 +300,7 @@ void Engine::wait(const RequestPtr& request) {
     if (auto failure = transport_failure()) raise(failure);
     if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
     const Clock::time_point now = Clock::now();
+    if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
     if (now >= deadline_) {
       throw TimeoutError(call_name(),
                          "no progress within " + seconds_text(timeout_) +

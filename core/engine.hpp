@@ -118,6 +118,9 @@ class Engine final : public PointToPoint {
   // through the store in a short survey; empty when all were or the store cannot tell.
   std::string ranks_absent_from_call();
   std::vector<char> staging_buffer(std::size_t bytes);
+  // A cleared request, reused from earlier calls when nobody holds it any longer: a small
+  // collective then allocates nothing for its messages.
+  RequestPtr fresh_request();
 
   const Options& options_;
   int rank_;
@@ -135,9 +138,11 @@ class Engine final : public PointToPoint {
 
   Call call_;
   std::uint32_t tag_ = 0;
-  net::Clock::time_point deadline_{};
+  net::Clock::time_point deadline_{};  // of the call, from its first blocking wait
   std::chrono::milliseconds timeout_{0};
 
+  std::vector<RequestPtr> requests_;  // fresh_request()'s, looked at from request_cursor_ on
+  std::size_t request_cursor_ = 0;
   std::vector<std::vector<char>> scratch_;
   // Messages staged on their way, finished when waited for: sends narrowed to the wire format
   // (from `staging`), and under ARCOLL_CHECKSUM the CRC32C of every message (`checksum`,

@@ -64,7 +64,7 @@ class Matching {
                                      [&](const RequestPtr& r) { return r->tag == message->tag; });
     if (match != p.posted.end()) {
       RequestPtr receive = *match;
-      p.posted.erase(match);
+      erase(p.posted, match);
       if (!take(receive, message)) return Arrival::failed;
       if (message->bytes == 0) complete(*message);
       return Arrival::matched;
@@ -76,6 +76,29 @@ class Matching {
     }
     p.held.push_back(message);
     return Arrival::held;
+  }
+
+  // A whole message arrived at once and a receive is posted for its tag: it lands there as
+  // `land_into(receive)` puts it (true), with no record of the message kept. False, touching
+  // nothing, when no receive waits for it: arrive() takes it then.
+  template <class LandInto>
+  bool arrive_whole(int peer, std::uint32_t tag, std::uint64_t signature, std::uint64_t bytes,
+                    LandInto&& land_into) {
+    PeerState& p = peer_state(peer);
+    const auto match = std::find_if(p.posted.begin(), p.posted.end(),
+                                     [&](const RequestPtr& r) { return r->tag == tag; });
+    if (match == p.posted.end()) return false;
+    RequestPtr receive = std::move(*match);
+    erase(p.posted, match);
+    if (auto mismatch = check_match(*receive, bytes, signature)) {
+      fail_receive(receive, mismatch);
+      fail_peer_(peer, mismatch);
+      return true;
+    }
+    land_into(*receive);
+    receive->transferred = bytes;
+    receive->done = true;
+    return true;
   }
 
   // A receive is posted: it takes the first held message of its tag and returns it (complete
@@ -90,7 +113,7 @@ class Matching {
       return nullptr;
     }
     MessagePtr message = *match;
-    p.held.erase(match);
+    erase(p.held, match);
     if (!take(receive, message)) return nullptr;
     if (message->received == message->bytes) complete(*message);
     return message;
@@ -151,6 +174,14 @@ class Matching {
     std::vector<MessagePtr> arriving;  // matched, not complete
   };
   PeerState& peer_state(int peer) { return peers_[static_cast<std::size_t>(peer)]; }
+  // Matches are nearly always the first in their queue, which a deque pops cheaply.
+  template <class Queue>
+  static void erase(Queue& queue, typename Queue::iterator at) {
+    if (at == queue.begin())
+      queue.pop_front();
+    else
+      queue.erase(at);
+  }
 
   static void fail_receive(const RequestPtr& receive, const std::exception_ptr& error) {
     if (!receive || receive->done) return;

@@ -45,7 +45,10 @@ constexpr std::size_t kFragmentBytes = 64 * 1024;
 // Reducing receives of large messages read the sender's data in pieces of this size, which
 // stay in this core's cache between the read and the reduction.
 constexpr std::size_t kReducePieceBytes = 128 * 1024;
-constexpr auto kSleepSlice = std::chrono::milliseconds(20);
+// A wait that found nothing to do sleeps in slices from the shortest, doubling, up to the
+// longest; a peer's death and a doorbell missed (see publish()) are seen between slices.
+constexpr auto kShortestSleep = std::chrono::microseconds(100);
+constexpr auto kLongestSleep = std::chrono::milliseconds(20);
 
 enum class EntryKind : std::uint32_t {
   fragment = 1,
@@ -179,6 +182,11 @@ struct Peer {
   bool parked = false;                // a large message waits for its receive
   std::map<std::uint64_t, RequestPtr> awaiting_ack;
   std::uint64_t next_send_id = 0;
+  // Our ring's read position in the peer's segment as last seen: it is read again only when
+  // the ring looks full by it, so that a writer does not pull the reader's cache line over
+  // on every message.
+  std::uint64_t head_seen = 0;
+  std::uint64_t tail = 0;  // what we wrote into that ring; only we write its tail
   bool goodbye = false;
 };
 
@@ -199,6 +207,14 @@ class ShmTransport final : public Transport {
   bool poll_once();
   bool drain_ring(int peer);
   bool push_outgoing(int peer);
+  // Whether `need` bytes fit in our ring to `p` at `tail`; when not, the reader is asked to
+  // ring our doorbell once it frees space.
+  bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t need);
+  // Copies an entry and its payload into a ring at `tail`; the new tail.
+  static std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
+                                   const void* payload);
+  // Makes what was written up to `tail` visible to the reader, waking it if it sleeps.
+  void publish(Peer& p, Ring* ring, std::uint64_t tail);
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
@@ -220,6 +236,7 @@ class ShmTransport final : public Transport {
   std::vector<char> bounce_;  // pieces of reducing receives
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
+  std::chrono::microseconds sleep_slice_ = kShortestSleep;  // the next sleep's, see progress()
   std::exception_ptr failure_;
   bool aborted_ = false;
 };
@@ -346,6 +363,18 @@ void ShmTransport::post(const RequestPtr& request) {
     return;
   }
   const auto* data = static_cast<const char*>(request->buffer);
+  if (request->bytes <= kFragmentBytes && p.outgoing.empty()) {
+    // Nothing queued before it: a one-fragment message goes straight into the ring.
+    Ring* ring = ring_of(p.segment, rank_);
+    const Entry entry{EntryKind::fragment, request->tag,  request->bytes, 0, 0,
+                      static_cast<std::uint32_t>(request->bytes), 0, request->signature};
+    if (has_room(p, ring, p.tail, sizeof(Entry) + padded(entry.payload))) {
+      publish(p, ring, write_entry(ring, p.tail, entry, data));
+      request->transferred = request->bytes;
+      request->done = true;
+      return;
+    }
+  }
   std::uint64_t offset = 0;
   do {
     const auto n = static_cast<std::uint32_t>(
@@ -363,21 +392,11 @@ bool ShmTransport::push_outgoing(int peer) {
   if (p.outgoing.empty() || p.segment == nullptr) return false;
   Ring* ring = ring_of(p.segment, rank_);
   bool moved = false;
-  std::uint64_t tail = ring->tail.load(std::memory_order_relaxed);
+  std::uint64_t tail = p.tail;
   while (!p.outgoing.empty()) {
     Outgoing& out = p.outgoing.front();
-    const std::size_t need = sizeof(Entry) + padded(out.entry.payload);
-    const std::uint64_t head = ring->head.load(std::memory_order_acquire);
-    if (tail + need - head > kRingBytes) {
-      ring->writer_waiting.store(1, std::memory_order_seq_cst);
-      // Re-check: the reader may have freed space before seeing the flag.
-      if (tail + need - ring->head.load(std::memory_order_seq_cst) > kRingBytes) break;
-    }
-    ring_copy_in(ring, tail, &out.entry, sizeof(Entry));
-    if (out.entry.payload != 0)
-      ring_copy_in(ring, tail + sizeof(Entry), out.payload ? out.payload : out.owned.data(),
-                   out.entry.payload);
-    tail += need;
+    if (!has_room(p, ring, tail, sizeof(Entry) + padded(out.entry.payload))) break;
+    tail = write_entry(ring, tail, out.entry, out.payload ? out.payload : out.owned.data());
     if (out.request && out.entry.kind == EntryKind::fragment) {
       out.request->transferred += out.entry.payload;
       if (out.last_fragment) out.request->done = true;
@@ -385,13 +404,39 @@ bool ShmTransport::push_outgoing(int peer) {
     p.outgoing.pop_front();
     moved = true;
   }
-  if (moved) {
-    ring->tail.store(tail, std::memory_order_release);
-    SegmentHeader* h = header_of(p.segment);
-    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-    if (h->sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&h->doorbell);
-  }
+  if (moved) publish(p, ring, tail);
   return moved;
+}
+
+bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t need) {
+  if (tail + need - p.head_seen <= kRingBytes) return true;
+  p.head_seen = ring->head.load(std::memory_order_acquire);
+  if (tail + need - p.head_seen <= kRingBytes) return true;
+  ring->writer_waiting.store(1, std::memory_order_seq_cst);
+  // Re-check: the reader may have freed space before seeing the flag.
+  p.head_seen = ring->head.load(std::memory_order_seq_cst);
+  return tail + need - p.head_seen <= kRingBytes;
+}
+
+std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
+                                        const void* payload) {
+  ring_copy_in(ring, tail, &entry, sizeof(Entry));
+  if (entry.payload != 0) ring_copy_in(ring, tail + sizeof(Entry), payload, entry.payload);
+  return tail + sizeof(Entry) + padded(entry.payload);
+}
+
+void ShmTransport::publish(Peer& p, Ring* ring, std::uint64_t tail) {
+  p.tail = tail;
+  ring->tail.store(tail, std::memory_order_release);
+  // The doorbell rings only for a reader that said it sleeps. No fence orders the tail before
+  // that look (a fence waits for the ring's lines to reach the reader, on every message): a
+  // reader going to sleep at that very moment may miss the ring, and sees the message when its
+  // sleep slice ends. Its slices start short and grow with the time it has slept.
+  SegmentHeader* h = header_of(p.segment);
+  if (h->sleeping.load(std::memory_order_relaxed) != 0) {
+    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&h->doorbell);
+  }
 }
 
 // Reads the entries a peer wrote into our ring, as far as they can be delivered.
@@ -412,7 +457,9 @@ bool ShmTransport::drain_ring(int peer) {
   }
   if (moved) {
     ring->head.store(head, std::memory_order_seq_cst);
-    if (ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
+    // Looked at before it is cleared: the exchange would take the writer's cache line.
+    if (ring->writer_waiting.load(std::memory_order_seq_cst) != 0 &&
+        ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
       SegmentHeader* h = header_of(p.segment);
       h->doorbell.fetch_add(1, std::memory_order_seq_cst);
       futex_wake(&h->doorbell);
@@ -454,6 +501,14 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
       return;
   }
   const bool first = e.kind == EntryKind::descriptor || e.offset == 0;
+  if (first && e.kind == EntryKind::fragment && e.payload == e.message_bytes &&
+      matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
+        ring_read(ring, payload_at, e.payload,
+                  [&](const char* src, std::size_t offset, std::size_t length) {
+                    transport::land(receive, offset, src, length);
+                  });
+      }))
+    return;
   if (first) {
     auto m = std::make_shared<ShmMessage>();
     m->tag = e.tag;
@@ -550,11 +605,19 @@ bool ShmTransport::poll_once() {
 
 void ShmTransport::progress(Clock::time_point until) {
   if (peer_ranks_.empty() || failure_) return;
-  if (poll_once()) return;
+  if (poll_once()) {
+    sleep_slice_ = kShortestSleep;
+    return;
+  }
+  // The clock is read once every few polls: a read costs more than a poll.
+  constexpr unsigned kPollsPerClockRead = 16;
   const auto spin_end = std::min(until, Clock::now() + busy_poll_);
-  while (Clock::now() < spin_end) {
+  for (unsigned polls = 1; polls % kPollsPerClockRead != 0 || Clock::now() < spin_end; ++polls) {
     if (poll_yields_) std::this_thread::yield();
-    if (poll_once()) return;
+    if (poll_once()) {
+      sleep_slice_ = kShortestSleep;
+      return;
+    }
   }
   SegmentHeader* h = header_of(own_);
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
@@ -562,10 +625,11 @@ void ShmTransport::progress(Clock::time_point until) {
   if (!poll_once()) {
     const auto left = until - Clock::now();
     if (left > std::chrono::nanoseconds(0))
-      futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, kSleepSlice));
+      futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, sleep_slice_));
+    sleep_slice_ = std::min<std::chrono::microseconds>(2 * sleep_slice_, kLongestSleep);
   }
   h->sleeping.store(0, std::memory_order_seq_cst);
-  poll_once();
+  if (poll_once()) sleep_slice_ = kShortestSleep;
   check_peers_alive();
 }
 
