@@ -96,6 +96,13 @@ Options Options::from_env() {
   if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
     options.busy_poll = std::chrono::microseconds(*v);
   if (auto v = env_switch("ARCOLL_SHM_SINGLE_COPY")) options.shm_single_copy = *v;
+  if (auto v = env::get("ARCOLL_SHM_SINGLE_COPY_BYTES")) {
+    auto bytes = parse_byte_size(*v);
+    if (!bytes)
+      throw ConfigurationError("environment", "ARCOLL_SHM_SINGLE_COPY_BYTES='" + *v +
+                                                  "' is not a size like 64K or 1M");
+    options.shm_single_copy_bytes = *bytes;
+  }
   if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
     auto bytes = parse_byte_size(*v);
     if (!bytes || *bytes == 0)

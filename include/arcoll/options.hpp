@@ -52,6 +52,9 @@ struct Options {
   // cross-memory attach (ARCOLL_SHM_SINGLE_COPY=1, the default where the kernel allows it),
   // or copied through the shared rings (0).
   bool shm_single_copy = true;
+  // Which messages are large (ARCOLL_SHM_SINGLE_COPY_BYTES): those above this size. Below it,
+  // two user-space copies through the rings, which stay in cache, beat the kernel's one.
+  std::size_t shm_single_copy_bytes = 1024 * 1024;
 
   // End-to-end integrity (ARCOLL_CHECKSUM=1): every message a collective or send() moves
   // carries the CRC32C of its bytes, checked where it lands before it is used; a mismatch fails

@@ -41,7 +41,8 @@ const char* const kAllVariables[] = {"ARCOLL_RANK",
                                      "MASTER_PORT",
                                      "ARCOLL_TIMEOUT",
                                      "ARCOLL_CHUNK_BYTES",
-                                     "ARCOLL_SOCKETS_PER_PEER"};
+                                     "ARCOLL_SOCKETS_PER_PEER",
+                                     "ARCOLL_SHM_SINGLE_COPY_BYTES"};
 
 struct CleanEnvironment : ::testing::Test {
   void SetUp() override {
@@ -143,10 +144,15 @@ TEST_F(CleanEnvironment, OptionsFromEnvironment) {
   set("ARCOLL_TIMEOUT", "2.5");
   set("ARCOLL_CHUNK_BYTES", "64K");
   set("ARCOLL_SOCKETS_PER_PEER", "4");
+  set("ARCOLL_SHM_SINGLE_COPY_BYTES", "256K");
   Options o = Options::from_env();
   EXPECT_EQ(o.timeout.count(), 2500);
   EXPECT_EQ(o.chunk_bytes, 65536u);
   EXPECT_EQ(o.sockets_per_peer, 4);
+  EXPECT_EQ(o.shm_single_copy_bytes, 262144u);
+  set("ARCOLL_SHM_SINGLE_COPY_BYTES", "big");
+  EXPECT_THROW(Options::from_env(), ConfigurationError);
+  set("ARCOLL_SHM_SINGLE_COPY_BYTES", "0");
   set("ARCOLL_TIMEOUT", "-1");
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   set("ARCOLL_TIMEOUT", "1");

@@ -1,12 +1,13 @@
 // Shared-memory transport between ranks of one host.
 //
 // Each rank owns a POSIX shared-memory segment holding one single-producer/single-consumer
-// byte ring per peer (the peer writes, the owner reads) and a doorbell word. Small messages
-// travel through the ring as fragments (two copies, but no system call); large ones travel
-// as a descriptor of the sender's buffer, which the receiver reads straight into its
-// destination with process_vm_readv (one copy) and acknowledges. When cross-memory attach is
-// denied, large messages fall back to fragments. Waiting polls briefly, then sleeps on the
-// doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
+// byte ring per peer (the peer writes, the owner reads) and a doorbell word. Messages up to
+// Options::shm_single_copy_bytes travel through the ring as fragments (two copies, but no
+// system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
+// receiver reads straight into its destination with process_vm_readv (one copy) and
+// acknowledges. When cross-memory attach is denied, large messages fall back to fragments.
+// Waiting polls briefly, then sleeps on the doorbell futex in slices so that a peer's death
+// (seen through its pidfd) is noticed.
 // Segments are unlinked once every rank has mapped them: a crash leaves nothing in /dev/shm.
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -40,8 +41,6 @@ using net::Clock;
 
 constexpr std::size_t kRingBytes = 512 * 1024;
 constexpr std::size_t kFragmentBytes = 64 * 1024;
-// Messages up to transport::kEagerBytes are copied through the ring; larger ones are read by
-// the receiver from the sender's memory (single copy).
 // Reducing receives of large messages read the sender's data in pieces of this size, which
 // stay in this core's cache between the read and the reduction.
 constexpr std::size_t kReducePieceBytes = 128 * 1024;
@@ -144,8 +143,12 @@ void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t
   });
 }
 
-std::size_t padded(std::size_t n) {
-  return (n + 7) & ~std::size_t{7};
+// An entry and its payload take whole cache lines of the ring: a small message is then one
+// line for the writer to take over and one for the reader to fetch, and entries never wrap.
+constexpr std::size_t kLineBytes = 64;
+static_assert(sizeof(Entry) < kLineBytes && kRingBytes % kLineBytes == 0);
+std::size_t record_bytes(std::size_t payload) {
+  return (sizeof(Entry) + payload + kLineBytes - 1) & ~(kLineBytes - 1);
 }
 
 // A message being received. Descriptor messages: where the data lives in the sender, and the
@@ -233,6 +236,7 @@ class ShmTransport final : public Transport {
   std::vector<Peer> peers_;
   transport::Matching<ShmMessage> matching_;
   bool cma_;
+  std::size_t single_copy_bytes_;  // larger messages are read across processes when cma_
   std::vector<char> bounce_;  // pieces of reducing receives
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
@@ -248,6 +252,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
       cma_(setup.options->shm_single_copy),
+      single_copy_bytes_(setup.options->shm_single_copy_bytes),
       busy_poll_(setup.busy_poll),
       poll_yields_(setup.poll_yields) {
   if (peer_ranks_.empty()) return;
@@ -354,7 +359,7 @@ void ShmTransport::post(const RequestPtr& request) {
     post_recv(request);
     return;
   }
-  if (request->bytes > transport::kEagerBytes && cma_) {
+  if (request->bytes > single_copy_bytes_ && cma_) {
     const std::uint64_t id = p.next_send_id++;
     p.awaiting_ack[id] = request;
     enqueue(request->peer, Outgoing(Entry{EntryKind::descriptor, request->tag, request->bytes, id,
@@ -368,7 +373,7 @@ void ShmTransport::post(const RequestPtr& request) {
     Ring* ring = ring_of(p.segment, rank_);
     const Entry entry{EntryKind::fragment, request->tag,  request->bytes, 0, 0,
                       static_cast<std::uint32_t>(request->bytes), 0, request->signature};
-    if (has_room(p, ring, p.tail, sizeof(Entry) + padded(entry.payload))) {
+    if (has_room(p, ring, p.tail, record_bytes(entry.payload))) {
       publish(p, ring, write_entry(ring, p.tail, entry, data));
       request->transferred = request->bytes;
       request->done = true;
@@ -395,7 +400,7 @@ bool ShmTransport::push_outgoing(int peer) {
   std::uint64_t tail = p.tail;
   while (!p.outgoing.empty()) {
     Outgoing& out = p.outgoing.front();
-    if (!has_room(p, ring, tail, sizeof(Entry) + padded(out.entry.payload))) break;
+    if (!has_room(p, ring, tail, record_bytes(out.entry.payload))) break;
     tail = write_entry(ring, tail, out.entry, out.payload ? out.payload : out.owned.data());
     if (out.request && out.entry.kind == EntryKind::fragment) {
       out.request->transferred += out.entry.payload;
@@ -422,7 +427,7 @@ std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const En
                                         const void* payload) {
   ring_copy_in(ring, tail, &entry, sizeof(Entry));
   if (entry.payload != 0) ring_copy_in(ring, tail + sizeof(Entry), payload, entry.payload);
-  return tail + sizeof(Entry) + padded(entry.payload);
+  return tail + record_bytes(entry.payload);
 }
 
 void ShmTransport::publish(Peer& p, Ring* ring, std::uint64_t tail) {
@@ -452,7 +457,7 @@ bool ShmTransport::drain_ring(int peer) {
     ring_copy_out(ring, head, &e, sizeof e);
     deliver(peer, e, head + sizeof(Entry));
     if (p.parked) break;  // the entry stays until its receive is posted
-    head += sizeof(Entry) + padded(e.payload);
+    head += record_bytes(e.payload);
     moved = true;
   }
   if (moved) {
@@ -659,7 +664,7 @@ std::string ShmTransport::last_word(int peer) const {
       ring_copy_out(ring, at + sizeof(Entry), text.data(), text.size());
       return text;
     }
-    at += sizeof(Entry) + padded(e.payload);
+    at += record_bytes(e.payload);
   }
   return {};
 }
