@@ -50,6 +50,7 @@ constexpr auto kShortestSleep = std::chrono::microseconds(100);
 constexpr auto kLongestSleep = std::chrono::milliseconds(20);
 
 enum class EntryKind : std::uint32_t {
+  none = 0,  // not written yet: where the reader stops
   fragment = 1,
   descriptor = 2,
   ack = 3,
@@ -57,6 +58,9 @@ enum class EntryKind : std::uint32_t {
   abort = 5
 };
 
+// The writer writes an entry's kind last, and clears the kind where its next entry will go
+// before that: the reader polls the kind at its position and needs no other word from the
+// writer (one cache line to fetch per small message, not two).
 struct Entry {
   EntryKind kind;
   std::uint32_t tag;
@@ -72,9 +76,8 @@ static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
 struct alignas(64) Ring {
   std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
   char pad0[56];
-  std::atomic<std::uint64_t> tail;            // produced bytes, written by the peer (writer)
   std::atomic<std::uint32_t> writer_waiting;  // the writer sleeps until space frees
-  char pad1[52];
+  char pad1[60];
   char data[kRingBytes];
 };
 
@@ -151,6 +154,14 @@ std::size_t record_bytes(std::size_t payload) {
   return (sizeof(Entry) + payload + kLineBytes - 1) & ~(kLineBytes - 1);
 }
 
+Entry* entry_at(const Ring* r, std::uint64_t position) {
+  return reinterpret_cast<Entry*>(const_cast<char*>(r->data) + position % kRingBytes);
+}
+
+EntryKind kind_at(const Ring* r, std::uint64_t position) {
+  return std::atomic_ref<EntryKind>(entry_at(r, position)->kind).load(std::memory_order_acquire);
+}
+
 // A message being received. Descriptor messages: where the data lives in the sender, and the
 // id to acknowledge.
 struct ShmMessage : transport::Incoming {
@@ -189,7 +200,7 @@ struct Peer {
   // the ring looks full by it, so that a writer does not pull the reader's cache line over
   // on every message.
   std::uint64_t head_seen = 0;
-  std::uint64_t tail = 0;  // what we wrote into that ring; only we write its tail
+  std::uint64_t tail = 0;  // where our next record in that ring goes
   bool goodbye = false;
 };
 
@@ -210,14 +221,15 @@ class ShmTransport final : public Transport {
   bool poll_once();
   bool drain_ring(int peer);
   bool push_outgoing(int peer);
-  // Whether `need` bytes fit in our ring to `p` at `tail`; when not, the reader is asked to
-  // ring our doorbell once it frees space.
-  bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t need);
-  // Copies an entry and its payload into a ring at `tail`; the new tail.
+  // Whether a record of `record` bytes fits in our ring to `p` at `tail`, with the line after
+  // it (which write_entry() clears); when not, the reader is asked to ring our doorbell once
+  // it frees space.
+  bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record);
+  // Copies an entry and its payload into a ring at `tail`, its kind last; the new tail.
   static std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
                                    const void* payload);
-  // Makes what was written up to `tail` visible to the reader, waking it if it sleeps.
-  void publish(Peer& p, Ring* ring, std::uint64_t tail);
+  // Records what was written up to `tail`, waking the reader if it sleeps.
+  void publish(Peer& p, std::uint64_t tail);
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
@@ -374,7 +386,7 @@ void ShmTransport::post(const RequestPtr& request) {
     const Entry entry{EntryKind::fragment, request->tag,  request->bytes, 0, 0,
                       static_cast<std::uint32_t>(request->bytes), 0, request->signature};
     if (has_room(p, ring, p.tail, record_bytes(entry.payload))) {
-      publish(p, ring, write_entry(ring, p.tail, entry, data));
+      publish(p, write_entry(ring, p.tail, entry, data));
       request->transferred = request->bytes;
       request->done = true;
       return;
@@ -409,11 +421,12 @@ bool ShmTransport::push_outgoing(int peer) {
     p.outgoing.pop_front();
     moved = true;
   }
-  if (moved) publish(p, ring, tail);
+  if (moved) publish(p, tail);
   return moved;
 }
 
-bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t need) {
+bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record) {
+  const std::size_t need = record + kLineBytes;
   if (tail + need - p.head_seen <= kRingBytes) return true;
   p.head_seen = ring->head.load(std::memory_order_acquire);
   if (tail + need - p.head_seen <= kRingBytes) return true;
@@ -425,16 +438,22 @@ bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t
 
 std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
                                         const void* payload) {
-  ring_copy_in(ring, tail, &entry, sizeof(Entry));
+  const std::uint64_t next = tail + record_bytes(entry.payload);
+  std::atomic_ref<EntryKind>(entry_at(ring, next)->kind).store(EntryKind::none,
+                                                               std::memory_order_relaxed);
+  Entry* slot = entry_at(ring, tail);  // records start on lines: an entry never wraps
+  constexpr std::size_t kAfterKind = sizeof(EntryKind);
+  std::memcpy(reinterpret_cast<char*>(slot) + kAfterKind,
+              reinterpret_cast<const char*>(&entry) + kAfterKind, sizeof(Entry) - kAfterKind);
   if (entry.payload != 0) ring_copy_in(ring, tail + sizeof(Entry), payload, entry.payload);
-  return tail + record_bytes(entry.payload);
+  std::atomic_ref<EntryKind>(slot->kind).store(entry.kind, std::memory_order_release);
+  return next;
 }
 
-void ShmTransport::publish(Peer& p, Ring* ring, std::uint64_t tail) {
+void ShmTransport::publish(Peer& p, std::uint64_t tail) {
   p.tail = tail;
-  ring->tail.store(tail, std::memory_order_release);
-  // The doorbell rings only for a reader that said it sleeps. No fence orders the tail before
-  // that look (a fence waits for the ring's lines to reach the reader, on every message): a
+  // The doorbell rings only for a reader that said it sleeps. No fence orders the entries
+  // before that look (a fence waits for the ring's lines to reach the reader, on every message): a
   // reader going to sleep at that very moment may miss the ring, and sees the message when its
   // sleep slice ends. Its slices start short and grow with the time it has slept.
   SegmentHeader* h = header_of(p.segment);
@@ -450,11 +469,13 @@ bool ShmTransport::drain_ring(int peer) {
   if (p.parked) return false;
   Ring* ring = ring_of(own_, peer);
   std::uint64_t head = ring->head.load(std::memory_order_relaxed);
-  const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
   bool moved = false;
-  while (head != tail && !p.parked && !failure_) {
+  while (!p.parked && !failure_) {
+    const EntryKind kind = kind_at(ring, head);
+    if (kind == EntryKind::none) break;
     Entry e;
-    ring_copy_out(ring, head, &e, sizeof e);
+    std::memcpy(&e, entry_at(ring, head), sizeof e);
+    e.kind = kind;
     deliver(peer, e, head + sizeof(Entry));
     if (p.parked) break;  // the entry stays until its receive is posted
     head += record_bytes(e.payload);
@@ -655,10 +676,10 @@ void ShmTransport::check_peers_alive() {
 
 std::string ShmTransport::last_word(int peer) const {
   const Ring* ring = ring_of(own_, peer);
-  const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
-  for (std::uint64_t at = ring->head.load(std::memory_order_relaxed); at < tail;) {
+  const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+  for (std::uint64_t at = head; at - head < kRingBytes && kind_at(ring, at) != EntryKind::none;) {
     Entry e;
-    ring_copy_out(ring, at, &e, sizeof e);
+    std::memcpy(&e, entry_at(ring, at), sizeof e);
     if (e.kind == EntryKind::abort) {
       std::string text(std::min<std::uint32_t>(e.payload, 4096), '\0');
       ring_copy_out(ring, at + sizeof(Entry), text.data(), text.size());
