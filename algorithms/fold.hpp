@@ -27,26 +27,30 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
     return reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem, type, op)
                   : p2p.irecv(partner, recv + offset, n);
   };
+  // Receives are posted before sends: a message that comes at once then lands where it goes,
+  // and the bookkeeping of a receive (atomic reference counts, which wait for every store
+  // before them) does not wait for a send's stores to reach the partner's memory.
   if (send_bytes <= chunk && recv_bytes <= chunk) {
     // One message each way, as small exchanges are: nothing to allocate.
-    const std::array<RequestPtr, 2> requests{p2p.isend(partner, send, send_bytes),
-                                             receive(0, recv_bytes)};
+    // (A braced list is evaluated in order.)
+    const std::array<RequestPtr, 2> requests{receive(0, recv_bytes),
+                                             p2p.isend(partner, send, send_bytes)};
     p2p.wait_all(requests);
     return;
   }
   std::vector<RequestPtr> requests;
   std::size_t offset = 0;
   do {
-    const std::size_t n = std::min(chunk, send_bytes - offset);
-    requests.push_back(p2p.isend(partner, send + offset, n));
-    offset += n;
-  } while (offset < send_bytes);
-  offset = 0;
-  do {
     const std::size_t n = std::min(chunk, recv_bytes - offset);
     requests.push_back(receive(offset, n));
     offset += n;
   } while (offset < recv_bytes);
+  offset = 0;
+  do {
+    const std::size_t n = std::min(chunk, send_bytes - offset);
+    requests.push_back(p2p.isend(partner, send + offset, n));
+    offset += n;
+  } while (offset < send_bytes);
   p2p.wait_all(requests);
 }
 

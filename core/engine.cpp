@@ -270,6 +270,7 @@ void Engine::verify_checksum(const Request& request, std::uint32_t sent) {
 }
 
 void Engine::finish_staged(const Request& request) {
+  if (staged_.empty()) return;  // the usual case: no lookup
   auto it = staged_.find(&request);
   if (it == staged_.end()) return;
   Staged& staged = it->second;

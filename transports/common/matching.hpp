@@ -7,7 +7,10 @@
 // Eager or park: a message that arrives before its receive is held (copied aside) when it is
 // small; a large one must wait where it is (in the sender's ring, in the socket with the
 // sender held back by TCP) until its receive is posted, unless its bytes stay readable at the
-// sender anyway (a descriptor of the sender's buffer), which is held at any size.
+// sender anyway (a descriptor of the sender's buffer), which is held at any size. A large one
+// is held too when a receive of another tag from the same peer is posted: parked, it would
+// stand in front of that receive's message in the stream, and an algorithm that waits for its
+// channels in another order than they were sent (multi_ring) would wait forever.
 #pragma once
 
 #include <algorithm>
@@ -69,7 +72,7 @@ class Matching {
       if (message->bytes == 0) complete(*message);
       return Arrival::matched;
     }
-    if (!in_place && message->bytes > kEagerBytes) return Arrival::park;
+    if (!in_place && message->bytes > kEagerBytes && p.posted.empty()) return Arrival::park;
     if (!in_place) {
       message->holding = true;
       message->held.resize(message->bytes);
