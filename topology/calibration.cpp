@@ -32,7 +32,9 @@ std::uint64_t fnv1a(const std::string& text) {
   return hash;
 }
 
-// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports.
+// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports, and
+// the paths their messages take (the library's version, the chunk size, which shared-memory
+// messages are read across processes).
 std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   std::set<std::string> transports;
   for (int peer = 0; peer < comm.size(); ++peer)
@@ -40,6 +42,9 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   std::ostringstream key;
   key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
   for (const std::string& t : transports) key << t << ",";
+  const Options& options = comm.options();
+  key << "|" << version() << "|chunk " << options.chunk_bytes << "|shm single copy "
+      << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
   return key.str();
 }
 

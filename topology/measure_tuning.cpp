@@ -63,11 +63,18 @@ void copy_load(std::size_t bytes, double seconds) {
 }
 
 // Median time of `rounds` exchanges of `bytes` each way with `peer`, both directions at once:
-// a step of a collective, where every rank sends and receives. The median, as a loaded host
-// deschedules a rank now and then.
+// a step of a collective, where every rank sends and receives, in messages of the
+// communicator's chunk size as collectives send them (a transport may carry messages of
+// another size another way). The median, as a loaded host deschedules a rank now and then.
 double exchange_seconds(Communicator& comm, int peer, std::size_t bytes, int rounds) {
   std::vector<char> out(bytes), in(bytes);
-  auto exchange = [&] { comm.sendrecv(out.data(), bytes, peer, in.data(), bytes, peer, kTag); };
+  const std::size_t piece = std::min(bytes, std::max<std::size_t>(comm.options().chunk_bytes, 1));
+  auto exchange = [&] {
+    for (std::size_t at = 0; at < bytes; at += piece) {
+      const std::size_t n = std::min(piece, bytes - at);
+      comm.sendrecv(out.data() + at, n, peer, in.data() + at, n, peer, kTag);
+    }
+  };
   for (int i = 0; i < std::max(2, rounds / 10); ++i) exchange();  // warm-up
   std::vector<double> times;
   for (int i = 0; i < rounds; ++i) {

@@ -6,8 +6,8 @@
 // system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
 // receiver reads straight into its destination with process_vm_readv (one copy) and
 // acknowledges. When cross-memory attach is denied, large messages fall back to fragments.
-// Waiting polls briefly, then sleeps on the doorbell futex in slices so that a peer's death
-// (seen through its pidfd) is noticed.
+// Waiting polls briefly, then sleeps on the doorbell futex in short slices so that a peer's
+// death (seen through its pidfd) is noticed.
 // Segments are unlinked once every rank has mapped them: a crash leaves nothing in /dev/shm.
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -44,10 +44,7 @@ constexpr std::size_t kFragmentBytes = 64 * 1024;
 // Reducing receives of large messages read the sender's data in pieces of this size, which
 // stay in this core's cache between the read and the reduction.
 constexpr std::size_t kReducePieceBytes = 128 * 1024;
-// A wait that found nothing to do sleeps in slices from the shortest, doubling, up to the
-// longest; a peer's death and a doorbell missed (see publish()) are seen between slices.
-constexpr auto kShortestSleep = std::chrono::microseconds(100);
-constexpr auto kLongestSleep = std::chrono::milliseconds(20);
+constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
 enum class EntryKind : std::uint32_t {
   none = 0,  // not written yet: where the reader stops
@@ -252,7 +249,6 @@ class ShmTransport final : public Transport {
   std::vector<char> bounce_;  // pieces of reducing receives
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
-  std::chrono::microseconds sleep_slice_ = kShortestSleep;  // the next sleep's, see progress()
   std::exception_ptr failure_;
   bool aborted_ = false;
 };
@@ -452,10 +448,9 @@ std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const En
 
 void ShmTransport::publish(Peer& p, std::uint64_t tail) {
   p.tail = tail;
-  // The doorbell rings only for a reader that said it sleeps. No fence orders the entries
-  // before that look (a fence waits for the ring's lines to reach the reader, on every message): a
-  // reader going to sleep at that very moment may miss the ring, and sees the message when its
-  // sleep slice ends. Its slices start short and grow with the time it has slept.
+  // The doorbell rings only for a reader that said it sleeps. It says so before its last look
+  // at the rings, and we look at its word after writing: one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   SegmentHeader* h = header_of(p.segment);
   if (h->sleeping.load(std::memory_order_relaxed) != 0) {
     h->doorbell.fetch_add(1, std::memory_order_seq_cst);
@@ -631,31 +626,25 @@ bool ShmTransport::poll_once() {
 
 void ShmTransport::progress(Clock::time_point until) {
   if (peer_ranks_.empty() || failure_) return;
-  if (poll_once()) {
-    sleep_slice_ = kShortestSleep;
-    return;
-  }
+  if (poll_once()) return;
   // The clock is read once every few polls: a read costs more than a poll.
   constexpr unsigned kPollsPerClockRead = 16;
   const auto spin_end = std::min(until, Clock::now() + busy_poll_);
   for (unsigned polls = 1; polls % kPollsPerClockRead != 0 || Clock::now() < spin_end; ++polls) {
     if (poll_yields_) std::this_thread::yield();
-    if (poll_once()) {
-      sleep_slice_ = kShortestSleep;
-      return;
-    }
+    if (poll_once()) return;
   }
   SegmentHeader* h = header_of(own_);
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   h->sleeping.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with publish()'s
   if (!poll_once()) {
     const auto left = until - Clock::now();
     if (left > std::chrono::nanoseconds(0))
-      futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, sleep_slice_));
-    sleep_slice_ = std::min<std::chrono::microseconds>(2 * sleep_slice_, kLongestSleep);
+      futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, kSleepSlice));
   }
   h->sleeping.store(0, std::memory_order_seq_cst);
-  if (poll_once()) sleep_slice_ = kShortestSleep;
+  poll_once();
   check_peers_alive();
 }
 
