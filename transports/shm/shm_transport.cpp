@@ -627,10 +627,12 @@ bool ShmTransport::poll_once() {
 void ShmTransport::progress(Clock::time_point until) {
   if (peer_ranks_.empty() || failure_) return;
   if (poll_once()) return;
-  // The clock is read once every few polls: a read costs more than a poll.
-  constexpr unsigned kPollsPerClockRead = 16;
+  // The clock is read once every few polls, as a read costs more than a poll; but after every
+  // poll that yields the core, which may not come back for a while.
+  const unsigned polls_per_clock_read = poll_yields_ ? 1 : 16;
   const auto spin_end = std::min(until, Clock::now() + busy_poll_);
-  for (unsigned polls = 1; polls % kPollsPerClockRead != 0 || Clock::now() < spin_end; ++polls) {
+  for (unsigned polls = 1; polls % polls_per_clock_read != 0 || Clock::now() < spin_end;
+       ++polls) {
     if (poll_yields_) std::this_thread::yield();
     if (poll_once()) return;
   }
