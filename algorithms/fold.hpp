@@ -27,9 +27,8 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
     return reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem, type, op)
                   : p2p.irecv(partner, recv + offset, n);
   };
-  // Receives are posted before sends: a message that comes at once then lands where it goes,
-  // and the bookkeeping of a receive (atomic reference counts, which wait for every store
-  // before them) does not wait for a send's stores to reach the partner's memory.
+  // Receives are posted before sends: a message that comes at once then lands where it goes
+  // instead of being held aside first.
   if (send_bytes <= chunk && recv_bytes <= chunk) {
     // One message each way, as small exchanges are: nothing to allocate.
     // (A braced list is evaluated in order.)

@@ -93,11 +93,7 @@ class Matching {
     if (match == p.posted.end()) return false;
     RequestPtr receive = std::move(*match);
     erase(p.posted, match);
-    if (auto mismatch = check_match(*receive, bytes, signature)) {
-      fail_receive(receive, mismatch);
-      fail_peer_(peer, mismatch);
-      return true;
-    }
+    if (!belongs(receive, bytes, signature)) return true;
     land_into(*receive);
     receive->transferred = bytes;
     receive->done = true;
@@ -193,14 +189,19 @@ class Matching {
   }
   // Matches `receive` with `message`; false when they belong to different calls.
   bool take(const RequestPtr& receive, const MessagePtr& message) {
-    if (auto mismatch = check_match(*receive, message->bytes, message->signature)) {
-      fail_receive(receive, mismatch);
-      fail_peer_(receive->peer, mismatch);
-      return false;
-    }
+    if (!belongs(receive, message->bytes, message->signature)) return false;
     message->request = receive;
     peer_state(receive->peer).arriving.push_back(message);
     return true;
+  }
+  // Whether a message of `bytes` and `signature` belongs to `receive`; when not, the receive
+  // and the peer fail, naming both sides.
+  bool belongs(const RequestPtr& receive, std::uint64_t bytes, std::uint64_t signature) {
+    auto mismatch = check_match(*receive, bytes, signature);
+    if (!mismatch) return true;
+    fail_receive(receive, mismatch);
+    fail_peer_(receive->peer, mismatch);
+    return false;
   }
   void complete(Message& message) {
     Request& receive = *message.request;
