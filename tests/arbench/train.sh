@@ -24,9 +24,11 @@ for model in alexnet googlenet resnet50; do
     fail "$model's parameter count differs from the replayer's: $(grep "^$model" "$work/models.txt")"
 done
 
-# 1. Every policy, 3 ranks, buckets small enough that lenet's gradients take several.
+# 1. Every policy, 3 ranks, buckets small enough that lenet's gradients take several. One
+# epoch: each epoch ends with the test set's evaluation, most of a run's time here (the
+# epochs' boundaries are crossed in 6. below).
 "$arbench" train --np 3 --backends arcoll --policy sync-after-backward,wfbp,buckets,fusion \
-  --bucket-bytes 256K --steps 12 --epochs 2 --json "$work/policies.json" >"$work/policies.txt" ||
+  --bucket-bytes 256K --steps 12 --epochs 1 --json "$work/policies.json" >"$work/policies.txt" ||
   fail "training with every policy failed: $(cat "$work/policies.txt")"
 $python - "$work/policies.json" <<'PY' || fail "the policies' results are wrong: $(cat "$work/policies.txt")"
 import json, sys
@@ -38,9 +40,9 @@ buckets = {r["configuration"]["policy"]: r["buckets"] for r in runs}
 assert buckets["sync-after-backward"] == 1 and buckets["wfbp"] == 4 and buckets["buckets"] >= 2, buckets
 parameters = d["metadata"]["parameters"]
 for r in runs:
-    # 2 epochs of 12 iterations, every gradient once per iteration.
-    assert r["bytes_allreduced"] == 24 * parameters * 4, (r["bytes_allreduced"], parameters)
-    assert len(r["curve"]) == 2 and 0.1 < r["final_accuracy"] <= 1, r["curve"]
+    # 12 iterations, every gradient once per iteration.
+    assert r["bytes_allreduced"] == 12 * parameters * 4, (r["bytes_allreduced"], parameters)
+    assert len(r["curve"]) == 1 and 0.1 < r["final_accuracy"] <= 1, r["curve"]
     assert 0 < r["iteration_p50_s"] <= r["iteration_p95_s"], r
     assert r["peak_rss_mib"] > 0 and r["cpu_user_percent"] > 0, r
 PY
@@ -68,7 +70,7 @@ PY
 
 # 3. A throughput model on synthetic batches, with a 16-bit wire and error feedback, and the
 # layer profile as a replay model the replayer reads.
-"$arbench" train --np 2 --model googlenet --backends arcoll --batch 2 --steps 4 --wire bf16+ef \
+"$arbench" train --np 2 --model googlenet --backends arcoll --batch 2 --steps 3 --wire bf16+ef \
   --profile-layers "$work/profile.json" >"$work/googlenet.txt" ||
   fail "googlenet on synthetic data failed: $(cat "$work/googlenet.txt")"
 grep -q "replay model $work/profile.json predicts" "$work/googlenet.txt" ||
@@ -111,6 +113,8 @@ start=$(date +%s)
 ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 \
   >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
+# A check that fails below must not leave the job training.
+trap 'pkill -9 -P "$launcher" || true; kill -9 "$launcher" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 100); do
   grep -q "epoch 1:" "$work/kill.out" 2>/dev/null && break
   sleep 0.5

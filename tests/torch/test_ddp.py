@@ -33,9 +33,8 @@ class Net(torch.nn.Module):
         return self.fc(x.flatten(1))
 
 
-def train_side_by_side(rank, size, variant):
+def train_side_by_side(rank, size, variant, gloo):
     torch.manual_seed(0)
-    gloo = dist.new_group(backend="gloo")
     arcoll = dist.group.WORLD
     find_unused = variant == "unused"
     # The same initial weights on both (DDP broadcasts rank 0's anyway).
@@ -77,10 +76,17 @@ def train_side_by_side(rank, size, variant):
     assert torch.equal(highest, lowest), f"{variant}: ranks hold different parameters"
 
 
+def every_variant(rank, size):
+    # One job per world size: its ranks start torch once, not once per variant.
+    gloo = dist.new_group(backend="gloo")
+    for variant in ("plain", "unused", "fp16", "no_sync"):
+        train_side_by_side(rank, size, variant, gloo)
+        if rank == 0:
+            print(f"ddp {variant} on {size} ranks: arcoll matches gloo", flush=True)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     for size in (2, 3):
-        for variant in ("plain", "unused", "fp16", "no_sync"):
-            run(train_side_by_side, size, variant)
-            print(f"ddp {variant} on {size} ranks: arcoll matches gloo")
+        run(every_variant, size)
     print("torch ddp: ok")
