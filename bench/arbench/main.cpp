@@ -116,8 +116,8 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "--algo ps: the pieces tensors are cut into and spread over the servers (BytePS: 4M)")
       ->capture_default_str();
   add("--mpirun-args", flags.mpirun_args, "ARGS",
-      "Extra mpirun flags when arbench starts mpirun itself (blank-separated)")
-      ->capture_default_str();
+      "Extra mpirun flags when arbench starts mpirun itself (blank-separated; default: --mca "
+      "pml ob1 --mca btl self,vader,tcp, and btl self,tcp with --transport tcp)");
 }
 
 // A tool beside the sweep: `arbench NAME ...`.

@@ -36,7 +36,7 @@ struct SweepFlags {
   std::string compare;
   bool memcpy = false;
   std::string gloo_algo = "ring_chunked";
-  std::string mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp";
+  std::string mpirun_args;  // empty: arbench's choice (sweep_command.cpp)
   std::string ps_servers = "0";
   std::string ps_piece = "4M";
   // Whether -f and -i were given on the command line.

@@ -49,6 +49,13 @@ if [[ " ${backends[*]} " == *" mpi "* ]]; then
   timeout 120 "$arbench" --np 2 --backend mpi -d f16,f32 -b 1K -e 1K -w 0 -n 1 \
     >"$work/mpi_f16.txt" 2>&1 || fail "--backend mpi -d f16,f32 exited $? ($(cat "$work/mpi_f16.txt"))"
   grep -q "^# mpi: allreduce f16 sum skipped: " "$work/mpi_f16.txt" || fail "no skip line for f16 under MPI"
+  # MPI takes arcoll's path: shared memory by default, TCP beside arcoll over TCP.
+  grep -q "^# backend mpi: .*, btl self,vader,tcp)" "$work/mpi.txt" ||
+    fail "--backend mpi does not name the default btl: $(grep '^# backend' "$work/mpi.txt")"
+  timeout 120 "$arbench" --np 2 --transport tcp --compare mpi -b 1K -e 1K -w 0 -n 1 \
+    >"$work/mpi_tcp.txt" 2>&1 || fail "--transport tcp --compare mpi exited $? ($(cat "$work/mpi_tcp.txt"))"
+  grep -q "^# backend mpi: .*, btl self,tcp)" "$work/mpi_tcp.txt" ||
+    fail "beside arcoll over tcp, MPI is not on tcp: $(grep '^# backend' "$work/mpi_tcp.txt")"
 fi
 
 # --compare: one line per size with every backend's columns and ratios, and JSON rows per backend.

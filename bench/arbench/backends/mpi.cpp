@@ -106,7 +106,10 @@ class MpiBackend final : public Backend {
 
   std::string name() const override { return "mpi"; }
   std::string description() const override {
-    return "MPI's collectives (" + library_ + "); avg = MPI_SUM then divide";
+    // mpirun hands its --mca settings to the ranks as OMPI_MCA_* variables.
+    const char* btl = std::getenv("OMPI_MCA_btl");
+    return "MPI's collectives (" + library_ + (btl != nullptr ? std::string(", btl ") + btl : "") +
+           "); avg = MPI_SUM then divide";
   }
   std::optional<std::string> unsupported(Coll, DataType type, ReduceOp) const override {
     if (mpi_type(type) == MPI_DATATYPE_NULL)
