@@ -157,6 +157,12 @@ std::vector<std::string> split_blanks(const std::string& text) {
   return words;
 }
 
+std::string mpirun_args_or_default(const std::string& given, const std::string& transport) {
+  if (!given.empty()) return given;
+  return transport == "tcp" ? "--mca pml ob1 --mca btl self,tcp"
+                            : "--mca pml ob1 --mca btl self,vader,tcp";
+}
+
 int reexec_under_mpirun(const std::string& mpirun_args, int ranks, int argc,
                         const char* const* argv) {
   const auto mpirun = find_on_path("mpirun");

@@ -35,6 +35,11 @@ std::vector<std::string> split_list(const std::string& text);
 // The first executable `name` in PATH.
 std::optional<std::string> find_on_path(const std::string& name);
 
+// mpirun's flags when the user gave none (`given` empty): Open MPI crosses shared memory between
+// ranks of a host unless told otherwise, so beside arcoll over TCP it is put on TCP too, and
+// both measure the same path.
+std::string mpirun_args_or_default(const std::string& given, const std::string& transport);
+
 // MPI's ranks must be started by mpirun: runs this same command line (this executable, argv's
 // arguments) under `mpirun --allow-run-as-root --oversubscribe -np N <mpirun_args> ...`.
 // Returns only on failure, with the exit code to end with.

@@ -256,11 +256,7 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
       std::end(kGlooAlgorithms))
     throw UsageError("--gloo-algo: unknown algorithm " + quoted(flags.gloo_algo) +
                      " (known: ring, ring_chunked, halving_doubling, bcube)");
-  // Open MPI crosses shared memory between ranks of a host by default: beside arcoll over TCP
-  // it then measures another path. It takes arcoll's path unless the user says otherwise.
-  plan.mpirun_args = !flags.mpirun_args.empty() ? flags.mpirun_args
-                     : flags.transport == "tcp" ? "--mca pml ob1 --mca btl self,tcp"
-                                                : "--mca pml ob1 --mca btl self,vader,tcp";
+  plan.mpirun_args = mpirun_args_or_default(flags.mpirun_args, flags.transport);
   std::string compare = flags.compare;
   // The first run (no arguments) answers how arcoll does here: beside the CPU peers this
   // arbench was built with and the memory ceiling.

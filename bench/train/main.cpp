@@ -49,7 +49,7 @@ struct Flags {
                   lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
                   weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
                   data = kFashionMnistDir, json, profile_layers, timeout, threads = "1", transport,
-                  mpirun_args = "--mca pml ob1 --mca btl self,vader,tcp", ps_servers = "0";
+                  mpirun_args, ps_servers = "0";
   bool list_models = false;
 };
 
@@ -223,7 +223,7 @@ Plan make_plan(const Flags& flags) {
   plan.json = flags.json;
   plan.profile_layers = flags.profile_layers;
   plan.transport = flags.transport;
-  plan.mpirun_args = flags.mpirun_args;
+  plan.mpirun_args = arbench::mpirun_args_or_default(flags.mpirun_args, flags.transport);
   if (!flags.timeout.empty())
     plan.timeout = std::chrono::milliseconds(
         static_cast<long long>(1000 * parse_number("--timeout", flags.timeout, 0.001, 1e6)));
@@ -582,8 +582,9 @@ void add_flags(CLI::App& app, Flags& f) {
       "Dedicated parameter servers for the ps-* backends: K more ranks (the job's last) that "
       "only serve; 0: a server share in every worker")
       ->capture_default_str();
-  add("--mpirun-args", f.mpirun_args, "ARGS", "Extra mpirun flags when arbench starts mpirun")
-      ->capture_default_str();
+  add("--mpirun-args", f.mpirun_args, "ARGS",
+      "Extra mpirun flags when arbench starts mpirun (default: --mca pml ob1 --mca btl "
+      "self,vader,tcp, and btl self,tcp with --transport tcp)");
   app.add_flag(
       "--list-models", f.list_models,
       "List the models with their parameter counts (and the replayer's, where it has the model)");
