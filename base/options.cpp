@@ -103,6 +103,13 @@ Options Options::from_env() {
                                                   "' is not a size like 64K or 1M");
     options.shm_single_copy_bytes = *bytes;
   }
+  if (auto v = env::get("ARCOLL_STREAMING_BYTES")) {
+    auto bytes = parse_byte_size(*v);
+    if (!bytes)
+      throw ConfigurationError("environment", "ARCOLL_STREAMING_BYTES='" + *v +
+                                                  "' is not a size like 4K or 16M");
+    options.streaming_bytes = *bytes;
+  }
   if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
     auto bytes = parse_byte_size(*v);
     if (!bytes || *bytes == 0)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "arcoll/error.hpp"
@@ -121,7 +122,7 @@ bool overlaps_partially(const void* x, const void* y, std::size_t bytes) {
 }  // namespace
 
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type,
-            ReduceOp op) {
+            ReduceOp op, Stores stores) {
   const std::size_t t = type_index(type, "reduce");
   const auto o = static_cast<std::size_t>(op);
   if (o > static_cast<std::size_t>(ReduceOp::avg)) {
@@ -141,7 +142,17 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
     throw InvalidArgument("reduce",
                           "the destination overlaps an input without being the same buffer");
   }
-  active().reduce[t][op == ReduceOp::avg ? 0 : o](dst, a, b, count);
+  const isa::Table& table = active();
+  const auto& kernels = stores == Stores::streaming ? table.reduce_streaming : table.reduce;
+  kernels[t][op == ReduceOp::avg ? 0 : o](dst, a, b, count);
+}
+
+void copy(void* dst, const void* src, std::size_t bytes, Stores stores) {
+  if (bytes == 0) return;  // an empty message's buffers may be null
+  if (stores == Stores::streaming)
+    active().copy_streaming(dst, src, bytes);
+  else
+    std::memcpy(dst, src, bytes);
 }
 
 void divide_by(void* buf, std::size_t count, DataType type, int divisor) {

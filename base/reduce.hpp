@@ -10,12 +10,27 @@
 
 namespace arcoll::kernels {
 
+// How a kernel writes its destination.
+enum class Stores : std::uint8_t {
+  // Through the caches; out of place, with streaming stores (which skip the read of each line a
+  // cached store makes) when the destination is 16 MiB or more: larger than the caches.
+  by_size,
+  // Streaming stores at any size: the destination is a piece of a buffer larger than the
+  // caches, which nothing reads again soon (a collective's large result, landing in pieces).
+  // A destination that is also an input, and 16-bit float results, keep cached stores.
+  streaming,
+};
+
 // dst[i] = a[i] op b[i] for i < count. dst may alias a or b (exactly, not partially).
 // ReduceOp::avg reduces as sum; the caller divides once at the end (divide_by).
 // f16 and bf16 are computed in f32 and rounded to nearest even. Integer sum and prod wrap.
 // min and max propagate NaN. InvalidArgument for avg on an integer type, a null buffer with
 // count > 0, or partially overlapping buffers.
-void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op);
+void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op,
+            Stores stores = Stores::by_size);
+
+// dst = src for `bytes` bytes, which must not overlap: memcpy (by_size), or streaming stores.
+void copy(void* dst, const void* src, std::size_t bytes, Stores stores);
 
 // buf[i] /= divisor, for floating types (the last step of avg); f16 and bf16 divide in f32.
 // InvalidArgument for integer types and for divisor < 1.

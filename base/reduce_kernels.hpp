@@ -32,9 +32,16 @@ using NarrowFn = void (*)(void* dst, const float* src, std::size_t count);
 using WidenFn = void (*)(float* dst, const void* src, std::size_t count);
 using ReduceWidenedFn = void (*)(float* dst, const float* a, const void* b, std::size_t count);
 
+// dst = src for `bytes` bytes, not overlapping.
+using CopyFn = void (*)(void* dst, const void* src, std::size_t bytes);
+
 struct Table {
   const char* name;
   ReduceFn reduce[kTypeCount][kOpCount];
+  // The same with streaming stores at any size (out of place; the 16-bit types keep cached
+  // stores): for pieces of a destination larger than the caches.
+  ReduceFn reduce_streaming[kTypeCount][kOpCount];
+  CopyFn copy_streaming;
   DivideFn divide[kTypeCount];  // null for the integer types
   NarrowFn narrow[kWireCount];
   WidenFn widen[kWireCount];

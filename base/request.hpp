@@ -37,6 +37,9 @@ struct Request {
     DataType wire = DataType::f32;
   };
   std::optional<Landing> landing;
+  // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
+  // its message lands with streaming stores (kernels::Stores::streaming).
+  bool streaming_stores = false;
   // Set by the transport.
   std::size_t transferred = 0;
   bool done = false;

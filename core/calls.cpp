@@ -349,7 +349,8 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
                                      args.root, args.count}),
                   .wire = wire,
-                  .chunk_bytes = chosen.plan.chunk_bytes},
+                  .chunk_bytes = chosen.plan.chunk_bytes,
+                  .streaming_stores = bytes >= options_.streaming_bytes},
                  options_.timeout);
   CollectiveArgs effective = args;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;

@@ -185,6 +185,7 @@ RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t
   request->buffer = buffer;
   request->bytes = bytes;
   request->landing = landing;
+  request->streaming_stores = call_.streaming_stores;
   route_[static_cast<std::size_t>(peer)]->post(request);
   return request;
 }
@@ -282,6 +283,7 @@ void Engine::finish_staged(const Request& request) {
     Request checked;
     checked.buffer = staged.destination;
     checked.landing = staged.landing;
+    checked.streaming_stores = call_.streaming_stores;
     transport::land(checked, 0, staged.staging.data(), request.bytes);
   }
   if (staged.staging.capacity() > 0) staging_free_.push_back(std::move(staged.staging));

@@ -64,6 +64,7 @@ class Engine final : public PointToPoint {
     std::uint64_t signature = 0;    // core/call_signature.hpp; 0 for point-to-point
     DataType wire = DataType::f32;  // f32 elements travel as this (f32: as they are)
     std::size_t chunk_bytes = 0;
+    bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
   };
   void begin(const Call& call, std::chrono::milliseconds timeout);
   // "allreduce #12", "send".

@@ -56,6 +56,11 @@ struct Options {
   // two user-space copies through the rings, which stay in cache, beat the kernel's one.
   std::size_t shm_single_copy_bytes = 1024 * 1024;
 
+  // Collectives on buffers of at least this size (ARCOLL_STREAMING_BYTES) write what they
+  // receive with streaming stores, which skip the caches: the result is larger than they are
+  // and is not read again soon, and a cached store would first read every line it writes.
+  std::size_t streaming_bytes = std::size_t{16} << 20;
+
   // End-to-end integrity (ARCOLL_CHECKSUM=1): every message a collective or send() moves
   // carries the CRC32C of its bytes, checked where it lands before it is used; a mismatch fails
   // the call naming the link (sender, receiver, transport). Costs a CRC pass on each side.

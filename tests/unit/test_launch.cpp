@@ -42,7 +42,8 @@ const char* const kAllVariables[] = {"ARCOLL_RANK",
                                      "ARCOLL_TIMEOUT",
                                      "ARCOLL_CHUNK_BYTES",
                                      "ARCOLL_SOCKETS_PER_PEER",
-                                     "ARCOLL_SHM_SINGLE_COPY_BYTES"};
+                                     "ARCOLL_SHM_SINGLE_COPY_BYTES",
+                                     "ARCOLL_STREAMING_BYTES"};
 
 struct CleanEnvironment : ::testing::Test {
   void SetUp() override {
@@ -153,6 +154,13 @@ TEST_F(CleanEnvironment, OptionsFromEnvironment) {
   set("ARCOLL_SHM_SINGLE_COPY_BYTES", "big");
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   set("ARCOLL_SHM_SINGLE_COPY_BYTES", "0");
+  EXPECT_EQ(Options::from_env().streaming_bytes, std::size_t{16} << 20);  // the default
+  set("ARCOLL_STREAMING_BYTES", "0");
+  EXPECT_EQ(Options::from_env().streaming_bytes, 0u);
+  set("ARCOLL_STREAMING_BYTES", "lots");
+  EXPECT_THROW(Options::from_env(), ConfigurationError);
+  set("ARCOLL_STREAMING_BYTES", "4M");
+  EXPECT_EQ(Options::from_env().streaming_bytes, std::size_t{4} << 20);
   set("ARCOLL_TIMEOUT", "-1");
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   set("ARCOLL_TIMEOUT", "1");

@@ -386,9 +386,10 @@ class ReduceKernels : public ::testing::TestWithParam<const char*> {
 
   // Runs one reduction with the given aliasing and checks every element and the guards.
   void run_case(const Format& f, ReduceOp op, std::size_t count, Aliasing aliasing,
-                std::mt19937_64& rng) {
-    SCOPED_TRACE(::testing::Message() << to_string(f.type) << " " << to_string(op) << " count "
-                                      << count << ", " << to_cstr(aliasing));
+                std::mt19937_64& rng, Stores stores = Stores::by_size) {
+    SCOPED_TRACE(::testing::Message()
+                 << to_string(f.type) << " " << to_string(op) << " count " << count << ", "
+                 << to_cstr(aliasing) << (stores == Stores::streaming ? ", streaming" : ""));
     const std::size_t offset = count % 3;  // unaligned starts too
     Buffer a = random_buffer(f, count, offset, rng);
     Buffer b = aliasing == Aliasing::dst_is_a_and_b ? a : random_buffer(f, count, 0, rng);
@@ -422,7 +423,7 @@ class ReduceKernels : public ::testing::TestWithParam<const char*> {
       EXPECT_THROW(divide_by(dst, count, f.type, 2), InvalidArgument);
       return;
     }
-    reduce(dst, in_a, in_b, count, f.type, op);
+    reduce(dst, in_a, in_b, count, f.type, op, stores);
     int divisor = 0;
     if (op == ReduceOp::avg) {
       divisor = 1 + static_cast<int>(count % 7);
@@ -458,6 +459,52 @@ TEST_P(ReduceKernels, StreamingStoresOnVeryLargeBuffers) {
   const std::size_t count = (std::size_t{16} << 20) / 4 + 1001;
   run_case(kFormats[0], ReduceOp::sum, count, Aliasing::none, rng);  // f32
   run_case(kFormats[6], ReduceOp::max, count, Aliasing::none, rng);  // i32
+}
+
+// Streaming stores asked for at any size (the pieces of a collective's large result): a head
+// of plain stores up to a 64-byte boundary, whole chunks streamed, a plain tail; in place and
+// 16-bit results keep cached stores. Same results as by_size.
+TEST_P(ReduceKernels, StreamingStoresAtEveryCountMatchReference) {
+  std::mt19937_64 rng(2718);
+  for (const Format& f : kFormats) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::avg}) {
+      for (std::size_t count : kCounts) {
+        for (Aliasing aliasing : {Aliasing::none, Aliasing::dst_is_a})
+          run_case(f, op, count, aliasing, rng, Stores::streaming);
+      }
+      run_case(f, op, 100003, Aliasing::none, rng, Stores::streaming);
+    }
+  }
+}
+
+// copy: every length around the 64-byte lines, from and to every alignment within a line,
+// the bytes around the destination untouched.
+TEST_P(ReduceKernels, StreamingCopyMatchesMemcpy) {
+  std::mt19937_64 rng(31415);
+  constexpr std::size_t kGuard = 64;
+  constexpr std::size_t kBytes[] = {0, 1, 7, 63, 64, 65, 127, 128, 129, 1000, 4096, 65536 + 13};
+  constexpr std::size_t kDestinationOffsets[] = {0, 1, 8, 33, 63};
+  constexpr std::size_t kSourceOffsets[] = {0, 5, 32};
+  for (std::size_t bytes : kBytes) {
+    for (std::size_t dst_offset : kDestinationOffsets) {
+      for (std::size_t src_offset : kSourceOffsets) {
+        SCOPED_TRACE(::testing::Message() << bytes << " B, destination +" << dst_offset
+                                          << ", source +" << src_offset);
+        std::vector<unsigned char> src(src_offset + bytes);
+        for (auto& b : src) b = static_cast<unsigned char>(rng());
+        // 64-byte aligned storage, so that the offsets are offsets within a line.
+        std::vector<std::uint64_t> storage((kGuard * 2 + 128 + bytes) / 8 + 1);
+        auto* base = reinterpret_cast<unsigned char*>(storage.data());
+        base += (64 - reinterpret_cast<std::uintptr_t>(base) % 64) % 64;
+        unsigned char* dst = base + kGuard + dst_offset;
+        std::memset(base, 0xA5, kGuard * 2 + dst_offset + bytes);
+        copy(dst, src.data() + src_offset, bytes, Stores::streaming);
+        EXPECT_EQ(std::memcmp(dst, src.data() + src_offset, bytes), 0);
+        for (std::size_t i = 0; i < kGuard + dst_offset; ++i) ASSERT_EQ(base[i], 0xA5) << i;
+        for (std::size_t i = 0; i < kGuard; ++i) ASSERT_EQ(dst[bytes + i], 0xA5) << i;
+      }
+    }
+  }
 }
 
 TEST_P(ReduceKernels, MinMaxPropagateNaN) {

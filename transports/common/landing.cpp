@@ -1,7 +1,5 @@
 #include "transports/common/landing.hpp"
 
-#include <cstring>
-
 #include "base/reduce.hpp"
 
 namespace arcoll::transport {
@@ -17,8 +15,10 @@ std::size_t landing_element(const Request& receive) {
 
 void land(const Request& receive, std::uint64_t offset, const void* src, std::size_t n) {
   if (n == 0) return;  // empty messages may have no buffer at all
+  const auto stores =
+      receive.streaming_stores ? kernels::Stores::streaming : kernels::Stores::by_size;
   if (lands_as_copy(receive)) {
-    std::memcpy(static_cast<char*>(receive.buffer) + offset, src, n);
+    kernels::copy(static_cast<char*>(receive.buffer) + offset, src, n, stores);
     return;
   }
   const Request::Landing& l = *receive.landing;
@@ -27,7 +27,7 @@ void land(const Request& receive, std::uint64_t offset, const void* src, std::si
   const std::size_t at = offset / size_of(l.wire) * size_of(l.type);
   char* dst = static_cast<char*>(receive.buffer) + at;
   if (l.wire == l.type) {
-    kernels::reduce(dst, static_cast<const char*>(l.with) + at, src, count, l.type, l.op);
+    kernels::reduce(dst, static_cast<const char*>(l.with) + at, src, count, l.type, l.op, stores);
   } else if (l.with != nullptr) {
     kernels::reduce_widened(reinterpret_cast<float*>(dst),
                             reinterpret_cast<const float*>(static_cast<const char*>(l.with) + at),

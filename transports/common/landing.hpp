@@ -3,7 +3,8 @@
 // Request::Landing) by `land`, piece by piece as it arrives, straight from wherever the
 // transport holds the bytes (a shared ring, a peer's memory, a socket read into a small
 // buffer), so that the reduction reads them while they are in this core's cache and no
-// staging copy of the message is ever made. The engine calls it too, for the one kind of
+// staging copy of the message is ever made. A receive of a call on a large buffer lands with
+// streaming stores (Request::streaming_stores). The engine calls it too, for the one kind of
 // message it must see whole before combining: one checked against its checksum.
 #pragma once
 
