@@ -488,8 +488,8 @@ TEST_P(ReduceKernels, StreamingCopyMatchesMemcpy) {
   for (std::size_t bytes : kBytes) {
     for (std::size_t dst_offset : kDestinationOffsets) {
       for (std::size_t src_offset : kSourceOffsets) {
-        SCOPED_TRACE(::testing::Message() << bytes << " B, destination +" << dst_offset
-                                          << ", source +" << src_offset);
+        SCOPED_TRACE(::testing::Message()
+                     << bytes << " B, destination +" << dst_offset << ", source +" << src_offset);
         std::vector<unsigned char> src(src_offset + bytes);
         for (auto& b : src) b = static_cast<unsigned char>(rng());
         // 64-byte aligned storage, so that the offsets are offsets within a line.
@@ -499,7 +499,7 @@ TEST_P(ReduceKernels, StreamingCopyMatchesMemcpy) {
         unsigned char* dst = base + kGuard + dst_offset;
         std::memset(base, 0xA5, kGuard * 2 + dst_offset + bytes);
         copy(dst, src.data() + src_offset, bytes, Stores::streaming);
-        EXPECT_EQ(std::memcmp(dst, src.data() + src_offset, bytes), 0);
+        EXPECT_TRUE(bytes == 0 || std::memcmp(dst, src.data() + src_offset, bytes) == 0);
         for (std::size_t i = 0; i < kGuard + dst_offset; ++i) ASSERT_EQ(base[i], 0xA5) << i;
         for (std::size_t i = 0; i < kGuard; ++i) ASSERT_EQ(dst[bytes + i], 0xA5) << i;
       }

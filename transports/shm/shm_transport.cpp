@@ -1,19 +1,14 @@
 // Shared-memory transport between ranks of one host.
 //
-// Each rank owns a POSIX shared-memory segment holding one single-producer/single-consumer
-// byte ring per peer (the peer writes, the owner reads) and a doorbell word. Messages up to
-// Options::shm_single_copy_bytes travel through the ring as fragments (two copies, but no
-// system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
-// receiver reads straight into its destination with process_vm_readv (one copy) and
-// acknowledges. When cross-memory attach is denied, large messages fall back to fragments.
-// Waiting polls briefly, then sleeps on the doorbell futex in short slices so that a peer's
-// death (seen through its pidfd) is noticed.
-// Segments are unlinked once every rank has mapped them: a crash leaves nothing in /dev/shm.
-#include <fcntl.h>
+// Each peer writes into a single-producer/single-consumer byte ring in our segment
+// (segment.hpp), and we into one in its. Messages up to Options::shm_single_copy_bytes travel
+// through the ring as fragments (two copies, but no system call, in cache); larger ones travel
+// as a descriptor of the sender's buffer, which the receiver reads straight into its
+// destination with process_vm_readv (one copy) and acknowledges. When cross-memory attach is
+// denied, large messages fall back to fragments. Waiting polls briefly, then sleeps on the
+// doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
 #include <linux/futex.h>
 #include <poll.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -22,16 +17,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
-#include "base/store.hpp"
 #include "transports/common/matching.hpp"
+#include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::shm {
@@ -39,7 +32,6 @@ namespace {
 
 using net::Clock;
 
-constexpr std::size_t kRingBytes = 512 * 1024;
 constexpr std::size_t kFragmentBytes = 64 * 1024;
 // Reducing receives of large messages read the sender's data in pieces of this size, which
 // stay in this core's cache between the read and the reduction.
@@ -69,40 +61,6 @@ struct Entry {
   std::uint64_t signature;  // fragment, descriptor: the collective call it belongs to
 };
 static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
-
-struct alignas(64) Ring {
-  std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
-  char pad0[56];
-  std::atomic<std::uint32_t> writer_waiting;  // the writer sleeps until space frees
-  char pad1[60];
-  char data[kRingBytes];
-};
-
-struct SegmentHeader {
-  std::atomic<std::uint32_t> doorbell;
-  std::atomic<std::uint32_t> sleeping;
-  std::int32_t pid;
-  char pad[52];
-};
-
-std::size_t segment_bytes(int size) {
-  return sizeof(SegmentHeader) + static_cast<std::size_t>(size) * sizeof(Ring);
-}
-
-Ring* ring_of(void* segment, int writer) {
-  return reinterpret_cast<Ring*>(static_cast<char*>(segment) + sizeof(SegmentHeader)) + writer;
-}
-
-SegmentHeader* header_of(void* segment) {
-  return static_cast<SegmentHeader*>(segment);
-}
-
-std::string segment_name(std::uint64_t job, int rank) {
-  char name[64];
-  std::snprintf(name, sizeof name, "/arcoll-%016llx-%d", static_cast<unsigned long long>(job),
-                rank);
-  return name;
-}
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout) {
@@ -185,9 +143,7 @@ Entry control_entry(EntryKind kind, std::uint64_t id = 0, std::uint32_t payload 
 }
 
 struct Peer {
-  void* segment = nullptr;  // the peer's segment (our ring to it is at our rank)
-  int pid = 0;
-  net::Fd pidfd;
+  void* segment = nullptr;  // the peer's, mapped by Segments (our ring to it is at our rank)
   std::deque<Outgoing> outgoing;
   std::shared_ptr<ShmMessage> current;  // fragments still to come, in ring order
   bool parked = false;                // a large message waits for its receive
@@ -238,14 +194,15 @@ class ShmTransport final : public Transport {
   std::string last_word(int peer) const;
   void fail_dead_peer(int peer, const std::string& what);
 
+  void* own() const { return segments_.own(); }
+
   int rank_;
-  int size_;
   std::vector<int> peer_ranks_;  // served by this transport
-  void* own_ = nullptr;
+  Segments segments_;
   std::vector<Peer> peers_;
   transport::Matching<ShmMessage> matching_;
-  bool cma_;
-  std::size_t single_copy_bytes_;  // larger messages are read across processes when cma_
+  // Larger messages are read across processes when segments_.cma().
+  std::size_t single_copy_bytes_;
   std::vector<char> bounce_;  // pieces of reducing receives
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
@@ -255,80 +212,15 @@ class ShmTransport final : public Transport {
 
 ShmTransport::ShmTransport(const TransportSetup& setup)
     : rank_(setup.rank),
-      size_(setup.size),
       peer_ranks_(setup.peers),
+      segments_(setup, setup.options->shm_single_copy),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
-      cma_(setup.options->shm_single_copy),
       single_copy_bytes_(setup.options->shm_single_copy_bytes),
       busy_poll_(setup.busy_poll),
       poll_yields_(setup.poll_yields) {
-  if (peer_ranks_.empty()) return;
-  const std::size_t bytes = segment_bytes(size_);
-  const std::string own_name = segment_name(setup.job_id, rank_);
-  net::Fd fd(::shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
-  if (!fd)
-    throw SystemError("shm setup", "shm_open(" + own_name + "): " + std::strerror(errno), rank_);
-  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-    ::shm_unlink(own_name.c_str());
-    throw SystemError(
-        "shm setup",
-        "ftruncate of " + std::to_string(bytes) + " B in /dev/shm: " + std::strerror(errno), rank_);
-  }
-  own_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (own_ == MAP_FAILED) {
-    ::shm_unlink(own_name.c_str());
-    throw SystemError("shm setup", std::string("mmap: ") + std::strerror(errno), rank_);
-  }
-  header_of(own_)->pid = ::getpid();
-  // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
-  // our address space (to probe whether cross-memory reads are allowed).
-  setup.store->set(
-      "shm/ready/" + std::to_string(rank_),
-      std::to_string(::getpid()) + " " + std::to_string(reinterpret_cast<std::uintptr_t>(own_)));
-  try {
-    for (int p : peer_ranks_) {
-      auto ready = setup.store->get("shm/ready/" + std::to_string(p), setup.deadline);
-      if (!ready)
-        throw TimeoutError("shm setup", "rank " + std::to_string(p) + " never created its segment",
-                           rank_, p);
-      Peer& peer = peers_[static_cast<std::size_t>(p)];
-      unsigned long long address = 0;
-      if (std::sscanf(ready->c_str(), "%d %llu", &peer.pid, &address) != 2)
-        throw ProtocolError("shm setup", "malformed segment announcement '" + *ready + "'", rank_,
-                            p);
-      net::Fd peer_fd(::shm_open(segment_name(setup.job_id, p).c_str(), O_RDWR | O_CLOEXEC, 0));
-      if (!peer_fd)
-        throw SystemError("shm setup",
-                          "cannot open rank " + std::to_string(p) +
-                              "'s segment: " + std::strerror(errno) + " (is it on another host?)",
-                          rank_, p);
-      peer.segment = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd.get(), 0);
-      if (peer.segment == MAP_FAILED)
-        throw SystemError("shm setup", std::string("mmap: ") + std::strerror(errno), rank_, p);
-      peer.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, peer.pid, 0)));
-      std::int32_t probe = 0;
-      iovec local{&probe, sizeof probe};
-      iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, pid)), sizeof probe};
-      if (cma_ && (::process_vm_readv(peer.pid, &local, 1, &remote, 1, 0) != sizeof probe ||
-                   probe != peer.pid)) {
-        cma_ = false;
-        log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
-                  " is not allowed (" + std::strerror(errno) +
-                  "); large messages are copied through shared memory");
-      }
-    }
-    // Every rank has mapped every segment once all have said so: then the names can go.
-    setup.store->set("shm/mapped/" + std::to_string(rank_), "1");
-    for (int p : peer_ranks_)
-      if (!setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline))
-        throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
-                           rank_, p);
-  } catch (...) {
-    ::shm_unlink(own_name.c_str());
-    throw;
-  }
-  ::shm_unlink(own_name.c_str());
+  for (int p : peer_ranks_)
+    peers_[static_cast<std::size_t>(p)].segment = segments_.peer(p).segment.get();
 }
 
 ShmTransport::~ShmTransport() {
@@ -343,10 +235,6 @@ ShmTransport::~ShmTransport() {
       if (!poll_once()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
-  const std::size_t bytes = segment_bytes(size_);
-  for (Peer& p : peers_)
-    if (p.segment != nullptr && p.segment != MAP_FAILED) ::munmap(p.segment, bytes);
-  if (own_ != nullptr && own_ != MAP_FAILED) ::munmap(own_, bytes);
 }
 
 void ShmTransport::enqueue(int peer, Outgoing out) {
@@ -367,7 +255,7 @@ void ShmTransport::post(const RequestPtr& request) {
     post_recv(request);
     return;
   }
-  if (request->bytes > single_copy_bytes_ && cma_) {
+  if (request->bytes > single_copy_bytes_ && segments_.cma()) {
     const std::uint64_t id = p.next_send_id++;
     p.awaiting_ack[id] = request;
     enqueue(request->peer, Outgoing(Entry{EntryKind::descriptor, request->tag, request->bytes, id,
@@ -462,7 +350,7 @@ void ShmTransport::publish(Peer& p, std::uint64_t tail) {
 bool ShmTransport::drain_ring(int peer) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (p.parked) return false;
-  Ring* ring = ring_of(own_, peer);
+  Ring* ring = ring_of(own(), peer);
   std::uint64_t head = ring->head.load(std::memory_order_relaxed);
   bool moved = false;
   while (!p.parked && !failure_) {
@@ -491,7 +379,7 @@ bool ShmTransport::drain_ring(int peer) {
 
 void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  Ring* ring = ring_of(own_, peer);
+  Ring* ring = ring_of(own(), peer);
   switch (e.kind) {
     case EntryKind::goodbye:
       p.goodbye = true;
@@ -568,7 +456,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 // Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
 // for a reducing receive, piece by piece through a buffer small enough to stay in cache.
 void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& m) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  const int pid = segments_.peer(peer).pid;
   char* straight = matching_.direct(*m, 0);
   const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;
   if (straight == nullptr) bounce_.resize(kReducePieceBytes);
@@ -578,7 +466,7 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
     for (std::uint64_t done = 0; done < n;) {
       iovec local{into + done, n - done};
       iovec remote{reinterpret_cast<void*>(m->address + at + done), n - done};
-      ssize_t got = ::process_vm_readv(p.pid, &local, 1, &remote, 1, 0);
+      ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
       if (got <= 0) {
         fail_dead_peer(peer,
                        "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
@@ -636,7 +524,7 @@ void ShmTransport::progress(Clock::time_point until) {
     if (poll_yields_) std::this_thread::yield();
     if (poll_once()) return;
   }
-  SegmentHeader* h = header_of(own_);
+  SegmentHeader* h = header_of(own());
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   h->sleeping.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with publish()'s
@@ -652,21 +540,22 @@ void ShmTransport::progress(Clock::time_point until) {
 
 void ShmTransport::check_peers_alive() {
   for (int r : peer_ranks_) {
-    Peer& p = peers_[static_cast<std::size_t>(r)];
-    if (!p.pidfd || failure_) continue;
-    pollfd pfd{p.pidfd.get(), POLLIN, 0};
+    PeerSegment& mapped = segments_.peer(r);
+    if (!mapped.pidfd || failure_) continue;
+    pollfd pfd{mapped.pidfd.get(), POLLIN, 0};
     if (::poll(&pfd, 1, 0) <= 0) continue;
     drain_ring(r);  // a goodbye written just before exiting counts
-    if (p.goodbye) {
-      p.pidfd.reset();
+    if (peers_[static_cast<std::size_t>(r)].goodbye) {
+      mapped.pidfd.reset();
       continue;
     }
-    fail_dead_peer(r, "its process " + std::to_string(p.pid) + " ended without saying goodbye");
+    fail_dead_peer(r,
+                   "its process " + std::to_string(mapped.pid) + " ended without saying goodbye");
   }
 }
 
 std::string ShmTransport::last_word(int peer) const {
-  const Ring* ring = ring_of(own_, peer);
+  const Ring* ring = ring_of(own(), peer);
   const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
   for (std::uint64_t at = head; at - head < kRingBytes && kind_at(ring, at) != EntryKind::none;) {
     Entry e;

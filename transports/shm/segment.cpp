@@ -1,0 +1,138 @@
+#include "transports/shm/segment.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "arcoll/error.hpp"
+#include "base/log.hpp"
+#include "base/store.hpp"
+
+namespace arcoll::shm {
+namespace {
+
+std::size_t segment_bytes(int size) {
+  return sizeof(SegmentHeader) + static_cast<std::size_t>(size) * sizeof(Ring);
+}
+
+std::string segment_name(std::uint64_t job, int rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/arcoll-%016llx-%d", static_cast<unsigned long long>(job),
+                rank);
+  return name;
+}
+
+// Removes the name of our segment when setup ends, however it ends: once every rank has mapped
+// every segment, or on failure.
+class Unlinker {
+ public:
+  explicit Unlinker(std::string name) : name_(std::move(name)) {}
+  Unlinker(const Unlinker&) = delete;
+  Unlinker& operator=(const Unlinker&) = delete;
+  ~Unlinker() { ::shm_unlink(name_.c_str()); }
+
+ private:
+  std::string name_;
+};
+
+Mapping map_shared(int fd, std::size_t bytes, int rank, int peer) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED)
+    throw SystemError("shm setup", std::string("mmap: ") + std::strerror(errno), rank, peer);
+  return Mapping(base, bytes);
+}
+
+}  // namespace
+
+Ring* ring_of(void* segment, int writer) {
+  return reinterpret_cast<Ring*>(static_cast<char*>(segment) + sizeof(SegmentHeader)) + writer;
+}
+
+SegmentHeader* header_of(void* segment) {
+  return static_cast<SegmentHeader*>(segment);
+}
+
+Mapping::Mapping(Mapping&& other) noexcept
+    : base_(std::exchange(other.base_, nullptr)), bytes_(other.bytes_) {}
+
+Mapping& Mapping::operator=(Mapping&& other) noexcept {
+  if (this != &other) {
+    if (base_ != nullptr) ::munmap(base_, bytes_);
+    base_ = std::exchange(other.base_, nullptr);
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+Mapping::~Mapping() {
+  if (base_ != nullptr) ::munmap(base_, bytes_);
+}
+
+Segments::Segments(const TransportSetup& setup, bool probe_cma)
+    : peers_(static_cast<std::size_t>(setup.size)), cma_(probe_cma) {
+  if (setup.peers.empty()) return;
+  const int rank = setup.rank;
+  const std::size_t bytes = segment_bytes(setup.size);
+  const std::string own_name = segment_name(setup.job_id, rank);
+  net::Fd fd(::shm_open(own_name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd)
+    throw SystemError("shm setup", "shm_open(" + own_name + "): " + std::strerror(errno), rank);
+  const Unlinker unlink_own(own_name);
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    throw SystemError(
+        "shm setup",
+        "ftruncate of " + std::to_string(bytes) + " B in /dev/shm: " + std::strerror(errno), rank);
+  }
+  own_ = map_shared(fd.get(), bytes, rank, Error::kNoRank);
+  header_of(own())->pid = ::getpid();
+  // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
+  // our address space (to probe whether cross-memory reads are allowed).
+  setup.store->set(
+      "shm/ready/" + std::to_string(rank),
+      std::to_string(::getpid()) + " " + std::to_string(reinterpret_cast<std::uintptr_t>(own())));
+  for (int p : setup.peers) {
+    auto ready = setup.store->get("shm/ready/" + std::to_string(p), setup.deadline);
+    if (!ready)
+      throw TimeoutError("shm setup", "rank " + std::to_string(p) + " never created its segment",
+                         rank, p);
+    PeerSegment& mapped = peer(p);
+    unsigned long long address = 0;
+    if (std::sscanf(ready->c_str(), "%d %llu", &mapped.pid, &address) != 2)
+      throw ProtocolError("shm setup", "malformed segment announcement '" + *ready + "'", rank, p);
+    net::Fd peer_fd(::shm_open(segment_name(setup.job_id, p).c_str(), O_RDWR | O_CLOEXEC, 0));
+    if (!peer_fd)
+      throw SystemError("shm setup",
+                        "cannot open rank " + std::to_string(p) +
+                            "'s segment: " + std::strerror(errno) + " (is it on another host?)",
+                        rank, p);
+    mapped.segment = map_shared(peer_fd.get(), bytes, rank, p);
+    mapped.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, mapped.pid, 0)));
+    std::int32_t probe = 0;
+    iovec local{&probe, sizeof probe};
+    iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, pid)), sizeof probe};
+    if (cma_ && (::process_vm_readv(mapped.pid, &local, 1, &remote, 1, 0) != sizeof probe ||
+                 probe != mapped.pid)) {
+      cma_ = false;
+      log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
+                " is not allowed (" + std::strerror(errno) +
+                "); large messages are copied through shared memory");
+    }
+  }
+  // Every rank has mapped every segment once all have said so: then the names can go.
+  setup.store->set("shm/mapped/" + std::to_string(rank), "1");
+  for (int p : setup.peers)
+    if (!setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline))
+      throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
+                         rank, p);
+}
+
+}  // namespace arcoll::shm

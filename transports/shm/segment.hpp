@@ -1,0 +1,82 @@
+// The shared-memory segments of the shm transport. Each rank owns one POSIX segment holding
+// a doorbell and one byte ring per peer (the peer writes, the owner reads), and maps every
+// peer's. Setting them up: create ours, announce it through the store, map the peers', probe
+// whether cross-memory attach may read their memory, and unlink the names once every rank has
+// mapped every segment, so that a crash leaves nothing in /dev/shm. What travels in the rings
+// is the transport's business (shm_transport.cpp).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/socket.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll::shm {
+
+inline constexpr std::size_t kRingBytes = 512 * 1024;
+
+struct alignas(64) Ring {
+  std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
+  char pad0[56];
+  std::atomic<std::uint32_t> writer_waiting;  // the writer sleeps until space frees
+  char pad1[60];
+  char data[kRingBytes];
+};
+
+struct SegmentHeader {
+  std::atomic<std::uint32_t> doorbell;
+  std::atomic<std::uint32_t> sleeping;
+  std::int32_t pid;
+  char pad[52];
+};
+
+// The ring `writer` writes into, in a segment.
+Ring* ring_of(void* segment, int writer);
+SegmentHeader* header_of(void* segment);
+
+// A mapping of a segment, unmapped when it goes.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(void* base, std::size_t bytes) : base_(base), bytes_(bytes) {}
+  Mapping(Mapping&& other) noexcept;
+  Mapping& operator=(Mapping&& other) noexcept;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+  void* get() const { return base_; }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A peer's segment as mapped here, and the process behind it.
+struct PeerSegment {
+  Mapping segment;  // our ring to the peer is at our rank
+  int pid = 0;
+  net::Fd pidfd;  // readable once the peer's process has ended
+};
+
+class Segments {
+ public:
+  // Sets up the segments of `setup.peers` (nothing for none). `probe_cma`: check that
+  // cross-memory attach may read every peer's memory (cma() says whether it may). Throws
+  // SystemError, TimeoutError or ProtocolError naming the peer.
+  Segments(const TransportSetup& setup, bool probe_cma);
+
+  void* own() const { return own_.get(); }
+  PeerSegment& peer(int rank) { return peers_[static_cast<std::size_t>(rank)]; }
+  const PeerSegment& peer(int rank) const { return peers_[static_cast<std::size_t>(rank)]; }
+  bool cma() const { return cma_; }
+
+ private:
+  Mapping own_;
+  std::vector<PeerSegment> peers_;  // by rank
+  bool cma_;
+};
+
+}  // namespace arcoll::shm
