@@ -105,6 +105,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
                "Also time a single-core memcpy of each size (rank 0 alone) and every rank's "
                "copy at once, which gives the all-reduce's memory-traffic ceiling, in the same "
                "run (adds memcpy and ceiling to --compare)");
+  app.add_flag("--shared-buffers", flags.shared_buffers,
+               "Allocate the send and receive buffers with arcoll::mem_alloc: memory the ranks "
+               "of a host read from each other in place, as registered buffers are in nccl-tests "
+               "(-R); the peers (--compare) keep heap buffers");
   add("--gloo-algo", flags.gloo_algo, "NAME",
       "Gloo allreduce: ring, ring_chunked, halving_doubling or bcube")
       ->capture_default_str();

@@ -180,9 +180,9 @@ std::string table_header(const RunInfo& info) {
   out += printf_string("# world size %d on %d host(s), %s\n", info.world_size, info.nodes,
                        per_host.c_str());
   out += printf_string(
-      "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s\n",
+      "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s  buffers %s\n",
       info.transport.c_str(), info.algorithm.c_str(), info.chunk_bytes, info.sockets_per_peer,
-      info.timeout_s);
+      info.timeout_s, info.sweep.shared_buffers ? "arcoll's from mem_alloc" : "heap");
   if (!info.link_costs.empty()) out += "# cost model: " + info.link_costs + "\n";
   const bool wire = info.sweep.wire != arcoll::DataType::f32;
   if (wire)
@@ -397,6 +397,7 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"timeout_s", info.timeout_s},
       {"link_costs", info.link_costs},
       {"wire", arcoll::to_string(info.sweep.wire)},
+      {"shared_buffers", info.sweep.shared_buffers},
   };
   json backends = json::array();
   for (const BackendInfo& b : info.backends) {

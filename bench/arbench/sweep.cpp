@@ -20,19 +20,27 @@ namespace {
 using arcoll::DataType;
 using arcoll::ReduceOp;
 
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
+struct BufferDeleter {
+  bool shared = false;
+  void operator()(std::byte* p) const {
+    if (shared)
+      arcoll::mem_free(p);
+    else
+      std::free(p);
+  }
 };
-using Buffer = std::unique_ptr<std::byte, FreeDeleter>;
+using Buffer = std::unique_ptr<std::byte, BufferDeleter>;
 
-// Cache-line aligned and touched, so that page faults stay out of the timed loops.
-Buffer allocate(std::size_t bytes) {
+// Cache-line aligned and touched, so that page faults stay out of the timed loops. `shared`:
+// from arcoll::mem_alloc.
+Buffer allocate(std::size_t bytes, bool shared) {
   constexpr std::size_t kAlign = 64;
   const std::size_t rounded = (std::max<std::size_t>(bytes, kAlign) + kAlign - 1) / kAlign * kAlign;
-  auto* p = static_cast<std::byte*>(std::aligned_alloc(kAlign, rounded));
+  auto* p = static_cast<std::byte*>(shared ? arcoll::mem_alloc(rounded)
+                                           : std::aligned_alloc(kAlign, rounded));
   if (p == nullptr) throw std::bad_alloc();
   std::memset(p, 0, rounded);
-  return Buffer(p);
+  return Buffer(p, BufferDeleter{shared});
 }
 
 struct LocalResult {
@@ -234,8 +242,17 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
   // Both buffers hold a row's whole size, whatever the collective makes of them.
   std::size_t max_bytes = 0;
   for (std::size_t size : settings.sizes) max_bytes = std::max(max_bytes, size);
-  Buffer send = allocate(max_bytes);
-  Buffer recv = allocate(max_bytes);
+  Buffer send = allocate(max_bytes, false);
+  Buffer recv = allocate(max_bytes, false);
+  Buffer shared_send, shared_recv;  // arcoll's, under --shared-buffers
+  if (settings.shared_buffers) {
+    shared_send = allocate(max_bytes, true);
+    shared_recv = allocate(max_bytes, true);
+  }
+  auto buffers_of = [&](const Backend& backend) {
+    const bool shared = settings.shared_buffers && backend.is_arcoll();
+    return std::pair(shared ? shared_send.get() : send.get(), shared ? shared_recv.get() : recv.get());
+  };
 
   const int n = comm.size(), rank = comm.rank();
   std::size_t total = 0;
@@ -268,10 +285,11 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           row.size_bytes = row.count * arcoll::size_of(type);
           if (callbacks.before) callbacks.before(row, rows.size(), total);
 
-          const LocalResult out = run_group(comm, *backend, coll, patterns, send.get(),
-                                            recv.get(), row.count, /*in_place=*/false, settings);
-          const LocalResult in = run_group(comm, *backend, coll, patterns, send.get(), recv.get(),
-                                           row.count, /*in_place=*/true, settings);
+          const auto [send_buffer, recv_buffer] = buffers_of(*backend);
+          const LocalResult out = run_group(comm, *backend, coll, patterns, send_buffer,
+                                            recv_buffer, row.count, /*in_place=*/false, settings);
+          const LocalResult in = run_group(comm, *backend, coll, patterns, send_buffer,
+                                           recv_buffer, row.count, /*in_place=*/true, settings);
           std::vector<double> seconds = out.seconds;  // out of place, then in place
           seconds.insert(seconds.end(), in.seconds.begin(), in.seconds.end());
           comm.allreduce(seconds.data(), seconds.size(), DataType::f64, ReduceOp::max);

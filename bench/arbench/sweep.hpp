@@ -38,6 +38,9 @@ struct SweepSettings {
   // Mixed precision: arcoll carries f32 as this 16-bit type (f32: not at all); f32 rows then
   // use inputs the wire rounds, and report their error (see Pattern).
   arcoll::DataType wire = arcoll::DataType::f32;
+  // arcoll's buffers come from arcoll::mem_alloc (arcoll/memory.hpp); else, and for the
+  // peers always, from the heap.
+  bool shared_buffers = false;
 };
 
 // One group of a row: out-of-place or in-place.

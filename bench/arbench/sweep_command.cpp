@@ -158,6 +158,7 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
     plan.min_busbw_gbs = gbs;
   }
   plan.sweep.check = parse_integer("-c/--check", flags.check, 0, 1) == 1;
+  plan.sweep.shared_buffers = flags.shared_buffers;
 
   plan.sweep.colls = parse_names("--coll", flags.coll, parse_coll, kAllColls);
   plan.sweep.types =

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "arcoll/launch.hpp"
+#include "arcoll/memory.hpp"
 #include "arcoll/options.hpp"
 #include "arcoll/types.hpp"
 #include "arcoll/work.hpp"

@@ -6,8 +6,10 @@
 #include <functional>
 #include <numeric>
 #include <thread>
+#include <vector>
 
 #include "arcoll/error.hpp"
+#include "arcoll/memory.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 
@@ -205,6 +207,48 @@ TEST_P(CollectiveWorld, ReduceGatherScatterAlltoall) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
+
+// Buffers from mem_alloc: over shared memory, messages of 16 KiB and more are read, or reduced,
+// straight out of the sender's buffer; over other transports they travel as any others.
+class SharedBuffers : public ::testing::TestWithParam<int> {};
+
+TEST_P(SharedBuffers, AllreduceMatchesReference) {
+  run_ranks(GetParam(),
+            [](Communicator& comm) { check_allreduce(comm, 21, Coverage::sampled, Memory::shared); });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, SharedBuffers, ::testing::Values(2, 3, 5, 8));
+
+// A send waits for its receive (the receiver reads the sender's buffer), and a region given
+// back and allocated again, perhaps at the same address, is read afresh: the receiver keeps
+// no stale mapping of it.
+TEST(SharedBuffersPointToPoint, ReceiversReadTheCurrentRegion) {
+  run_ranks(2, [](Communicator& comm) {
+    constexpr std::size_t kCount = (4 << 20) / 4 + 3;  // 4 MiB and 3 elements
+    for (std::uint32_t round = 0; round < 3; ++round) {
+      auto* buffer = static_cast<std::uint32_t*>(mem_alloc(kCount * 4));
+      if (comm.rank() == 0) {
+        std::iota(buffer, buffer + kCount, round * 1000u);
+        comm.send(buffer, kCount * 4, 1, 0);
+        comm.send(buffer + 5, 20000 * 4, 1, 1);  // from inside the region
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the send comes first
+        comm.recv(buffer, kCount * 4, 0, 0);
+        std::vector<std::uint32_t> part(20000);
+        comm.recv(part.data(), part.size() * 4, 0, 1);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < kCount; ++i) wrong += buffer[i] != round * 1000u + i;
+        for (std::size_t i = 0; i < part.size(); ++i) wrong += part[i] != round * 1000u + 5 + i;
+        EXPECT_EQ(wrong, 0u) << "round " << round;
+      }
+      comm.barrier();
+      mem_free(buffer);
+    }
+    int stranger = 0;
+    EXPECT_THROW(mem_free(&stranger), InvalidArgument);
+    mem_free(nullptr);
+  });
+}
 
 TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
   run_ranks(3, [](Communicator& comm) {

@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "arcoll/communicator.hpp"
+#include "arcoll/memory.hpp"
 #include "tests/support/reference.hpp"
 
 namespace arcoll::testing {
@@ -18,7 +21,35 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place) {
          std::to_string(count) + (in_place ? " in-place" : " out-of-place");
 }
 
-void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage) {
+// A copy of `bytes` in memory of the kind asked for, 0xAB past its end (an overrun sentinel).
+class TestBuffer {
+ public:
+  TestBuffer(const std::vector<unsigned char>& bytes, Memory memory)
+      : size_(bytes.size()),
+        shared_(memory == Memory::shared),
+        data_(static_cast<unsigned char*>(shared_ ? mem_alloc(size_ + 1) : std::malloc(size_ + 1))) {
+    std::copy(bytes.begin(), bytes.end(), data_);
+    data_[size_] = 0xAB;
+  }
+  TestBuffer(const TestBuffer&) = delete;
+  TestBuffer& operator=(const TestBuffer&) = delete;
+  ~TestBuffer() {
+    if (shared_)
+      mem_free(data_);
+    else
+      std::free(data_);
+  }
+  unsigned char* data() { return data_; }
+  std::vector<unsigned char> contents() const { return {data_, data_ + size_}; }
+  unsigned char sentinel() const { return data_[size_]; }
+
+ private:
+  std::size_t size_;
+  bool shared_;
+  unsigned char* data_;
+};
+
+void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage, Memory memory) {
   const bool every = coverage == Coverage::every_pair;
   for (DataType t : kAllDataTypes) {
     for (ReduceOp op : kAllReduceOps) {
@@ -35,19 +66,20 @@ void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage) {
         ++index;
         for (bool in_place : {false, true}) {
           if (!both_modes && in_place != (index % 2 == 0)) continue;  // alternate by count
-          auto input = make_input(t, op, comm.rank(), count, salt);
-          std::vector<unsigned char> out(input.size() + 1, 0xAB);  // +1: overrun sentinel
+          const auto input_bytes = make_input(t, op, comm.rank(), count, salt);
+          TestBuffer input(input_bytes, memory);
+          TestBuffer out(in_place ? input_bytes : std::vector<unsigned char>(input_bytes.size(), 0xAB),
+                         memory);
           if (in_place) {
-            std::copy(input.begin(), input.end(), out.begin());
             comm.allreduce(out.data(), count, t, op);
           } else {
             comm.allreduce(input.data(), out.data(), count, t, op);
-            EXPECT_EQ(input, make_input(t, op, comm.rank(), count, salt))
+            EXPECT_EQ(input.contents(), input_bytes)
                 << "input modified: " << label(t, op, count, in_place);
           }
           EXPECT_EQ(count_wrong(out.data(), t, op, comm.size(), count, salt), 0u)
               << label(t, op, count, in_place) << " on rank " << comm.rank();
-          EXPECT_EQ(out.back(), 0xAB) << "wrote past the end: " << label(t, op, count, in_place);
+          EXPECT_EQ(out.sentinel(), 0xAB) << "wrote past the end: " << label(t, op, count, in_place);
         }
       }
     }

@@ -38,8 +38,11 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
 // the eager limit, several pipeline chunks) checked element by element against the reference
 // (gtest assertions); `salt` varies the inputs. every_pair: every type with every op, in place
 // and not. sampled: every type with sum, every op with f32, bf16 and i64, in place and not
-// alternately (both for f32 sum).
+// alternately (both for f32 sum). `memory`: where the buffers live, the heap or
+// arcoll::mem_alloc (read in place by peers on the host).
 enum class Coverage { every_pair, sampled };
-void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage);
+enum class Memory { heap, shared };
+void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage,
+                     Memory memory = Memory::heap);
 }  // namespace testing
 }  // namespace arcoll

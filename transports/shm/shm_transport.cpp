@@ -4,11 +4,14 @@
 // (segment.hpp), and we into one in its. Messages up to Options::shm_single_copy_bytes travel
 // through the ring as fragments (two copies, but no system call, in cache); larger ones travel
 // as a descriptor of the sender's buffer, which the receiver reads straight into its
-// destination with process_vm_readv (one copy) and acknowledges. When cross-memory attach is
-// denied, large messages fall back to fragments. Waiting polls briefly, then sleeps on the
+// destination with process_vm_readv (one copy) and acknowledges. A send from memory of
+// arcoll::mem_alloc travels as a descriptor of its region: the receiver maps the region once
+// (pidfd_getfd) and reads, or reduces, the message in place, with no copy and no system call.
+// When cross-memory attach is denied, large messages fall back to fragments. Waiting polls briefly, then sleeps on the
 // doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
 #include <linux/futex.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -20,9 +23,11 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "arcoll/error.hpp"
+#include "base/shared_memory.hpp"
 #include "transports/common/matching.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
@@ -44,7 +49,8 @@ enum class EntryKind : std::uint32_t {
   descriptor = 2,
   ack = 3,
   goodbye = 4,
-  abort = 5
+  abort = 5,
+  shared_descriptor = 6,  // a descriptor whose payload is the SharedRegion holding the buffer
 };
 
 // The writer writes an entry's kind last, and clears the kind where its next entry will go
@@ -61,6 +67,23 @@ struct Entry {
   std::uint64_t signature;  // fragment, descriptor: the collective call it belongs to
 };
 static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
+
+// Sends from shared memory of at least this size travel as shared descriptors: below it a
+// fragment's copy costs less than the descriptor's round trip.
+constexpr std::size_t kSharedDescriptorBytes = 16 * 1024;
+// Peers' regions kept mapped; past this many, all are let go (a freed region's pages live
+// on while a peer maps them).
+constexpr std::size_t kSharedMappingLimit = 256;
+
+// The payload of a shared descriptor: the sender's region (base/shared_memory.hpp).
+struct SharedRegion {
+  std::uint64_t id;
+  std::uint64_t base;  // in the sender's address space
+  std::uint64_t bytes;
+  std::int32_t fd;  // the sender's descriptor of it
+  std::uint32_t pad;
+};
+static_assert(sizeof(SharedRegion) == 32);
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout) {
@@ -123,6 +146,7 @@ struct ShmMessage : transport::Incoming {
   bool remote = false;
   std::uint64_t address = 0;
   std::uint64_t send_id = 0;
+  std::optional<SharedRegion> region;  // a shared descriptor's: read in place
 };
 using Arrival = transport::Matching<ShmMessage>::Arrival;
 
@@ -186,6 +210,12 @@ class ShmTransport final : public Transport {
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
+  // A peer's shared region, mapped here on first use; null when it cannot be (the message is
+  // then read across processes).
+  const char* mapped_region(int peer, const SharedRegion& region);
+  // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
+  static Entry descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
+                          std::uint32_t payload);
   void enqueue(int peer, Outgoing out);
   void fail_peer(int peer, ErrorCode code, const std::string& message);
   void fail_peer(int peer, const std::exception_ptr& error);
@@ -204,6 +234,7 @@ class ShmTransport final : public Transport {
   // Larger messages are read across processes when segments_.cma().
   std::size_t single_copy_bytes_;
   std::vector<char> bounce_;  // pieces of reducing receives
+  std::map<std::pair<int, std::uint64_t>, Mapping> shared_mappings_;  // by peer and region id
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
   std::exception_ptr failure_;
@@ -255,12 +286,18 @@ void ShmTransport::post(const RequestPtr& request) {
     post_recv(request);
     return;
   }
+  if (request->bytes >= kSharedDescriptorBytes && segments_.cma()) {
+    if (const auto region = shared_memory::find(request->buffer, request->bytes)) {
+      const SharedRegion wire{region->id, reinterpret_cast<std::uint64_t>(region->base),
+                              region->bytes, region->fd, 0};
+      Outgoing out(descriptor(EntryKind::shared_descriptor, p, request, sizeof wire));
+      out.owned.assign(reinterpret_cast<const char*>(&wire), sizeof wire);
+      enqueue(request->peer, std::move(out));
+      return;
+    }
+  }
   if (request->bytes > single_copy_bytes_ && segments_.cma()) {
-    const std::uint64_t id = p.next_send_id++;
-    p.awaiting_ack[id] = request;
-    enqueue(request->peer, Outgoing(Entry{EntryKind::descriptor, request->tag, request->bytes, id,
-                                          reinterpret_cast<std::uint64_t>(request->buffer), 0, 0,
-                                          request->signature}));
+    enqueue(request->peer, Outgoing(descriptor(EntryKind::descriptor, p, request, 0)));
     return;
   }
   const auto* data = static_cast<const char*>(request->buffer);
@@ -286,6 +323,14 @@ void ShmTransport::post(const RequestPtr& request) {
     offset += n;
   } while (offset < request->bytes);
   push_outgoing(request->peer);
+}
+
+Entry ShmTransport::descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
+                               std::uint32_t payload) {
+  const std::uint64_t id = p.next_send_id++;
+  p.awaiting_ack[id] = request;
+  const auto address = reinterpret_cast<std::uint64_t>(request->buffer);
+  return Entry{kind, request->tag, request->bytes, id, address, payload, 0, request->signature};
 }
 
 bool ShmTransport::push_outgoing(int peer) {
@@ -403,13 +448,15 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
       return;
     }
     case EntryKind::descriptor:
+    case EntryKind::shared_descriptor:
     case EntryKind::fragment:
       break;
     default:
       fail_peer(peer, ErrorCode::protocol, "unknown entry in the shared ring");
       return;
   }
-  const bool first = e.kind == EntryKind::descriptor || e.offset == 0;
+  const bool described = e.kind == EntryKind::descriptor || e.kind == EntryKind::shared_descriptor;
+  const bool first = described || e.offset == 0;
   if (first && e.kind == EntryKind::fragment && e.payload == e.message_bytes &&
       matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
         ring_read(ring, payload_at, e.payload,
@@ -423,9 +470,23 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
     m->tag = e.tag;
     m->signature = e.signature;
     m->bytes = e.message_bytes;
-    m->remote = e.kind == EntryKind::descriptor;
+    m->remote = described;
     m->address = e.address;
     m->send_id = e.offset;
+    if (e.kind == EntryKind::shared_descriptor) {
+      SharedRegion region;
+      if (e.payload != sizeof region) {
+        fail_peer(peer, ErrorCode::protocol, "malformed shared-memory descriptor");
+        return;
+      }
+      ring_copy_out(ring, payload_at, &region, sizeof region);
+      if (e.address < region.base || e.address - region.base > region.bytes ||
+          e.message_bytes > region.bytes - (e.address - region.base)) {
+        fail_peer(peer, ErrorCode::protocol, "shared-memory descriptor outside its region");
+        return;
+      }
+      m->region = region;
+    }
     switch (matching_.arrive(peer, m, m->remote)) {
       case Arrival::failed:
         return;
@@ -456,6 +517,13 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 // Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
 // for a reducing receive, piece by piece through a buffer small enough to stay in cache.
 void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& m) {
+  if (m->region) {
+    if (const char* base = mapped_region(peer, *m->region)) {
+      matching_.deliver(*m, 0, base + (m->address - m->region->base), m->bytes);
+      enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+      return;
+    }
+  }
   const int pid = segments_.peer(peer).pid;
   char* straight = matching_.direct(*m, 0);
   const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;
@@ -480,6 +548,21 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
       matching_.deliver(*m, at, into, n);
   }
   enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+}
+
+const char* ShmTransport::mapped_region(int peer, const SharedRegion& region) {
+  const auto key = std::pair(peer, region.id);
+  if (auto it = shared_mappings_.find(key); it != shared_mappings_.end())
+    return static_cast<const char*>(it->second.get());
+  if (shared_mappings_.size() >= kSharedMappingLimit) shared_mappings_.clear();
+  const PeerSegment& mapped = segments_.peer(peer);
+  if (!mapped.pidfd) return nullptr;
+  const net::Fd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, mapped.pidfd.get(), region.fd, 0)));
+  if (!fd) return nullptr;  // read across processes instead
+  void* base = ::mmap(nullptr, region.bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return nullptr;
+  return static_cast<const char*>(
+      shared_mappings_.emplace(key, Mapping(base, region.bytes)).first->second.get());
 }
 
 void ShmTransport::post_recv(const RequestPtr& request) {

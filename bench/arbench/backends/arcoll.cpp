@@ -14,6 +14,7 @@ class ArcollBackend final : public Backend {
   std::string name() const override {
     return algorithm_.empty() ? "arcoll" : "arcoll/" + algorithm_;
   }
+  bool is_arcoll() const override { return true; }
   std::string description() const override {
     return "arcoll " + (algorithm_.empty() ? comm_.algorithm_name() : algorithm_) + " over " +
            comm_.transport_name();

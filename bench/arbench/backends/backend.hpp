@@ -51,6 +51,9 @@ class Backend {
 
   // False for a reference that copies without reducing (memcpy): its rows are not checked.
   virtual bool reduces() const { return true; }
+  // arcoll's own: under --shared-buffers its buffers come from arcoll::mem_alloc, while the
+  // peers keep heap memory (each library's own best).
+  virtual bool is_arcoll() const { return false; }
   // busbw / algbw: nccl-tests' factor of the collective (collectives.hpp).
   virtual double bus_factor(Coll coll, int world_size) const {
     return arbench::bus_factor(coll, world_size);

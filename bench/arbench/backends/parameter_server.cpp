@@ -35,6 +35,7 @@ class ParameterServerBackend final : public Backend {
     }
   }
   std::string name() const override { return "arcoll/ps"; }
+  bool is_arcoll() const override { return true; }
   std::string description() const override {
     return "arcoll parameter server, bsp push_pull, " +
            (dedicated_ > 0 ? std::to_string(dedicated_) + " dedicated server rank(s)"
