@@ -73,6 +73,18 @@ std::optional<bool> env_switch(const char* name) {
   return *v == "1";
 }
 
+// A size from the environment ("64K", "1M"); nullopt when unset. `least`: the smallest allowed.
+std::optional<std::size_t> env_byte_size(const char* name, const char* example,
+                                         std::size_t least = 0) {
+  auto v = env::get(name);
+  if (!v) return std::nullopt;
+  auto bytes = parse_byte_size(*v);
+  if (!bytes || *bytes < least)
+    throw ConfigurationError("environment",
+                             std::string(name) + "='" + *v + "' is not a size like " + example);
+  return bytes;
+}
+
 }  // namespace
 
 Options Options::from_env() {
@@ -96,27 +108,12 @@ Options Options::from_env() {
   if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
     options.busy_poll = std::chrono::microseconds(*v);
   if (auto v = env_switch("ARCOLL_SHM_SINGLE_COPY")) options.shm_single_copy = *v;
-  if (auto v = env::get("ARCOLL_SHM_SINGLE_COPY_BYTES")) {
-    auto bytes = parse_byte_size(*v);
-    if (!bytes)
-      throw ConfigurationError("environment", "ARCOLL_SHM_SINGLE_COPY_BYTES='" + *v +
-                                                  "' is not a size like 64K or 1M");
+  if (auto bytes = env_byte_size("ARCOLL_SHM_SINGLE_COPY_BYTES", "64K or 1M"))
     options.shm_single_copy_bytes = *bytes;
-  }
-  if (auto v = env::get("ARCOLL_STREAMING_BYTES")) {
-    auto bytes = parse_byte_size(*v);
-    if (!bytes)
-      throw ConfigurationError("environment", "ARCOLL_STREAMING_BYTES='" + *v +
-                                                  "' is not a size like 4K or 16M");
+  if (auto bytes = env_byte_size("ARCOLL_STREAMING_BYTES", "4K or 16M"))
     options.streaming_bytes = *bytes;
-  }
-  if (auto v = env::get("ARCOLL_CHUNK_BYTES")) {
-    auto bytes = parse_byte_size(*v);
-    if (!bytes || *bytes == 0)
-      throw ConfigurationError("environment",
-                               "ARCOLL_CHUNK_BYTES='" + *v + "' is not a size like 512K or 1M");
+  if (auto bytes = env_byte_size("ARCOLL_CHUNK_BYTES", "512K or 1M", 1))
     options.chunk_bytes = *bytes;
-  }
   if (auto v = env::get_int("ARCOLL_CHANNELS")) {
     if (*v < 1 || *v > 64)
       throw ConfigurationError("environment", "ARCOLL_CHANNELS must be within 1..64");
