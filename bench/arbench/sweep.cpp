@@ -251,7 +251,8 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
   }
   auto buffers_of = [&](const Backend& backend) {
     const bool shared = settings.shared_buffers && backend.is_arcoll();
-    return std::pair(shared ? shared_send.get() : send.get(), shared ? shared_recv.get() : recv.get());
+    return shared ? std::pair(shared_send.get(), shared_recv.get())
+                  : std::pair(send.get(), recv.get());
   };
 
   const int n = comm.size(), rank = comm.rank();

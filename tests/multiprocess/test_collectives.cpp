@@ -213,8 +213,9 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3,
 class SharedBuffers : public ::testing::TestWithParam<int> {};
 
 TEST_P(SharedBuffers, AllreduceMatchesReference) {
-  run_ranks(GetParam(),
-            [](Communicator& comm) { check_allreduce(comm, 21, Coverage::sampled, Memory::shared); });
+  run_ranks(GetParam(), [](Communicator& comm) {
+    check_allreduce(comm, 21, Coverage::sampled, Memory::shared);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, SharedBuffers, ::testing::Values(2, 3, 5, 8));

@@ -27,7 +27,8 @@ class TestBuffer {
   TestBuffer(const std::vector<unsigned char>& bytes, Memory memory)
       : size_(bytes.size()),
         shared_(memory == Memory::shared),
-        data_(static_cast<unsigned char*>(shared_ ? mem_alloc(size_ + 1) : std::malloc(size_ + 1))) {
+        data_(static_cast<unsigned char*>(shared_ ? mem_alloc(size_ + 1)
+                                                  : std::malloc(size_ + 1))) {
     std::copy(bytes.begin(), bytes.end(), data_);
     data_[size_] = 0xAB;
   }
@@ -68,8 +69,8 @@ void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage, Me
           if (!both_modes && in_place != (index % 2 == 0)) continue;  // alternate by count
           const auto input_bytes = make_input(t, op, comm.rank(), count, salt);
           TestBuffer input(input_bytes, memory);
-          TestBuffer out(in_place ? input_bytes : std::vector<unsigned char>(input_bytes.size(), 0xAB),
-                         memory);
+          const std::vector<unsigned char> unset(input_bytes.size(), 0xAB);
+          TestBuffer out(in_place ? input_bytes : unset, memory);
           if (in_place) {
             comm.allreduce(out.data(), count, t, op);
           } else {
@@ -79,7 +80,8 @@ void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage, Me
           }
           EXPECT_EQ(count_wrong(out.data(), t, op, comm.size(), count, salt), 0u)
               << label(t, op, count, in_place) << " on rank " << comm.rank();
-          EXPECT_EQ(out.sentinel(), 0xAB) << "wrote past the end: " << label(t, op, count, in_place);
+          EXPECT_EQ(out.sentinel(), 0xAB)
+              << "wrote past the end: " << label(t, op, count, in_place);
         }
       }
     }

@@ -7,11 +7,11 @@
 // destination with process_vm_readv (one copy) and acknowledges. A send from memory of
 // arcoll::mem_alloc travels as a descriptor of its region: the receiver maps the region once
 // (pidfd_getfd) and reads, or reduces, the message in place, with no copy and no system call.
-// When cross-memory attach is denied, large messages fall back to fragments. Waiting polls briefly, then sleeps on the
-// doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
+// When cross-memory attach is denied, large messages fall back to fragments. Waiting polls
+// briefly, then sleeps on the doorbell futex in short slices so that a peer's death (seen
+// through its pidfd) is noticed.
 #include <linux/futex.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -29,6 +29,7 @@
 #include "arcoll/error.hpp"
 #include "base/shared_memory.hpp"
 #include "transports/common/matching.hpp"
+#include "transports/shm/peer_regions.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
@@ -71,19 +72,6 @@ static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
 // Sends from shared memory of at least this size travel as shared descriptors: below it a
 // fragment's copy costs less than the descriptor's round trip.
 constexpr std::size_t kSharedDescriptorBytes = 16 * 1024;
-// Peers' regions kept mapped; past this many, all are let go (a freed region's pages live
-// on while a peer maps them).
-constexpr std::size_t kSharedMappingLimit = 256;
-
-// The payload of a shared descriptor: the sender's region (base/shared_memory.hpp).
-struct SharedRegion {
-  std::uint64_t id;
-  std::uint64_t base;  // in the sender's address space
-  std::uint64_t bytes;
-  std::int32_t fd;  // the sender's descriptor of it
-  std::uint32_t pad;
-};
-static_assert(sizeof(SharedRegion) == 32);
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout) {
@@ -210,9 +198,6 @@ class ShmTransport final : public Transport {
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
-  // A peer's shared region, mapped here on first use; null when it cannot be (the message is
-  // then read across processes).
-  const char* mapped_region(int peer, const SharedRegion& region);
   // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
   static Entry descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
                           std::uint32_t payload);
@@ -234,7 +219,7 @@ class ShmTransport final : public Transport {
   // Larger messages are read across processes when segments_.cma().
   std::size_t single_copy_bytes_;
   std::vector<char> bounce_;  // pieces of reducing receives
-  std::map<std::pair<int, std::uint64_t>, Mapping> shared_mappings_;  // by peer and region id
+  PeerRegions peer_regions_;
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
   std::exception_ptr failure_;
@@ -518,7 +503,8 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 // for a reducing receive, piece by piece through a buffer small enough to stay in cache.
 void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& m) {
   if (m->region) {
-    if (const char* base = mapped_region(peer, *m->region)) {
+    // Where the region cannot be mapped, the message is read across processes below.
+    if (const char* base = peer_regions_.map(peer, segments_.peer(peer).pidfd.get(), *m->region)) {
       matching_.deliver(*m, 0, base + (m->address - m->region->base), m->bytes);
       enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
       return;
@@ -548,21 +534,6 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
       matching_.deliver(*m, at, into, n);
   }
   enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
-}
-
-const char* ShmTransport::mapped_region(int peer, const SharedRegion& region) {
-  const auto key = std::pair(peer, region.id);
-  if (auto it = shared_mappings_.find(key); it != shared_mappings_.end())
-    return static_cast<const char*>(it->second.get());
-  if (shared_mappings_.size() >= kSharedMappingLimit) shared_mappings_.clear();
-  const PeerSegment& mapped = segments_.peer(peer);
-  if (!mapped.pidfd) return nullptr;
-  const net::Fd fd(static_cast<int>(::syscall(SYS_pidfd_getfd, mapped.pidfd.get(), region.fd, 0)));
-  if (!fd) return nullptr;  // read across processes instead
-  void* base = ::mmap(nullptr, region.bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) return nullptr;
-  return static_cast<const char*>(
-      shared_mappings_.emplace(key, Mapping(base, region.bytes)).first->second.get());
 }
 
 void ShmTransport::post_recv(const RequestPtr& request) {
