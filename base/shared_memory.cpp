@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -18,6 +19,9 @@ struct Table {
   std::mutex mutex;
   std::map<std::uintptr_t, Region> by_base;  // ordered: find() looks at the one below
   std::uint64_t next_id = 1;
+  // by_base's size, read without the lock: a process that never allocates shared memory pays
+  // no lock on its sends.
+  std::atomic<std::size_t> regions{0};
 };
 
 Table& table() {
@@ -49,6 +53,7 @@ void* allocate(std::size_t bytes) {
   std::lock_guard lock(t.mutex);
   t.by_base[reinterpret_cast<std::uintptr_t>(base)] =
       Region{t.next_id++, fd, static_cast<const char*>(base), size};
+  t.regions.store(t.by_base.size(), std::memory_order_relaxed);
   return base;
 }
 
@@ -63,6 +68,7 @@ void release(void* pointer) {
       throw InvalidArgument("mem_free", "the pointer was not given by mem_alloc");
     region = it->second;
     t.by_base.erase(it);
+    t.regions.store(t.by_base.size(), std::memory_order_relaxed);
   }
   ::munmap(const_cast<char*>(region.base), region.bytes);
   ::close(region.fd);
@@ -71,6 +77,7 @@ void release(void* pointer) {
 std::optional<Region> find(const void* pointer, std::size_t bytes) {
   const auto at = reinterpret_cast<std::uintptr_t>(pointer);
   Table& t = table();
+  if (t.regions.load(std::memory_order_relaxed) == 0) return std::nullopt;
   std::lock_guard lock(t.mutex);
   auto it = t.by_base.upper_bound(at);
   if (it == t.by_base.begin()) return std::nullopt;

@@ -242,9 +242,14 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
   // Both buffers hold a row's whole size, whatever the collective makes of them.
   std::size_t max_bytes = 0;
   for (std::size_t size : settings.sizes) max_bytes = std::max(max_bytes, size);
-  Buffer send = allocate(max_bytes, false);
-  Buffer recv = allocate(max_bytes, false);
-  Buffer shared_send, shared_recv;  // arcoll's, under --shared-buffers
+  // Under --shared-buffers arcoll's backends take theirs from mem_alloc; heap buffers only
+  // for the backends that use them.
+  Buffer send, recv, shared_send, shared_recv;
+  if (std::any_of(backends.begin(), backends.end(),
+                  [&](const Backend* b) { return !settings.shared_buffers || !b->is_arcoll(); })) {
+    send = allocate(max_bytes, false);
+    recv = allocate(max_bytes, false);
+  }
   if (settings.shared_buffers) {
     shared_send = allocate(max_bytes, true);
     shared_recv = allocate(max_bytes, true);
