@@ -167,6 +167,28 @@ int poll_timeout_ms(Clock::time_point deadline) {
   return static_cast<int>(left.count()) + 1;
 }
 
+void drain_until_closed(const std::vector<int>& fds, Clock::time_point deadline) {
+  std::vector<pollfd> draining;
+  for (int fd : fds) draining.push_back({fd, POLLIN, 0});
+  char sink[64 * 1024];
+  while (!draining.empty() && Clock::now() < deadline) {
+    if (::poll(draining.data(), draining.size(), poll_timeout_ms(deadline)) <= 0) break;
+    for (std::size_t i = 0; i < draining.size();) {
+      bool ended = false;
+      if (draining[i].revents != 0) {
+        const ssize_t n = ::recv(draining[i].fd, sink, sizeof sink, MSG_DONTWAIT);
+        ended = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
+      }
+      if (ended) {
+        draining[i] = draining.back();
+        draining.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+}
+
 Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error) {
   sockaddr_in addr = resolve(endpoint, "connect");
   auto pause = std::chrono::milliseconds(10);

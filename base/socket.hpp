@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 #include <utility>
 
 namespace arcoll::net {
@@ -74,5 +75,10 @@ bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline,
 
 // Milliseconds until `deadline` for poll(), clamped to [0, INT_MAX].
 int poll_timeout_ms(Clock::time_point deadline);
+
+// Reads and drops what arrives on `fds` until each peer closes its end or `deadline` passes:
+// closing a socket with unread data sends a reset, which can make the peer drop what it was
+// last sent before reading it.
+void drain_until_closed(const std::vector<int>& fds, Clock::time_point deadline);
 
 }  // namespace arcoll::net

@@ -1,5 +1,5 @@
-// TCP transport: non-blocking sockets driven by an epoll progress engine, several sockets
-// per peer with large messages striped across them, every frame validated on receipt.
+// TCP transport: an epoll progress engine over non-blocking sockets, several per peer (see
+// handshake.hpp) with large messages striped across them, every frame validated on receipt.
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -12,22 +12,20 @@
 #include <deque>
 #include <list>
 #include <map>
-#include <set>
 #include <thread>
 #include <utility>
 
 #include "arcoll/error.hpp"
-#include "base/auth.hpp"
 #include "base/log.hpp"
 #include "base/store.hpp"
 #include "transports/common/matching.hpp"
 #include "transports/tcp/frame.hpp"
+#include "transports/tcp/handshake.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::tcp {
 namespace {
 
-using namespace tcp;
 using net::Clock;
 
 // Large messages are cut into frames of this size, dealt round-robin over the sockets.
@@ -39,7 +37,6 @@ constexpr std::size_t kLandingPieceBytes = 128 * 1024;
 constexpr std::size_t kReadBudget = 4 << 20;
 // How long an abort may spend finishing a frame half written before its reason can follow.
 constexpr auto kAbortFlushTime = std::chrono::milliseconds(200);
-constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 
 using Message = transport::Incoming;
 using Arrival = transport::Matching<>::Arrival;
@@ -91,20 +88,6 @@ struct Peer {
   }
 };
 
-// An accepted connection until its Hello, and the answer to our challenge, have arrived.
-struct PendingConnection {
-  net::Fd fd;
-  std::string address;
-  auth::Challenge challenge{};
-  struct Handshake {
-    Hello hello;
-    auth::Mac mac;
-  } handshake{};
-  static_assert(sizeof(Handshake) == sizeof(Hello) + sizeof(auth::Mac));
-  std::size_t got = 0;
-  Clock::time_point since;
-};
-
 class TcpTransport final : public Transport {
  public:
   explicit TcpTransport(const TransportSetup& setup);
@@ -118,13 +101,12 @@ class TcpTransport final : public Transport {
   std::string pending_state() const override;
 
  private:
-  void connect_lower_ranks(const TransportSetup& setup);
   void wait_for_higher_ranks(Clock::time_point deadline);
   void add_socket(net::Fd fd, int peer, int index);
   void update_events(Socket& s);
-  void accept_connections();
-  void read_hello(int fd);
-  void drop_stale_handshakes();
+  // A connection the acceptor admitted: a socket of the peer it names, when that peer may
+  // connect to us and has not yet on that socket.
+  void admit(Acceptor::Greeted greeted);
   void handle_socket(Socket& s, std::uint32_t events);
   // Reads what is available; false once the socket is parked, closed or failed.
   bool read_some(Socket& s, std::size_t& budget);
@@ -150,15 +132,13 @@ class TcpTransport final : public Transport {
   int sockets_per_peer_;
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
-  HelloExpectation expect_;
-  std::string job_token_;  // what connecting ranks must prove they know
   net::Fd listener_;
+  Acceptor acceptor_;
   net::Fd epoll_;
   std::vector<Peer> peers_;
   transport::Matching<> matching_;
   std::vector<char> landing_piece_;  // see kLandingPieceBytes
   std::list<Socket> sockets_;                 // stable addresses
-  std::map<int, PendingConnection> pending_;  // accepted, Hello not read yet, by fd
   std::exception_ptr failure_;
   bool aborted_ = false;
 };
@@ -170,8 +150,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
       sockets_per_peer_(setup.options->sockets_per_peer),
       busy_poll_(setup.busy_poll),
       poll_yields_(setup.poll_yields),
-      expect_{setup.job_id, setup.size, setup.options->sockets_per_peer},
-      job_token_(setup.job_token),
+      acceptor_(setup.job_token, {setup.job_id, setup.size, setup.options->sockets_per_peer}),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -187,7 +166,8 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   log::debug("tcp transport listening on " + self.str());
 
   try {
-    connect_lower_ranks(setup);
+    for (Dialed& d : connect_to_lower_ranks(setup, sockets_per_peer_))
+      add_socket(std::move(d.fd), d.peer, d.index);
     wait_for_higher_ranks(setup.deadline);
   } catch (const Error& e) {
     // Peers already connected learn why this rank gives up, instead of seeing it vanish.
@@ -221,38 +201,6 @@ TcpTransport::~TcpTransport() {
   send_goodbyes();
 }
 
-void TcpTransport::connect_lower_ranks(const TransportSetup& setup) {
-  for (int p : peer_ranks_) {
-    if (p > rank_) break;
-    auto value = setup.store->get("tcp/" + std::to_string(p), setup.deadline);
-    net::Endpoint endpoint;
-    if (!value)
-      throw TimeoutError("tcp setup", "rank " + std::to_string(p) + " never published its address",
-                         rank_, p);
-    if (!net::parse_endpoint(*value, endpoint))
-      throw ProtocolError("tcp setup", "malformed address '" + *value + "'", rank_, p);
-    for (int k = 0; k < sockets_per_peer_; ++k) {
-      std::string why;
-      net::Fd fd = net::connect_until(endpoint, setup.deadline, why);
-      if (!fd) throw TimeoutError("tcp setup", "cannot connect: " + why, rank_, p);
-      // The listener's challenge, then our Hello with the answer under the job token.
-      auth::Challenge challenge{};
-      if (!net::read_all(fd.get(), &challenge, sizeof challenge, setup.deadline, "tcp setup"))
-        throw TimeoutError("tcp setup", "handshake timed out", rank_, p);
-      if (challenge.magic != auth::kChallengeMagic)
-        throw ProtocolError("tcp setup", endpoint.str() + " is not an arcoll rank", rank_, p);
-      const Hello hello = make_hello(rank_, size_, k, setup.job_id);
-      const auth::Mac mac =
-          auth::answer(setup.job_token, "tcp", challenge,
-                       std::string_view(reinterpret_cast<const char*>(&hello), sizeof hello));
-      if (!net::write_all(fd.get(), &hello, sizeof hello, setup.deadline, "tcp setup") ||
-          !net::write_all(fd.get(), mac.data(), mac.size(), setup.deadline, "tcp setup"))
-        throw TimeoutError("tcp setup", "handshake timed out", rank_, p);
-      add_socket(std::move(fd), p, k);
-    }
-  }
-}
-
 void TcpTransport::add_socket(net::Fd fd, int peer, int index) {
   net::set_nonblocking(fd.get());
   net::set_nodelay(fd.get());
@@ -278,82 +226,21 @@ void TcpTransport::update_events(Socket& s) {
   epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s.fd.get(), &ev);
 }
 
-void TcpTransport::accept_connections() {
-  while (true) {
-    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    PendingConnection& c = pending_[fd];
-    c.fd.reset(fd);
-    c.address = net::peer_address(fd);
-    c.since = Clock::now();
-    c.challenge = auth::make_challenge();
-    // A fresh socket's buffer takes these few bytes at once.
-    if (::send(fd, &c.challenge, sizeof c.challenge, MSG_NOSIGNAL) != sizeof c.challenge) {
-      pending_.erase(fd);
-      continue;
-    }
-    // Pending connections are keyed by fd; epoll's data carries it with the top bit set
-    // to tell it apart from established sockets' pointers.
-    epoll_event ev{EPOLLIN, {.u64 = (1ull << 63) | static_cast<std::uint64_t>(fd)}};
-    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-  }
-}
-
-void TcpTransport::read_hello(int fd) {
-  auto it = pending_.find(fd);
-  if (it == pending_.end()) return;
-  PendingConnection& c = it->second;
-  ssize_t n =
-      ::recv(fd, reinterpret_cast<char*>(&c.handshake) + c.got, sizeof c.handshake - c.got, 0);
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+void TcpTransport::admit(Acceptor::Greeted greeted) {
+  const int peer = greeted.hello.rank;
+  const int index = greeted.hello.socket_index;
+  const auto& existing = peers_[static_cast<std::size_t>(peer)].sockets;
   std::string why;
-  const Hello& hello = c.handshake.hello;
-  if (n <= 0)
-    why = "closed before completing the handshake";
-  else if ((c.got += static_cast<std::size_t>(n)) < sizeof c.handshake)
-    return;
-  else if (!auth::same(
-               c.handshake.mac,
-               auth::answer(job_token_, "tcp", c.challenge,
-                            std::string_view(reinterpret_cast<const char*>(&hello), sizeof hello))))
-    why = "wrong or missing job token (ARCOLL_JOB_TOKEN)";
-  else
-    why = validate(hello, expect_);
-  if (why.empty()) {
-    int peer = hello.rank;
-    auto& existing = peers_[static_cast<std::size_t>(peer)].sockets;
-    bool duplicate = std::any_of(existing.begin(), existing.end(),
-                                 [&](Socket* s) { return s->index == hello.socket_index; });
-    if (peer <= rank_ || !serves(peer))
-      why = "rank " + std::to_string(peer) + " should not connect to us";
-    else if (duplicate)
-      why = "duplicate connection for rank " + std::to_string(peer);
-  }
-  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  if (peer <= rank_ || !serves(peer))
+    why = "rank " + std::to_string(peer) + " should not connect to us";
+  else if (std::any_of(existing.begin(), existing.end(),
+                       [&](Socket* s) { return s->index == index; }))
+    why = "duplicate connection for rank " + std::to_string(peer);
   if (!why.empty()) {
-    log::warn("tcp transport: rejected connection from " + c.address + ": " + why);
-    pending_.erase(it);
+    log::warn("tcp transport: rejected connection from " + greeted.address + ": " + why);
     return;
   }
-  int peer = hello.rank;
-  int index = hello.socket_index;
-  net::Fd owned = std::move(c.fd);
-  pending_.erase(it);
-  add_socket(std::move(owned), peer, index);
-}
-
-void TcpTransport::drop_stale_handshakes() {
-  auto now = Clock::now();
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (now - it->second.since < kHandshakeTimeout) {
-      ++it;
-      continue;
-    }
-    log::warn("tcp transport: rejected connection from " + it->second.address +
-              ": no handshake within 10 s");
-    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, it->first, nullptr);
-    it = pending_.erase(it);
-  }
+  add_socket(std::move(greeted.fd), peer, index);
 }
 
 void TcpTransport::post(const RequestPtr& request) {
@@ -661,14 +548,15 @@ void TcpTransport::progress(Clock::time_point until) {
   for (int i = 0; i < n; ++i) {
     const epoll_event& ev = events[i];
     if (ev.data.u64 == static_cast<std::uint64_t>(listener_.get())) {
-      accept_connections();
-    } else if (ev.data.u64 >> 63) {
-      read_hello(static_cast<int>(ev.data.u64 & 0x7fffffff));
+      acceptor_.accept_all(listener_.get(), epoll_.get());
+    } else if (ev.data.u64 & Acceptor::kEpollTag) {
+      const int fd = static_cast<int>(ev.data.u64 & ~Acceptor::kEpollTag);
+      if (auto greeted = acceptor_.read(fd, epoll_.get())) admit(std::move(*greeted));
     } else {
       handle_socket(*static_cast<Socket*>(ev.data.ptr), ev.events);
     }
   }
-  if (!pending_.empty()) drop_stale_handshakes();
+  if (!acceptor_.idle()) acceptor_.drop_stale(epoll_.get());
 }
 
 // A peer that aborted may have said why on one of its sockets just before it closed them:
@@ -748,33 +636,15 @@ void TcpTransport::abort(const std::string& reason) noexcept {
     if (waiting.empty() || Clock::now() >= deadline) break;
     ::poll(waiting.data(), waiting.size(), net::poll_timeout_ms(deadline));
   }
-  // Closing a socket with unread data sends a reset, and a reset can make the peer drop the
-  // reason before reading it. So: end the sending side, then read and drop what peers still
-  // send until they close (they will, once they have read the reason) or the time is up.
-  std::vector<pollfd> draining;
+  // The reason must not be lost to a reset: end the sending side, then wait for the peers to
+  // close (they will, once they have read it) or the time to be up.
+  std::vector<int> open;
   for (Socket& s : sockets_)
     if (!s.closed && s.fd.get() >= 0) {
       if (s.queue.empty()) ::shutdown(s.fd.get(), SHUT_WR);
-      draining.push_back({s.fd.get(), POLLIN, 0});
+      open.push_back(s.fd.get());
     }
-  const auto drain_deadline = Clock::now() + kAbortFlushTime;
-  char sink[64 * 1024];
-  while (!draining.empty() && Clock::now() < drain_deadline) {
-    if (::poll(draining.data(), draining.size(), net::poll_timeout_ms(drain_deadline)) <= 0) break;
-    for (std::size_t i = 0; i < draining.size();) {
-      bool ended = false;
-      if (draining[i].revents != 0) {
-        const ssize_t n = ::recv(draining[i].fd, sink, sizeof sink, MSG_DONTWAIT);
-        ended = n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
-      }
-      if (ended) {
-        draining[i] = draining.back();
-        draining.pop_back();
-      } else {
-        ++i;
-      }
-    }
-  }
+  net::drain_until_closed(open, Clock::now() + kAbortFlushTime);
 }
 
 std::string TcpTransport::pending_state() const {
