@@ -332,6 +332,10 @@ void Engine::progress(Clock::time_point until) {
   for (const auto& t : transports_) t->progress(t == transports_.back() ? until : Clock::now());
 }
 
+void Engine::wake() noexcept {
+  for (const auto& t : transports_) t->wake();
+}
+
 bool Engine::test(const RequestPtr& request) {
   if (!request->done) {
     if (auto failure = transport_failure()) raise(failure);

@@ -78,6 +78,8 @@ class Engine final : public PointToPoint {
   // error, the transports' first failure or an abort's.
   void progress(net::Clock::time_point until);
   bool test(const RequestPtr& request);
+  // Makes a progress() sleeping in another thread return (Transport::wake). Thread-safe.
+  void wake() noexcept;
 
   // After an error in a call: every peer is told (so that it fails too instead of waiting),
   // and `e` is thrown as `operation`'s.

@@ -156,6 +156,9 @@ WorkPtr ParameterServer::Impl::submit(Op op, std::uint64_t key, const void* send
     calls_.push_back({op, key, static_cast<const char*>(send), static_cast<char*>(recv), work});
   }
   changed_.notify_all();
+  // The loop may sleep in the transports: it says so before its last look at calls_, and we
+  // look at its word after adding ours, so one of the two sees the other.
+  if (waiting_in_transports_.load()) engine_->wake();
   return work;
 }
 
@@ -376,16 +379,25 @@ void ParameterServer::Impl::run_loop() {
       }
       if (moved) continue;
       // Nothing moved. A worker with nothing expected waits for its next call. Otherwise the
-      // transports sleep until a message comes, up to a slice: short while calls keep coming
-      // (this rank's next call does not wake a transport), longer once they have stopped.
+      // transports sleep until a message or this rank's next call (submit wakes them) comes:
+      // after a short spin while messages keep coming, for a long slice once they have
+      // stopped, so that an idle server costs its host no core.
       if (inflight_.empty() && !is_server_) {
         std::unique_lock lock(mutex_);
         changed_.wait_for(lock, std::chrono::milliseconds(1),
                           [&] { return !calls_.empty() || finishing_; });
       } else {
+        waiting_in_transports_.store(true);
+        bool called;
+        {
+          std::lock_guard lock(mutex_);
+          called = !calls_.empty();
+        }
         const bool busy = Clock::now() - last_progress_ < std::chrono::milliseconds(2);
-        engine_->progress(Clock::now() +
-                          (busy ? std::chrono::microseconds(10) : std::chrono::microseconds(200)));
+        if (!called)
+          engine_->progress(Clock::now() + (busy ? std::chrono::microseconds(10)
+                                                 : std::chrono::microseconds(20000)));
+        waiting_in_transports_.store(false);
       }
     }
   } catch (...) {

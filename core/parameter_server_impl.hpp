@@ -217,6 +217,7 @@ class ParameterServer::Impl {
   std::map<std::uint64_t, std::vector<std::pair<int, std::uint32_t>>> barriers_;
   std::uint64_t barrier_count_ = 0;  // worker: barriers issued
   Clock::time_point last_progress_ = Clock::now();
+  std::atomic<bool> waiting_in_transports_{false};  // the loop may sleep there (see submit)
 };
 
 }  // namespace arcoll

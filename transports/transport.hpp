@@ -51,6 +51,10 @@ class Transport {
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until) = 0;
+  // Makes a progress() sleeping in another thread of this process return now, or the next
+  // one not sleep: for a loop whose work also comes from its own process (a server share
+  // beside its worker), so that it can sleep long between messages.
+  virtual void wake() noexcept = 0;
   // The first peer failure seen (connection lost, abort received, malformed data), if any.
   // Once set, the transport fails every new request.
   virtual std::exception_ptr failure() const = 0;

@@ -102,9 +102,6 @@ std::int64_t count_wrong(const Call& c, const RowPatterns& p, int rank, int rank
   return 0;
 }
 
-// One group: warm-up, `iters` timed iterations, then (when checking) one iteration on fresh
-// inputs whose result is compared with the reference. In place, the timed iterations feed on
-// their own results; only the checked iteration starts from the inputs again.
 // -n auto: rounds of 1, 4, 16, ... iterations until a round takes a tenth of the target on
 // the slowest rank (every rank runs the same rounds: the calls are collective); the count
 // that fills the target at that pace.
@@ -124,45 +121,68 @@ int agreed_iterations(arcoll::Communicator& comm, const std::function<void()>& o
   }
 }
 
-LocalResult run_group(arcoll::Communicator& comm, Backend& backend, Coll coll,
-                      const RowPatterns& patterns, std::byte* send_buffer, std::byte* recv_buffer,
-                      std::size_t count, bool in_place, const SweepSettings& settings) {
-  const int rank = comm.rank(), ranks = comm.size();
-  const Pattern& pattern = patterns.mine;
-  const std::size_t e = arcoll::size_of(pattern.type());
-  const CollShape s = shape(coll, count, ranks, rank, /*root=*/0);
-  Call call{coll, send_buffer, recv_buffer, s.block, pattern.type(), pattern.op(), 0};
-  if (in_place && s.in_recv) call.send = recv_buffer + s.send_in_recv * e;
-  if (in_place && !s.in_recv) call.recv = send_buffer + s.recv_in_send * e;
-  auto* send = static_cast<std::byte*>(const_cast<void*>(call.send));
-  const std::size_t bytes = std::max(s.send, s.recv) * e;
-  auto once = [&] { backend.run(call); };
+// One group of a row (out of place or in place) through one backend: warmed up, its
+// iteration count agreed, then timed once per repetition, in turn with the other backends'
+// groups of the size, then checked: one iteration on fresh inputs whose result is compared
+// with the reference. In place, the timed iterations feed on their own results; only the
+// checked iteration starts from the inputs again.
+class Group {
+ public:
+  Group(arcoll::Communicator& comm, Backend& backend, Coll coll, const RowPatterns& patterns,
+        std::byte* send_buffer, std::byte* recv_buffer, std::size_t count, bool in_place,
+        const SweepSettings& settings)
+      : backend_(backend),
+        patterns_(patterns),
+        shape_(shape(coll, count, comm.size(), comm.rank(), /*root=*/0)),
+        call_{coll, send_buffer, recv_buffer, shape_.block, patterns.mine.type(),
+              patterns.mine.op(), 0} {
+    const std::size_t e = arcoll::size_of(patterns.mine.type());
+    if (in_place && shape_.in_recv) call_.send = recv_buffer + shape_.send_in_recv * e;
+    if (in_place && !shape_.in_recv) call_.recv = send_buffer + shape_.recv_in_send * e;
+    stage_inputs();
+    for (int i = 0; i < settings.warmup_iters; ++i) backend_.run(call_);
+    result_.iters = settings.target_seconds > 0
+                        ? agreed_iterations(comm, [this] { backend_.run(call_); },
+                                            settings.target_seconds)
+                        : settings.iters;
+  }
 
-  pattern.fill_input(send, s.send);
-  backend.stage_in(send, call.recv, bytes);
-  for (int i = 0; i < settings.warmup_iters; ++i) once();
-  LocalResult result;
-  result.iters = settings.target_seconds > 0
-                     ? agreed_iterations(comm, once, settings.target_seconds)
-                     : settings.iters;
-  for (int r = 0; r < settings.repeat; ++r) {
-    backend.barrier();
+  void time() {
+    backend_.barrier();
     const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < result.iters; ++i) once();
+    for (int i = 0; i < result_.iters; ++i) backend_.run(call_);
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    result.seconds.push_back(std::chrono::duration<double>(elapsed).count() / result.iters);
+    result_.seconds.push_back(std::chrono::duration<double>(elapsed).count() / result_.iters);
   }
-  if (settings.check && backend.reduces()) {
-    if (!in_place) pattern.poison(call.recv, s.recv);
-    pattern.fill_input(send, s.send);
-    backend.stage_in(send, call.recv, bytes);
-    once();
-    backend.stage_out(call.recv, bytes);
-    result.wrong = count_wrong(call, patterns, rank, ranks);
-    if (pattern.rounded_by_wire()) result.errors = pattern.errors(call.recv, s.recv);
+
+  LocalResult check_skipped() const { return result_; }
+  LocalResult check(bool in_place, int rank, int ranks) {
+    const Pattern& pattern = patterns_.mine;
+    if (!in_place) pattern.poison(call_.recv, shape_.recv);
+    stage_inputs();
+    backend_.run(call_);
+    backend_.stage_out(call_.recv, bytes());
+    result_.wrong = count_wrong(call_, patterns_, rank, ranks);
+    if (pattern.rounded_by_wire()) result_.errors = pattern.errors(call_.recv, shape_.recv);
+    return result_;
   }
-  return result;
-}
+
+ private:
+  std::size_t bytes() const {
+    return std::max(shape_.send, shape_.recv) * arcoll::size_of(patterns_.mine.type());
+  }
+  void stage_inputs() {
+    auto* send = static_cast<std::byte*>(const_cast<void*>(call_.send));
+    patterns_.mine.fill_input(send, shape_.send);
+    backend_.stage_in(send, call_.recv, bytes());
+  }
+
+  Backend& backend_;
+  const RowPatterns& patterns_;
+  const CollShape shape_;
+  Call call_;
+  LocalResult result_;
+};
 
 // `repetitions`: each repetition's time, the slowest rank's.
 GroupResult finish(const std::vector<double>& repetitions, std::size_t bytes, double bus_factor) {
@@ -279,7 +299,12 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           running.push_back(backend);
         }
       }
-      for (std::size_t size : settings.sizes)
+      for (std::size_t size : settings.sizes) {
+        // Every backend's groups are prepared, then timed in turn, repetition by repetition,
+        // so that a phase of the host (another job, the clock, the memory's state) weighs on
+        // every backend alike rather than on whichever ran through it.
+        const std::size_t first = rows.size();
+        std::vector<std::unique_ptr<Group>> groups;  // out of place, in place; per backend
         for (Backend* backend : running) {
           Row row;
           row.backend = backend->name();
@@ -290,22 +315,31 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           row.count = row_elements(coll, size / arcoll::size_of(type), n);
           row.size_bytes = row.count * arcoll::size_of(type);
           if (callbacks.before) callbacks.before(row, rows.size(), total);
-
           const auto [send_buffer, recv_buffer] = buffers_of(*backend);
-          const LocalResult out = run_group(comm, *backend, coll, patterns, send_buffer,
-                                            recv_buffer, row.count, /*in_place=*/false, settings);
-          const LocalResult in = run_group(comm, *backend, coll, patterns, send_buffer,
-                                           recv_buffer, row.count, /*in_place=*/true, settings);
+          for (const bool in_place : {false, true})
+            groups.push_back(std::make_unique<Group>(comm, *backend, coll, patterns, send_buffer,
+                                                     recv_buffer, row.count, in_place, settings));
+          rows.push_back(row);
+        }
+        for (int r = 0; r < settings.repeat; ++r)
+          for (const auto& group : groups) group->time();
+        for (std::size_t b = 0; b < running.size(); ++b) {
+          Row& row = rows[first + b];
+          const bool checked = settings.check && running[b]->reduces();
+          const LocalResult out = checked ? groups[2 * b]->check(false, rank, n)
+                                          : groups[2 * b]->check_skipped();
+          const LocalResult in = checked ? groups[2 * b + 1]->check(true, rank, n)
+                                         : groups[2 * b + 1]->check_skipped();
           std::vector<double> seconds = out.seconds;  // out of place, then in place
           seconds.insert(seconds.end(), in.seconds.begin(), in.seconds.end());
           comm.allreduce(seconds.data(), seconds.size(), DataType::f64, ReduceOp::max);
           const auto middle = seconds.begin() + static_cast<std::ptrdiff_t>(out.seconds.size());
-          const double factor = backend->bus_factor(coll, n);
+          const double factor = running[b]->bus_factor(coll, n);
           row.out_of_place = finish({seconds.begin(), middle}, row.size_bytes, factor);
           row.in_place = finish({middle, seconds.end()}, row.size_bytes, factor);
           row.out_of_place.iters = out.iters;
           row.in_place.iters = in.iters;
-          if (settings.check && backend->reduces()) {
+          if (checked) {
             std::int64_t wrong[2] = {out.wrong, in.wrong};
             comm.allreduce(wrong, 2, DataType::i64, ReduceOp::sum);
             row.out_of_place.wrong = wrong[0];
@@ -315,14 +349,14 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
                                   in.errors.max_rel};
               comm.allreduce(errors, 4, DataType::f64, ReduceOp::max);
               row.out_of_place.max_abs_error = errors[0];
-              row.out_of_place.max_rel_error = errors[1];
               row.in_place.max_abs_error = errors[2];
+              row.out_of_place.max_rel_error = errors[1];
               row.in_place.max_rel_error = errors[3];
             }
           }
-          rows.push_back(row);
-          if (callbacks.after) callbacks.after(rows.back(), rows.size() - 1, total);
+          if (callbacks.after) callbacks.after(row, first + b, total);
         }
+      }
     }
   return rows;
 }

@@ -33,6 +33,7 @@ struct SweepSettings {
   double target_seconds = 0;
   // Timings of `iters` iterations per group (after one warm-up): a row's time is their
   // median, and their spread says how noisy it is (nccl-tests' -N runs the sweep again).
+  // The backends of a size take turns, one repetition each.
   int repeat = 1;
   bool check = true;
   // Mixed precision: arcoll carries f32 as this 16-bit type (f32: not at all); f32 rows then
@@ -108,7 +109,7 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& sett
                            const SweepCallbacks& callbacks = {});
 
 // The same sweep through each of `backends`, interleaved: for every collective, type, op and
-// size, each backend in turn (rows in that order; a backend that cannot run a collective with a
+// size, each backend in turn, once per repetition (rows in that order; a backend that cannot run a collective with a
 // type and op has no rows for it). `comm` carries arbench's own coordination (the slowest rank's time, the #wrong sum).
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
                            const SweepSettings& settings, const SweepCallbacks& callbacks = {});

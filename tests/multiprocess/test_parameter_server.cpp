@@ -3,8 +3,10 @@
 // dedicated servers, 2 to 8 ranks, pieces cut small so that keys span servers); asp and ssp
 // lose nothing and apply nothing twice; ssp keeps every worker within k clocks of the slowest;
 // the sgd rule steps the weights as a local computation does; a killed worker and a killed
-// server are named by every survivor within the timeout.
+// server are named by every survivor within the timeout; an idle server leaves its core alone.
 #include <gtest/gtest.h>
+
+#include <sys/resource.h>
 
 #include <csignal>
 #include <cstdio>
@@ -260,6 +262,37 @@ void expect_named_after_kill(int victim, const std::vector<int>& servers) {
 TEST(ParameterServer, AKilledWorkerIsNamedByEveryOtherRank) { expect_named_after_kill(1, {3}); }
 TEST(ParameterServer, AKilledServerIsNamedByEveryOtherRank) { expect_named_after_kill(3, {2, 3}); }
 TEST(ParameterServer, AKilledColocatedRankIsNamedByEveryOtherRank) { expect_named_after_kill(2, {}); }
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Between steps a server share sleeps in the transports until a message or its worker's next
+// call comes: its rank's core stays free for the collectives and the compute around it. The
+// call after the pause wakes it and is served as usual.
+TEST(ParameterServer, AnIdleServerLeavesTheCoreAloneAndWakesForTheNextCall) {
+  run_ranks(3, [](Communicator& comm) {
+    ParameterServer ps(comm, {});
+    constexpr std::size_t kCount = 1000;
+    ps.register_tensor(1, kCount, DataType::f64);
+    std::vector<double> push(kCount, comm.rank() + 1.0), pulled(kCount);
+    ps.push_pull(1, push.data(), pulled.data());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past the loop's spinning
+    const double cpu_before = cpu_seconds();
+    const auto start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+    // Polling all the while would use a large part of a core: a few percent is wake-ups.
+    EXPECT_LT(cpu_seconds() - cpu_before, 0.1 * wall) << "rank " << comm.rank();
+    ps.push_pull(1, push.data(), pulled.data());
+    const double sum = comm.size() * (comm.size() + 1) / 2.0;
+    for (double v : pulled) ASSERT_EQ(v, sum);
+    ps.finish();
+  });
+}
 
 // Bad use is refused at once, on the rank that made it.
 TEST(ParameterServer, BadCallsAreRefusedClearly) {

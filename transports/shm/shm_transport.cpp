@@ -177,6 +177,7 @@ class ShmTransport final : public Transport {
   std::string_view name() const override { return "shm"; }
   void post(const RequestPtr& request) override;
   void progress(Clock::time_point until) override;
+  void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason) noexcept override;
   std::string pending_state() const override;
@@ -222,6 +223,7 @@ class ShmTransport final : public Transport {
   PeerRegions peer_regions_;
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
+  std::atomic<bool> woken_{false};  // see wake()
   std::exception_ptr failure_;
   bool aborted_ = false;
 };
@@ -582,7 +584,8 @@ void ShmTransport::progress(Clock::time_point until) {
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   h->sleeping.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with publish()'s
-  if (!poll_once()) {
+  // A wake() before `seen` was read is in woken_; one after it changed the doorbell.
+  if (!poll_once() && !woken_.exchange(false)) {
     const auto left = until - Clock::now();
     if (left > std::chrono::nanoseconds(0))
       futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, kSleepSlice));
@@ -590,6 +593,14 @@ void ShmTransport::progress(Clock::time_point until) {
   h->sleeping.store(0, std::memory_order_seq_cst);
   poll_once();
   check_peers_alive();
+}
+
+void ShmTransport::wake() noexcept {
+  if (peer_ranks_.empty()) return;  // progress() never sleeps: no segment of its own
+  woken_.store(true);
+  SegmentHeader* h = header_of(own());
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&h->doorbell);
 }
 
 void ShmTransport::check_peers_alive() {

@@ -2,6 +2,7 @@
 // handshake.hpp) with large messages striped across them, every frame validated on receipt.
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -96,6 +97,7 @@ class TcpTransport final : public Transport {
   std::string_view name() const override { return "tcp"; }
   void post(const RequestPtr& request) override;
   void progress(Clock::time_point until) override;
+  void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason) noexcept override;
   std::string pending_state() const override;
@@ -135,6 +137,7 @@ class TcpTransport final : public Transport {
   net::Fd listener_;
   Acceptor acceptor_;
   net::Fd epoll_;
+  net::Fd wake_event_;  // an eventfd in epoll_, written by wake()
   std::vector<Peer> peers_;
   transport::Matching<> matching_;
   std::vector<char> landing_piece_;  // see kLandingPieceBytes
@@ -156,6 +159,11 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_)
     throw SystemError("tcp setup", std::string("epoll_create1: ") + std::strerror(errno), rank_);
+  wake_event_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!wake_event_)
+    throw SystemError("tcp setup", std::string("eventfd: ") + std::strerror(errno), rank_);
+  epoll_event woken{EPOLLIN, {.u64 = static_cast<std::uint64_t>(wake_event_.get())}};
+  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_event_.get(), &woken);
   if (peer_ranks_.empty()) return;
   listener_ = net::listen_on(setup.listen_address, 0);
   net::set_nonblocking(listener_.get());
@@ -547,7 +555,10 @@ void TcpTransport::progress(Clock::time_point until) {
   }
   for (int i = 0; i < n; ++i) {
     const epoll_event& ev = events[i];
-    if (ev.data.u64 == static_cast<std::uint64_t>(listener_.get())) {
+    if (ev.data.u64 == static_cast<std::uint64_t>(wake_event_.get())) {
+      std::uint64_t count;
+      [[maybe_unused]] const auto read = ::read(wake_event_.get(), &count, sizeof count);
+    } else if (ev.data.u64 == static_cast<std::uint64_t>(listener_.get())) {
       acceptor_.accept_all(listener_.get(), epoll_.get());
     } else if (ev.data.u64 & Acceptor::kEpollTag) {
       const int fd = static_cast<int>(ev.data.u64 & ~Acceptor::kEpollTag);
@@ -557,6 +568,11 @@ void TcpTransport::progress(Clock::time_point until) {
     }
   }
   if (!acceptor_.idle()) acceptor_.drop_stale(epoll_.get());
+}
+
+void TcpTransport::wake() noexcept {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto written = ::write(wake_event_.get(), &one, sizeof one);
 }
 
 // A peer that aborted may have said why on one of its sockets just before it closed them:
