@@ -109,8 +109,9 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& sett
                            const SweepCallbacks& callbacks = {});
 
 // The same sweep through each of `backends`, interleaved: for every collective, type, op and
-// size, each backend in turn, once per repetition (rows in that order; a backend that cannot run a collective with a
-// type and op has no rows for it). `comm` carries arbench's own coordination (the slowest rank's time, the #wrong sum).
+// size, each backend in turn, once per repetition (rows in that order; a backend that cannot
+// run a collective with a type and op has no rows for it). `comm` carries arbench's own
+// coordination (the slowest rank's time, the #wrong sum).
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
                            const SweepSettings& settings, const SweepCallbacks& callbacks = {});
 
