@@ -12,12 +12,23 @@ namespace arcoll {
 LinkCost LinkCost::at(double bytes) const {
   // How far `bytes` is from the cached size towards the uncached one, in log(bytes).
   const double toward_memory = std::clamp(
-      std::log(std::max(bytes, 1.0) / kCachedBytes) / std::log(kUncachedBytes / kCachedBytes),
+      std::log(std::max(bytes, 1.0) / cached_until) / std::log(uncached_from / cached_until),
       0.0, 1.0);
   auto blend = [&](double cached, double uncached) {
     return cached > 0 ? cached + toward_memory * (uncached - cached) : uncached;
   };
   return {alpha, blend(cached_beta, beta), blend(cached_gamma, gamma), 0, 0};  // sized once
+}
+
+void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host) {
+  if (cache_bytes <= 0 || ranks_per_host <= 0) {
+    link.cached_until = kCachedBytes;
+    link.uncached_from = kUncachedBytes;
+    return;
+  }
+  const double per_buffer = cache_bytes / (2.0 * ranks_per_host);
+  link.cached_until = per_buffer / 2;
+  link.uncached_from = per_buffer * 2;
 }
 
 }  // namespace arcoll

@@ -19,11 +19,21 @@ struct LinkCost {
   // β and γ of buffers that stay in the caches (0: the same as above); see at().
   double cached_beta = 0;
   double cached_gamma = 0;
-  // The costs of an all-reduce of `bytes`: the cached figures up to kCachedBytes, the others
-  // from kUncachedBytes, and in between a blend linear in log(bytes) (transport_costs.hpp).
-  // The result has no cached figures: it is sized once.
+  // All-reduces of buffers up to this many bytes stay in the caches, from the other on they
+  // do not (see cache_window).
+  double cached_until = kCachedBytes;
+  double uncached_from = kUncachedBytes;
+  // The costs of an all-reduce of `bytes`: the cached figures up to cached_until, the others
+  // from uncached_from, and in between a blend linear in log(bytes). The result has no
+  // cached figures: it is sized once.
   LinkCost at(double bytes) const;
 };
+
+// Where an all-reduce's buffers leave a host's last-level cache of `cache_bytes` (0: unknown,
+// the sizes the figures were measured at), its `ranks_per_host` ranks each holding a send
+// and a receive buffer: in cache while they fill at most half of it, out once they fill
+// twice it. Sets `link`'s cached_until and uncached_from.
+void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host);
 
 // What the model knows of the ranks of a call.
 struct Layout {

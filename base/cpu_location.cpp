@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <exception>
 #include <fstream>
 #include <string>
 
@@ -22,6 +23,35 @@ int package_of_cpu(int cpu) {
                    "/topology/physical_package_id");
   int package = -1;
   return in >> package ? package : -1;
+}
+
+double last_level_cache_bytes(int cpu) {
+  if (cpu < 0) return 0;
+  // indexN folders, one per cache; sizes read "32768K". The highest level that holds data.
+  const std::string folder = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index";
+  int best_level = 0;
+  double bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    std::ifstream level_file(folder + std::to_string(index) + "/level");
+    std::ifstream type_file(folder + std::to_string(index) + "/type");
+    std::ifstream size_file(folder + std::to_string(index) + "/size");
+    int level = 0;
+    std::string type, size;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) break;
+    if (type == "Instruction" || level <= best_level) continue;
+    double value = 0;
+    try {
+      value = std::stod(size);
+    } catch (const std::exception&) {
+      continue;
+    }
+    const char unit = size.back();
+    const double kibi = 1024.0;
+    value *= unit == 'K' ? kibi : unit == 'M' ? kibi * kibi : unit == 'G' ? kibi * kibi * kibi : 1;
+    best_level = level;
+    bytes = value;
+  }
+  return bytes;
 }
 
 }  // namespace arcoll

@@ -134,6 +134,8 @@ void Engine::apply_tuning(const Tuning& tuning) {
   };
   layout_.intra = costs_of(within_host_->name);
   layout_.inter = costs_of(across_hosts_->name);
+  for (LinkCost* link : {&layout_.intra, &layout_.inter})
+    set_cache_window(*link, tuning.last_level_cache_bytes, layout_.ranks_per_host);
 }
 
 void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {

@@ -30,6 +30,8 @@ std::string tuning_json(const Tuning& tuning) {
   j["format"] = kFileFormat;
   j["version"] = kFileVersion;
   j["measured_on"] = tuning.measured_on;
+  if (tuning.last_level_cache_bytes > 0)
+    j["last_level_cache_bytes"] = tuning.last_level_cache_bytes;
   for (const auto& [name, c] : tuning.transports) {
     Json& entry = j["transports"][name];
     entry = {{"latency_us", c.latency_us},
@@ -51,6 +53,9 @@ Tuning parse_tuning(const std::string& text, const std::string& name) {
   Tuning tuning;
   if (j.contains("measured_on") && j["measured_on"].is_string())
     tuning.measured_on = j["measured_on"].get<std::string>();
+  // Optional: files of earlier versions have none.
+  if (j.contains("last_level_cache_bytes"))
+    tuning.last_level_cache_bytes = json_file::positive(j, source, "", "last_level_cache_bytes");
   if (!j.contains("transports") || !j["transports"].is_object() || j["transports"].empty())
     json_file::bad(source, "transports", "must be an object with one entry per transport");
   for (const auto& [transport, entry] : j["transports"].items()) {

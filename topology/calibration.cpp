@@ -26,15 +26,19 @@ std::string cache_folder() {
   return "";
 }
 
+// Changes with what measure_tuning's figures mean, so that figures kept before are measured
+// again.
+constexpr const char* kMeasurement = "exchanges, last-level cache";
+
 std::uint64_t fnv1a(const std::string& text) {
   std::uint64_t hash = 14695981039346656037ull;
   for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
   return hash;
 }
 
-// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports, and
-// the paths their messages take (the library's version, the chunk size, which shared-memory
-// messages are read across processes).
+// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports, how
+// they are measured, and the paths their messages take (the library's version, the chunk
+// size, which shared-memory messages are read across processes).
 std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   std::set<std::string> transports;
   for (int peer = 0; peer < comm.size(); ++peer)
@@ -43,8 +47,8 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
   for (const std::string& t : transports) key << t << ",";
   const Options& options = comm.options();
-  key << "|" << version() << "|chunk " << options.chunk_bytes << "|shm single copy "
-      << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
+  key << "|" << version() << "|measured as " << kMeasurement << "|chunk " << options.chunk_bytes
+      << "|shm single copy " << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
   return key.str();
 }
 

@@ -1,5 +1,7 @@
 // measure_tuning (arcoll/tuning.hpp): link costs measured over a communicator, as collectives
 // load the links. A user of the public API, above the core that reads the figures.
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -9,6 +11,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/tuning.hpp"
+#include "base/cpu_location.hpp"
 #include "base/reduce.hpp"
 
 namespace arcoll {
@@ -27,26 +30,6 @@ constexpr int kTag = 7001;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Mean one-way time of `rounds` round trips of `bytes` between this rank and `peer`; the
-// lower rank of the pair sends first.
-double one_way_seconds(Communicator& comm, int peer, std::size_t bytes, int rounds) {
-  std::vector<char> buffer(bytes);
-  const bool first = comm.rank() < peer;
-  auto round_trip = [&] {
-    if (first) {
-      comm.send(buffer.data(), bytes, peer, kTag);
-      comm.recv(buffer.data(), bytes, peer, kTag);
-    } else {
-      comm.recv(buffer.data(), bytes, peer, kTag);
-      comm.send(buffer.data(), bytes, peer, kTag);
-    }
-  };
-  for (int i = 0; i < std::max(2, rounds / 10); ++i) round_trip();  // warm-up
-  const auto start = Clock::now();
-  for (int i = 0; i < rounds; ++i) round_trip();
-  return seconds_since(start) / rounds / 2;
 }
 
 // What exchanges cost the cores, without a partner: copies in and out of a buffer of `bytes`
@@ -172,7 +155,10 @@ Tuning measure_tuning(Communicator& comm) {
       comm.allreduce(&probe, 1, DataType::f64, ReduceOp::max);
     }
     if (role.partner >= 0) {
-      const double alpha = one_way_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
+      // α as a collective's step pays it: a small message each way at once, through a whole
+      // call. (A one-way ping-pong, half a round trip, came out 2-3 times lower than the
+      // steps of the all-reduces on 2 ranks here.)
+      const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
       const double cached =
           exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
@@ -205,6 +191,10 @@ Tuning measure_tuning(Communicator& comm) {
     tuning.transports[name.data()] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
                                       figures[3] / pairs, figures[4] / pairs};
   }
+  // The smallest cache, so that every rank's predictions use the same figures.
+  double cache = last_level_cache_bytes(::sched_getcpu());
+  comm.allreduce(&cache, 1, DataType::f64, ReduceOp::min);
+  tuning.last_level_cache_bytes = cache;
   tuning.measured_on = std::to_string(comm.size()) + " ranks on " +
                        std::to_string(comm.node_count()) + " host(s), rank 0 on " +
                        comm.node_name() + ", " + today();

@@ -5,7 +5,7 @@
 namespace arcoll {
 
 struct TransportCosts {
-  double latency_us = 0;     // one small message, one way (α)
+  double latency_us = 0;     // a step of small messages, one each way at once (α)
   double bandwidth_gbs = 0;  // GB/s each way of a large exchange (1/β)
   double reduce_gbs = 0;     // GB/s of reduction, f32 sum out of cache (1/γ)
   // The same of buffers that stay in the caches (kCachedBytes); 0: as out of cache. The model

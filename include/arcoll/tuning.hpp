@@ -17,6 +17,9 @@ class Communicator;
 struct Tuning {
   std::map<std::string, TransportCosts> transports;  // by transport name
   std::string measured_on;  // what the figures were measured on (hosts, ranks, date)
+  // The smallest last-level cache of the hosts measured, in bytes (0: unknown): up to which
+  // buffer sizes the figures measured in cache hold.
+  double last_level_cache_bytes = 0;
 };
 
 // Built-in figures of every transport of this build, from their registration (each says what
@@ -25,9 +28,9 @@ struct Tuning {
 Tuning default_tuning();
 
 // Measures the transports this communicator uses as a ring step loads them: the ranks at
-// once, latency from ping-pongs and bandwidth from exchanges both ways at once; within hosts
-// in pairs, across hosts one pair per host while the host's other ranks keep its cores busy;
-// and the reduction rate, every rank reducing. The means over the measuring pairs. With more
+// once, latency and bandwidth from exchanges both ways at once; within hosts in pairs,
+// across hosts one pair per host while the host's other ranks keep its cores busy; and the
+// reduction rate, every rank reducing. The means over the measuring pairs. With more
 // ranks than cores the costs are those of this job's layout: tune with the ranks and hosts
 // the job will run. Collective: every rank calls it; all return the same figures.
 Tuning measure_tuning(Communicator& comm);

@@ -205,6 +205,7 @@ void expect_measured_alike_on_every_rank(Communicator& comm, const Tuning& tunin
     figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs,
                                    c.cached_bandwidth_gbs, c.cached_reduce_gbs});
   }
+  figures.push_back(tuning.last_level_cache_bytes);
   std::vector<double> highest = figures;
   comm.allreduce(highest.data(), highest.size(), DataType::f64, ReduceOp::max);
   EXPECT_EQ(highest, figures);
@@ -234,6 +235,16 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
               EXPECT_GT(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
               comm.set_tuning(measured);
               EXPECT_EQ(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
+              // A cache that holds the buffers: the rates measured in cache (here faster than
+              // the others, which a loaded host may not have measured).
+              Tuning large_cache = measured;
+              for (auto& [name, c] : large_cache.transports) {
+                c.cached_bandwidth_gbs = 10 * c.bandwidth_gbs;
+                c.cached_reduce_gbs = 10 * c.reduce_gbs;
+              }
+              large_cache.last_level_cache_bytes = 64.0 * kBytes * comm.size();
+              comm.set_tuning(large_cache);
+              EXPECT_LT(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
             },
             {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "auto"}});
 }
@@ -267,6 +278,7 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
           ASSERT_EQ(kept.transports.size(), calibrated.tuning.transports.size());
           for (const auto& [name, c] : calibrated.tuning.transports)
             EXPECT_EQ(kept.transports.at(name).bandwidth_gbs, c.bandwidth_gbs) << name;
+          EXPECT_EQ(kept.last_level_cache_bytes, calibrated.tuning.last_level_cache_bytes);
         },
         {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});
   };

@@ -52,6 +52,25 @@ TEST(CostModel, CachedRatesHoldForSmallBuffersAndFadeOutToMemoryRates) {
                    cost::predict("ring", one_host(4), 64 << 20).seconds);
 }
 
+// The host's last-level cache sets where the cached rates end: 2 ranks, each with a send and
+// a receive buffer, in a 32 MiB cache: cached up to 4 MiB buffers, out of cache from 16 MiB.
+TEST(CostModel, TheLastLevelCacheSetsWhereCachedRatesEnd) {
+  LinkCost link{kAlpha, kBeta, kGamma, kBeta / 4, kGamma / 2};
+  set_cache_window(link, 32 << 20, 2);
+  EXPECT_DOUBLE_EQ(link.cached_until, 4 << 20);
+  EXPECT_DOUBLE_EQ(link.uncached_from, 16 << 20);
+  EXPECT_DOUBLE_EQ(link.at(4 << 20).beta, kBeta / 4);
+  EXPECT_DOUBLE_EQ(link.at(8 << 20).beta, (kBeta / 4 + kBeta) / 2);  // halfway in log size
+  EXPECT_DOUBLE_EQ(link.at(16 << 20).beta, kBeta);
+  // Four times the ranks share it: each one's buffers leave it four times sooner.
+  set_cache_window(link, 32 << 20, 8);
+  EXPECT_DOUBLE_EQ(link.uncached_from, 4 << 20);
+  // Unknown: the sizes the figures were measured at.
+  set_cache_window(link, 0, 2);
+  EXPECT_DOUBLE_EQ(link.cached_until, kCachedBytes);
+  EXPECT_DOUBLE_EQ(link.uncached_from, kUncachedBytes);
+}
+
 TEST(CostModel, RecursiveDoublingAndHalvingDoubling) {
   const double n = 4096;
   EXPECT_DOUBLE_EQ(cost::predict("recursive_doubling", one_host(4), n).seconds,
