@@ -149,7 +149,7 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
 
 void copy(void* dst, const void* src, std::size_t bytes, Stores stores) {
   if (bytes == 0) return;  // an empty message's buffers may be null
-  if (stores == Stores::streaming)
+  if (stores == Stores::streaming || bytes >= kStreamingStoresBytes)
     active().copy_streaming(dst, src, bytes);
   else
     std::memcpy(dst, src, bytes);

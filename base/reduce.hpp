@@ -10,10 +10,13 @@
 
 namespace arcoll::kernels {
 
+// Destinations from this size on are larger than the caches: Stores::by_size streams them.
+inline constexpr std::size_t kStreamingStoresBytes = std::size_t{16} << 20;
+
 // How a kernel writes its destination.
 enum class Stores : std::uint8_t {
   // Through the caches; out of place, with streaming stores (which skip the read of each line a
-  // cached store makes) when the destination is 16 MiB or more: larger than the caches.
+  // cached store makes) when the destination is kStreamingStoresBytes or more.
   by_size,
   // Streaming stores at any size: the destination is a piece of a buffer larger than the
   // caches, which nothing reads again soon (a collective's large result, landing in pieces).
@@ -29,7 +32,8 @@ enum class Stores : std::uint8_t {
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op,
             Stores stores = Stores::by_size);
 
-// dst = src for `bytes` bytes, which must not overlap: memcpy (by_size), or streaming stores.
+// dst = src for `bytes` bytes, which must not overlap: memcpy, or streaming stores (by_size:
+// from kStreamingStoresBytes).
 void copy(void* dst, const void* src, std::size_t bytes, Stores stores);
 
 // buf[i] /= divisor, for floating types (the last step of avg); f16 and bf16 divide in f32.

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/reduce.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif

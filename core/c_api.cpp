@@ -5,6 +5,8 @@
 #include <string>
 
 #include "arcoll/launch.hpp"
+#include "arcoll/local.hpp"
+#include "arcoll/memory.hpp"
 #include "arcoll/options.hpp"
 #include "core/c_api_checks.hpp"
 
@@ -372,6 +374,33 @@ arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer, size_t byte
 arcoll_result_t arcoll_recv(arcoll_comm_t* comm, void* buffer, size_t bytes, int peer, int tag) {
   static constexpr const char* kFunction = "arcoll_recv";
   return guarded(kFunction, [&] { get(kFunction, comm).recv(buffer, bytes, peer, tag); });
+}
+
+arcoll_result_t arcoll_reduce_local(const void* a, const void* b, void* out, size_t count,
+                                    arcoll_datatype_t type, arcoll_op_t op) {
+  static constexpr const char* kFunction = "arcoll_reduce_local";
+  return guarded(kFunction, [&] {
+    arcoll::reduce_local(a, b, out, count, data_type(kFunction, type), reduce_op(kFunction, op));
+  });
+}
+
+arcoll_result_t arcoll_copy_local(void* dst, const void* src, size_t bytes) {
+  static constexpr const char* kFunction = "arcoll_copy_local";
+  return guarded(kFunction, [&] { arcoll::copy_local(dst, src, bytes); });
+}
+
+arcoll_result_t arcoll_mem_alloc(size_t bytes, void** out) {
+  static constexpr const char* kFunction = "arcoll_mem_alloc";
+  if (out != nullptr) *out = nullptr;
+  return guarded(kFunction, [&] {
+    if (out == nullptr) invalid(kFunction, "the output pointer is NULL");
+    *out = arcoll::mem_alloc(bytes);
+  });
+}
+
+arcoll_result_t arcoll_mem_free(void* pointer) {
+  static constexpr const char* kFunction = "arcoll_mem_free";
+  return guarded(kFunction, [&] { arcoll::mem_free(pointer); });
 }
 
 void arcoll_ps_options_init(arcoll_ps_options_t* options) {

@@ -104,9 +104,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "Run arcoll and these backends (comma-separated, e.g. mpi,gloo) size by size and print "
       "them side by side");
   app.add_flag("--memcpy", flags.memcpy,
-               "Also time a single-core memcpy of each size (rank 0 alone) and every rank's "
-               "copy at once, which gives the all-reduce's memory-traffic ceiling, in the same "
-               "run (adds memcpy and ceiling to --compare)");
+               "Also time a single-core memcpy of each size (rank 0 alone) and the all-reduce's "
+               "memory ceiling (every rank at once reduces its share with arcoll's kernels and "
+               "copies the rest, no peers), in the same run (adds memcpy and ceiling to "
+               "--compare)");
   app.add_flag("--shared-buffers", flags.shared_buffers,
                "Allocate the send and receive buffers with arcoll::mem_alloc: memory the ranks "
                "of a host read from each other in place, as registered buffers are in nccl-tests "

@@ -255,6 +255,29 @@ ARCOLL_C_API arcoll_result_t arcoll_send(arcoll_comm_t* comm, const void* buffer
 ARCOLL_C_API arcoll_result_t arcoll_recv(arcoll_comm_t* comm, void* buffer, size_t bytes, int peer,
                                          int tag);
 
+/* out[i] = a[i] op b[i] for i < count, on this rank, with the kernels the collectives use (as
+ * MPI_Reduce_local); out may be a or b. ARCOLL_AVG is an invalid argument here: sum, then
+ * scale. */
+ARCOLL_C_API arcoll_result_t arcoll_reduce_local(const void* a, const void* b, void* out,
+                                                 size_t count, arcoll_datatype_t type,
+                                                 arcoll_op_t op);
+
+/* dst = src for `bytes` bytes (not overlapping), as memcpy, but destinations larger than the
+ * caches are written with streaming stores, as the collectives write large results. */
+ARCOLL_C_API arcoll_result_t arcoll_copy_local(void* dst, const void* src, size_t bytes);
+
+/* ---- Shared buffers (arcoll/memory.hpp) -------------------------------------------------- *
+ * Memory that the ranks of one host read from each other in place, as MPI_Alloc_mem gives: a
+ * message sent from it over shared memory is read (and reduced) by its receiver straight out of
+ * the sender's buffer, with no copy through the shared rings. Any call takes such buffers and
+ * ordinary ones alike. */
+
+/* *out = `bytes` of zero-filled, page-aligned memory (NULL on failure). */
+ARCOLL_C_API arcoll_result_t arcoll_mem_alloc(size_t bytes, void** out);
+/* Gives back what arcoll_mem_alloc gave; NULL is ignored, another pointer is an invalid
+ * argument. */
+ARCOLL_C_API arcoll_result_t arcoll_mem_free(void* pointer);
+
 /* ---- Parameter server (arcoll/parameter_server.hpp) -------------------------------------- *
  * Tensors registered by key, cut into pieces spread over the servers; workers push gradients
  * and pull values. Servers are dedicated ranks (they call arcoll_ps_serve) or, with no server

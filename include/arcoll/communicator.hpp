@@ -16,6 +16,7 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/memory.hpp"
 #include "arcoll/options.hpp"
+#include "arcoll/local.hpp"
 #include "arcoll/types.hpp"
 #include "arcoll/work.hpp"
 

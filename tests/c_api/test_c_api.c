@@ -1,14 +1,15 @@
 /* Tests of the C API (arcoll/arcoll.h), written in C11 as a framework plugin would use it.
  *
- *  1. Calls that need no communicator (version, result strings, NULL arguments), in this
- *     process.
+ *  1. Calls that need no communicator (version, result strings, NULL arguments, local
+ *     reductions and copies, shared buffers' errors), in this process.
  *  2. A world of one: a child with every launcher variable removed, init_from_env and the
  *     explicit init.
  *  3. A world of four: four forked children with ARCOLL_RANK etc. set; rank 0 hosts the
  *     rendezvous store on a socket this process bound before forking (no port race). Every
- *     collective against references computed here in double precision, point-to-point, and
- *     the error paths. ARCOLL_ALGO, ARCOLL_TRANSPORT and the other settings in this process's
- *     environment apply, so the test can be repeated per algorithm or transport.
+ *     collective against references computed here in double precision, an all-reduce of
+ *     shared buffers (arcoll_mem_alloc), point-to-point, and the error paths. ARCOLL_ALGO,
+ *     ARCOLL_TRANSPORT and the other settings in this process's environment apply, so the
+ *     test can be repeated per algorithm or transport.
  *
  * Each process counts its checks in shared memory; the parent prints "N passed, M failed" and
  * exits non-zero when anything failed, crashed or hung (alarm).
@@ -184,6 +185,61 @@ static void test_without_communicator(void) {
   check_result(arcoll_comm_init(&comm, 1, 2, "127.0.0.1", 70000), ARCOLL_ERROR_INVALID_ARGUMENT,
                "arcoll_comm_init(port 70000)");
   check(comm == NULL, "*out still NULL");
+
+  /* A local reduction: every operator that applies, against a double computation. */
+  {
+    const float a[3] = {1.5f, -2.0f, 4.0f}, b[3] = {0.25f, 3.0f, -8.0f};
+    float out[3];
+    check_result(arcoll_reduce_local(a, b, out, 3, ARCOLL_F32, ARCOLL_SUM), ARCOLL_SUCCESS,
+                 "arcoll_reduce_local f32 sum");
+    check(out[0] == 1.75f && out[1] == 1.0f && out[2] == -4.0f, "reduce_local sums");
+    check_result(arcoll_reduce_local(a, b, out, 3, ARCOLL_F32, ARCOLL_MAX), ARCOLL_SUCCESS,
+                 "arcoll_reduce_local f32 max");
+    check(out[0] == 1.5f && out[1] == 3.0f && out[2] == 4.0f, "reduce_local takes the max");
+    int32_t ia[2] = {7, -3};
+    const int32_t ib[2] = {6, 5};
+    check_result(arcoll_reduce_local(ia, ib, ia, 2, ARCOLL_I32, ARCOLL_PROD), ARCOLL_SUCCESS,
+                 "arcoll_reduce_local i32 prod, in place");
+    check(ia[0] == 42 && ia[1] == -15, "reduce_local multiplies in place");
+    check_result(arcoll_reduce_local(a, b, out, 3, ARCOLL_F32, ARCOLL_AVG),
+                 ARCOLL_ERROR_INVALID_ARGUMENT, "arcoll_reduce_local avg");
+    check_result(arcoll_reduce_local(NULL, b, out, 3, ARCOLL_F32, ARCOLL_SUM),
+                 ARCOLL_ERROR_INVALID_ARGUMENT, "arcoll_reduce_local(NULL, ...)");
+  }
+
+  /* A local copy, small and larger than the caches (streamed), byte for byte. */
+  {
+    enum { kLarge = (17 << 20) + 13 };
+    unsigned char* src = malloc(kLarge);
+    unsigned char* dst = malloc(kLarge + 1);
+    if (src == NULL || dst == NULL) {
+      check(0, "out of memory");
+    } else {
+      for (size_t i = 0; i < kLarge; ++i) src[i] = (unsigned char)(i * 7 + 3);
+      const size_t sizes[] = {0, 1, 100, kLarge};
+      for (size_t s = 0; s < sizeof sizes / sizeof *sizes; ++s) {
+        memset(dst, 0, kLarge + 1);
+        char what[64];
+        snprintf(what, sizeof what, "arcoll_copy_local of %zu bytes", sizes[s]);
+        check_result(arcoll_copy_local(dst, src, sizes[s]), ARCOLL_SUCCESS, what);
+        check(memcmp(dst, src, sizes[s]) == 0 && dst[sizes[s]] == 0,
+              "copy_local of %zu bytes copies every byte and none beyond", sizes[s]);
+      }
+    }
+    free(src);
+    free(dst);
+    const int word = 1;
+    check_result(arcoll_copy_local(NULL, &word, sizeof word), ARCOLL_ERROR_INVALID_ARGUMENT,
+                 "arcoll_copy_local(NULL, ...)");
+  }
+
+  /* Shared buffers: NULL output, a pointer that is not one, NULL. */
+  check_result(arcoll_mem_alloc(64, NULL), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_mem_alloc(64, NULL)");
+  int on_stack = 0;
+  check_result(arcoll_mem_free(&on_stack), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_mem_free(a stack address)");
+  check_result(arcoll_mem_free(NULL), ARCOLL_SUCCESS, "arcoll_mem_free(NULL)");
 }
 
 /* ---- 2. A world of one ----------------------------------------------------------------- */
@@ -633,6 +689,38 @@ static int test_parameter_server(arcoll_comm_t* comm, int rank, int size) {
   return ok;
 }
 
+/* An all-reduce on buffers from arcoll_mem_alloc, large enough that the ranks read each
+ * other's in place, against the double-precision reference. */
+static int test_shared_buffers(arcoll_comm_t* comm, int rank, int size) {
+  enum { kCount = 100003 };
+  float* send = NULL;
+  float* recv = NULL;
+  if (!check_result(arcoll_mem_alloc(kCount * sizeof(float), (void**)&send), ARCOLL_SUCCESS,
+                    "arcoll_mem_alloc(send)") ||
+      !check_result(arcoll_mem_alloc(kCount * sizeof(float), (void**)&recv), ARCOLL_SUCCESS,
+                    "arcoll_mem_alloc(recv)")) {
+    arcoll_mem_free(send);
+    return 0;
+  }
+  check(recv[kCount - 1] == 0.0f && ((uintptr_t)recv % 4096) == 0,
+        "arcoll_mem_alloc gives zero-filled, page-aligned memory");
+  for (size_t i = 0; i < kCount; ++i) send[i] = f32_input(rank, i);
+  const int ok = check_result(arcoll_allreduce(comm, send, recv, kCount, ARCOLL_F32, ARCOLL_SUM),
+                              ARCOLL_SUCCESS, "allreduce f32 sum of shared buffers");
+  if (ok) {
+    size_t bad = 0;
+    for (size_t i = 0; i < kCount; ++i) {
+      double want = 0;
+      for (int q = 0; q < size; ++q) want += (double)f32_input(q, i);
+      if (absolute((double)recv[i] - want) > 1e-5 * (absolute(want) + 1.0)) ++bad;
+    }
+    check(bad == 0, "allreduce of shared buffers: %zu of %d elements wrong", bad, kCount);
+  }
+  check_result(arcoll_mem_free(send), ARCOLL_SUCCESS, "arcoll_mem_free(send)");
+  check_result(arcoll_mem_free(recv), ARCOLL_SUCCESS, "arcoll_mem_free(recv)");
+  return ok;
+}
+
 static int test_point_to_point(arcoll_comm_t* comm, int rank) {
   enum { kSmall = 1000, kLarge = 4 << 20 };
   if (rank > 1) return 1;
@@ -753,7 +841,7 @@ static void run_rank(int rank, int size) {
   if (test_allreduce(comm, rank, size) && test_reduce_scatter(comm, rank, size) &&
       test_allgather(comm, rank, size) && test_broadcast(comm, rank) &&
       test_rooted_and_alltoall(comm, rank, size) && test_nonblocking(comm, rank, size) &&
-      test_parameter_server(comm, rank, size)) {
+      test_parameter_server(comm, rank, size) && test_shared_buffers(comm, rank, size)) {
     REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier");
     if (test_point_to_point(comm, rank)) {
       REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier after point-to-point");
