@@ -20,7 +20,7 @@ struct LinkCost {
   double cached_beta = 0;
   double cached_gamma = 0;
   // All-reduces of buffers up to this many bytes stay in the caches, from the other on they
-  // do not (see cache_window).
+  // do not (see set_cache_window).
   double cached_until = kCachedBytes;
   double uncached_from = kUncachedBytes;
   // The costs of an all-reduce of `bytes`: the cached figures up to cached_until, the others

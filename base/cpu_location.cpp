@@ -35,9 +35,10 @@ double last_level_cache_bytes(int cpu) {
     std::ifstream level_file(folder + std::to_string(index) + "/level");
     std::ifstream type_file(folder + std::to_string(index) + "/type");
     std::ifstream size_file(folder + std::to_string(index) + "/size");
+    if (!level_file) break;  // no more caches
     int level = 0;
     std::string type, size;
-    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) break;
+    if (!(level_file >> level) || !(type_file >> type) || !(size_file >> size)) continue;
     if (type == "Instruction" || level <= best_level) continue;
     double value = 0;
     try {

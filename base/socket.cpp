@@ -160,11 +160,12 @@ std::string peer_address(int fd) {
 }
 
 int poll_timeout_ms(Clock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (left.count() <= 0) return 0;
-  if (left.count() > INT_MAX) return INT_MAX;
-  // Round up so a wait never returns just before its deadline and spins.
-  return static_cast<int>(left.count()) + 1;
+  const auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up so a wait never returns just before its deadline and spins (a wait of less
+  // than a millisecond sleeps one).
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 
 void drain_until_closed(const std::vector<int>& fds, Clock::time_point deadline) {

@@ -317,21 +317,24 @@ void Engine::wait(const RequestPtr& request) {
     }
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
     if (transports_.size() == 1) {
-      own->progress(std::min(deadline_, now + kAbortCheckSlice));
+      own->progress(std::min(deadline_, now + kAbortCheckSlice), Waiting::poll_first);
       continue;
     }
     for (const auto& t : transports_)
-      if (t.get() != own) t->progress(now);
-    own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice));
+      if (t.get() != own) t->progress(now, Waiting::poll_first);
+    own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice), Waiting::poll_first);
   }
   if (request->error) raise(request->error);
   finish_staged(*request);
 }
 
-void Engine::progress(Clock::time_point until) {
+void Engine::progress(Clock::time_point until, Waiting waiting) {
   if (auto failure = transport_failure()) raise(failure);
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
-  for (const auto& t : transports_) t->progress(t == transports_.back() ? until : Clock::now());
+  // Only the last transport sleeps: a message on another does not wake it.
+  if (transports_.size() > 1) until = std::min(until, Clock::now() + kMixedWaitSlice);
+  for (const auto& t : transports_)
+    t == transports_.back() ? t->progress(until, waiting) : t->progress(Clock::now(), waiting);
 }
 
 void Engine::wake() noexcept {

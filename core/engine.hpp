@@ -74,9 +74,9 @@ class Engine final : public PointToPoint {
                          std::uint32_t tag);
   // For loops that serve many peers at once (the parameter server), which keep time
   // themselves: progress() moves every transport's messages along, sleeping until `until` at
-  // the latest while nothing moves; test() says whether `request` has completed, throwing its
-  // error, the transports' first failure or an abort's.
-  void progress(net::Clock::time_point until);
+  // the latest while nothing moves (polling first or not: Waiting); test() says whether
+  // `request` has completed, throwing its error, the transports' first failure or an abort's.
+  void progress(net::Clock::time_point until, Waiting waiting);
   bool test(const RequestPtr& request);
   // Makes a progress() sleeping in another thread return (Transport::wake). Thread-safe.
   void wake() noexcept;

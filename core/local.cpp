@@ -14,6 +14,8 @@ void reduce_local(const void* a, const void* b, void* out, std::size_t count, Da
   if (!is_supported(type, op))
     throw InvalidArgument("reduce_local", std::string(to_string(op)) + " does not apply to " +
                                               std::string(to_string(type)));
+  if (count > 0 && (a == nullptr || b == nullptr || out == nullptr))
+    throw InvalidArgument("reduce_local", "null buffer for " + std::to_string(count) + " elements");
   kernels::reduce(out, a, b, count, type, op);
 }
 

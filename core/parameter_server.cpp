@@ -172,6 +172,7 @@ void ParameterServer::Impl::finish() {
     std::lock_guard lock(mutex_);
     finishing_ = true;
   }
+  if (waiting_in_transports_.load()) engine_->wake();  // it may end now
   done->wait();
 }
 
@@ -319,7 +320,7 @@ bool ParameterServer::Impl::step() {
     for (Call& c : calls) issue(std::move(c));
     moved = !calls.empty();
   }
-  engine_->progress(Clock::now());
+  engine_->progress(Clock::now(), Waiting::poll_first);
   if (is_server_) {
     for (int w : workers_) {
       Client& c = clients_[w];
@@ -381,7 +382,8 @@ void ParameterServer::Impl::run_loop() {
       // Nothing moved. A worker with nothing expected waits for its next call. Otherwise the
       // transports sleep until a message or this rank's next call (submit wakes them) comes:
       // after a short spin while messages keep coming, for a long slice once they have
-      // stopped, so that an idle server costs its host no core.
+      // stopped (an abort from another thread is seen at the next), so that an idle server
+      // costs its host no core.
       if (inflight_.empty() && !is_server_) {
         std::unique_lock lock(mutex_);
         changed_.wait_for(lock, std::chrono::milliseconds(1),
@@ -394,9 +396,10 @@ void ParameterServer::Impl::run_loop() {
           called = !calls_.empty();
         }
         const bool busy = Clock::now() - last_progress_ < std::chrono::milliseconds(2);
-        if (!called)
-          engine_->progress(Clock::now() + (busy ? std::chrono::microseconds(10)
-                                                 : std::chrono::microseconds(20000)));
+        if (!called && busy)
+          engine_->progress(Clock::now() + std::chrono::microseconds(10), Waiting::poll_first);
+        else if (!called)
+          engine_->progress(Clock::now() + std::chrono::milliseconds(20), Waiting::sleep);
         waiting_in_transports_.store(false);
       }
     }

@@ -155,9 +155,8 @@ Tuning measure_tuning(Communicator& comm) {
       comm.allreduce(&probe, 1, DataType::f64, ReduceOp::max);
     }
     if (role.partner >= 0) {
-      // α as a collective's step pays it: a small message each way at once, through a whole
-      // call. (A one-way ping-pong, half a round trip, came out 2-3 times lower than the
-      // steps of the all-reduces on 2 ranks here.)
+      // α as a collective's step moves data: a small message each way at once, through a
+      // whole call, rather than half a one-way ping-pong's round trip.
       const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
       const double cached =

@@ -39,6 +39,11 @@ struct TransportSetup {
   bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)
 };
 
+// How a progress() that finds nothing to do waits: polling for the busy-poll time first (a
+// message is likely soon: a collective's peers are at work), or sleeping at once (the caller
+// is idle and expects nothing soon).
+enum class Waiting { poll_first, sleep };
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -50,7 +55,7 @@ class Transport {
   virtual void post(const RequestPtr& request) = 0;
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
-  virtual void progress(net::Clock::time_point until) = 0;
+  virtual void progress(net::Clock::time_point until, Waiting waiting) = 0;
   // Makes a progress() sleeping in another thread of this process return now, or the next
   // one not sleep: for a loop whose work also comes from its own process (a server share
   // beside its worker), so that it can sleep long between messages.

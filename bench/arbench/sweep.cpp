@@ -124,8 +124,8 @@ int agreed_iterations(arcoll::Communicator& comm, const std::function<void()>& o
 // One group of a row (out of place or in place) through one backend: warmed up, its
 // iteration count agreed, then timed once per repetition, in turn with the other backends'
 // groups of the size, then checked: one iteration on fresh inputs whose result is compared
-// with the reference. In place, the timed iterations feed on their own results; only the
-// checked iteration starts from the inputs again.
+// with the reference. The groups share buffers, so each repetition stages its inputs again
+// (untimed); in place, its timed iterations feed on their own results.
 class Group {
  public:
   Group(arcoll::Communicator& comm, Backend& backend, Coll coll, const RowPatterns& patterns,
@@ -148,6 +148,7 @@ class Group {
   }
 
   void time() {
+    stage_inputs();
     backend_.barrier();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < result_.iters; ++i) backend_.run(call_);
@@ -349,8 +350,8 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
                                   in.errors.max_rel};
               comm.allreduce(errors, 4, DataType::f64, ReduceOp::max);
               row.out_of_place.max_abs_error = errors[0];
-              row.in_place.max_abs_error = errors[2];
               row.out_of_place.max_rel_error = errors[1];
+              row.in_place.max_abs_error = errors[2];
               row.in_place.max_rel_error = errors[3];
             }
           }

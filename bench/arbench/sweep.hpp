@@ -92,8 +92,9 @@ std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_byte
 std::size_t row_count(const SweepSettings& settings);
 
 struct SweepCallbacks {
-  // Called on every rank before a row starts and after it completes, with the row's index and
-  // the number of rows. `before` sees the row's size, count, type and op only.
+  // Called on every rank before a size's rows start (each backend's, in turn) and after each
+  // completes, with the row's index and the number of rows. `before` sees the row's size,
+  // count, type and op only.
   std::function<void(const Row&, std::size_t index, std::size_t total)> before;
   std::function<void(const Row&, std::size_t index, std::size_t total)> after;
   // Called on every rank, once per collective, type and operator a backend cannot run, before

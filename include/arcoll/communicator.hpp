@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "arcoll/launch.hpp"
+#include "arcoll/local.hpp"
 #include "arcoll/memory.hpp"
 #include "arcoll/options.hpp"
-#include "arcoll/local.hpp"
 #include "arcoll/types.hpp"
 #include "arcoll/work.hpp"
 

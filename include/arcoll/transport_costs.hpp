@@ -8,8 +8,10 @@ struct TransportCosts {
   double latency_us = 0;     // a step of small messages, one each way at once (α)
   double bandwidth_gbs = 0;  // GB/s each way of a large exchange (1/β)
   double reduce_gbs = 0;     // GB/s of reduction, f32 sum out of cache (1/γ)
-  // The same of buffers that stay in the caches (kCachedBytes); 0: as out of cache. The model
-  // goes from these to the ones above between kCachedBytes and kUncachedBytes.
+  // The same of buffers that stay in the caches (measured at kCachedBytes); 0: as out of
+  // cache. The model goes from these to the ones above where the buffers leave the host's
+  // last-level cache (Tuning::last_level_cache_bytes; without it, from kCachedBytes to
+  // kUncachedBytes).
   double cached_bandwidth_gbs = 0;
   double cached_reduce_gbs = 0;
 };

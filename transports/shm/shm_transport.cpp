@@ -176,7 +176,7 @@ class ShmTransport final : public Transport {
 
   std::string_view name() const override { return "shm"; }
   void post(const RequestPtr& request) override;
-  void progress(Clock::time_point until) override;
+  void progress(Clock::time_point until, Waiting waiting) override;
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason) noexcept override;
@@ -568,13 +568,14 @@ bool ShmTransport::poll_once() {
   return moved;
 }
 
-void ShmTransport::progress(Clock::time_point until) {
+void ShmTransport::progress(Clock::time_point until, Waiting waiting) {
   if (peer_ranks_.empty() || failure_) return;
   if (poll_once()) return;
   // The clock is read once every few polls, as a read costs more than a poll; but after every
   // poll that yields the core, which may not come back for a while.
   const unsigned polls_per_clock_read = poll_yields_ ? 1 : 16;
-  const auto spin_end = std::min(until, Clock::now() + busy_poll_);
+  const auto spin_end =
+      std::min(until, Clock::now() + (waiting == Waiting::sleep ? Clock::duration{} : busy_poll_));
   for (unsigned polls = 1; polls % polls_per_clock_read != 0 || Clock::now() < spin_end;
        ++polls) {
     if (poll_yields_) std::this_thread::yield();

@@ -96,7 +96,7 @@ class TcpTransport final : public Transport {
 
   std::string_view name() const override { return "tcp"; }
   void post(const RequestPtr& request) override;
-  void progress(Clock::time_point until) override;
+  void progress(Clock::time_point until, Waiting waiting) override;
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason) noexcept override;
@@ -163,7 +163,8 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   if (!wake_event_)
     throw SystemError("tcp setup", std::string("eventfd: ") + std::strerror(errno), rank_);
   epoll_event woken{EPOLLIN, {.u64 = static_cast<std::uint64_t>(wake_event_.get())}};
-  epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_event_.get(), &woken);
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_event_.get(), &woken) != 0)
+    throw SystemError("tcp setup", std::string("epoll_ctl: ") + std::strerror(errno), rank_);
   if (peer_ranks_.empty()) return;
   listener_ = net::listen_on(setup.listen_address, 0);
   net::set_nonblocking(listener_.get());
@@ -200,7 +201,7 @@ void TcpTransport::wait_for_higher_ranks(Clock::time_point deadline) {
       throw TimeoutError("tcp setup", "rank(s) " + list + " did not connect before the timeout",
                          rank_, missing().front());
     }
-    progress(deadline);
+    progress(deadline, Waiting::poll_first);
     if (failure_) std::rethrow_exception(failure_);
   }
 }
@@ -534,7 +535,7 @@ void TcpTransport::finish_frame(Socket& s) {
   if (m->received == m->bytes) peers_[static_cast<std::size_t>(s.peer)].incoming.erase(h.sequence);
 }
 
-void TcpTransport::progress(Clock::time_point until) {
+void TcpTransport::progress(Clock::time_point until, Waiting waiting) {
   // Bytes written here may complete the request the caller waits for: then only look at the
   // sockets, don't sleep on them.
   bool wrote = false;
@@ -546,7 +547,8 @@ void TcpTransport::progress(Clock::time_point until) {
     n = ::epoll_wait(epoll_.get(), events, 64, 0);
   } else {
     // Poll a little before sleeping: a wake-up from epoll costs more than a short spin.
-    const auto spin_end = std::min(until, Clock::now() + busy_poll_);
+    const auto spin_end = std::min(
+        until, Clock::now() + (waiting == Waiting::sleep ? Clock::duration{} : busy_poll_));
     while (n == 0 && Clock::now() < spin_end) {
       if (poll_yields_) std::this_thread::yield();
       n = ::epoll_wait(epoll_.get(), events, 64, 0);
@@ -697,7 +699,8 @@ void TcpTransport::send_goodbyes() noexcept {
     while (Clock::now() < deadline &&
            std::any_of(sockets_.begin(), sockets_.end(),
                        [](const Socket& s) { return !s.closed && !s.queue.empty(); }))
-      progress(std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+      progress(std::min(deadline, Clock::now() + std::chrono::milliseconds(50)),
+               Waiting::poll_first);
   } catch (...) {
   }
 }

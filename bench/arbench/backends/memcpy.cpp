@@ -4,10 +4,11 @@
 // - ceiling: every rank at once does the least memory work an all-reduce of n ranks that share
 //   memory must do, on buffers of its own, with no peer and no synchronization: it reduces its
 //   1/n of the n inputs and copies the other (n-1)/n of the result with arcoll's kernels
-//   (arcoll::reduce_local, copy_local: streaming stores out of cache, as the collectives
-//   write). Its time is what the memory allows an all-reduce; its busbw, with the all-reduce's
-//   bus factor, the most an all-reduce can reach here, and the ratio column is arcoll's
-//   fraction of it.
+//   (arcoll::reduce_local, copy_local: streaming stores on slices of 16 MiB and more). Its
+//   time is what the memory allows an all-reduce; its busbw, with the all-reduce's bus factor,
+//   the most an all-reduce can reach here, and the ratio column is arcoll's fraction of it.
+//   With more than 2 ranks it reduces pairwise, as the ring's steps do: each step reads and
+//   writes the share again, more than a single n-way pass would.
 // Neither reduces into a result that is checked.
 #include <cstdlib>
 #include <cstring>
