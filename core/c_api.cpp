@@ -58,13 +58,13 @@ size_t arcoll_datatype_size(arcoll_datatype_t type) {
 }
 
 arcoll_result_t arcoll_comm_init_from_env(arcoll_comm_t** out) {
-  return create("arcoll_comm_init_from_env", out, [] { return arcoll::Communicator::from_env(); });
+  return new_handle("arcoll_comm_init_from_env", out, [] { return arcoll::Communicator::from_env(); });
 }
 
 arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int world_size,
                                  const char* master_addr, int master_port) {
   static constexpr const char* kFunction = "arcoll_comm_init";
-  return create(kFunction, out, [&] {
+  return new_handle(kFunction, out, [&] {
     if (world_size < 1)
       invalid(kFunction, "world size " + std::to_string(world_size) + " is below 1");
     if (rank < 0 || rank >= world_size)
@@ -230,7 +230,7 @@ arcoll_result_t arcoll_alltoallv(arcoll_comm_t* comm, const void* send, const si
 arcoll_result_t arcoll_iallreduce(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
                                   arcoll_datatype_t type, arcoll_op_t op, arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_iallreduce";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm)
         .iallreduce(send, recv, count, data_type(kFunction, type), reduce_op(kFunction, op));
   });
@@ -240,7 +240,7 @@ arcoll_result_t arcoll_ireduce_scatter(arcoll_comm_t* comm, const void* send, vo
                                        size_t recv_count, arcoll_datatype_t type, arcoll_op_t op,
                                        arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ireduce_scatter";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm)
         .ireduce_scatter(send, recv, recv_count, data_type(kFunction, type),
                          reduce_op(kFunction, op));
@@ -251,7 +251,7 @@ arcoll_result_t arcoll_iallgather(arcoll_comm_t* comm, const void* send, void* r
                                   size_t send_count, arcoll_datatype_t type,
                                   arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_iallgather";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm).iallgather(send, recv, send_count, data_type(kFunction, type));
   });
 }
@@ -259,7 +259,7 @@ arcoll_result_t arcoll_iallgather(arcoll_comm_t* comm, const void* send, void* r
 arcoll_result_t arcoll_ibroadcast(arcoll_comm_t* comm, void* buffer, size_t count,
                                   arcoll_datatype_t type, int root, arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ibroadcast";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm).ibroadcast(buffer, count, data_type(kFunction, type), root);
   });
 }
@@ -268,7 +268,7 @@ arcoll_result_t arcoll_ireduce(arcoll_comm_t* comm, const void* send, void* recv
                                arcoll_datatype_t type, arcoll_op_t op, int root,
                                arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ireduce";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm)
         .ireduce(send, recv, count, data_type(kFunction, type), reduce_op(kFunction, op), root);
   });
@@ -278,7 +278,7 @@ arcoll_result_t arcoll_igather(arcoll_comm_t* comm, const void* send, void* recv
                                size_t send_count, arcoll_datatype_t type, int root,
                                arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_igather";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm).igather(send, recv, send_count, data_type(kFunction, type), root);
   });
 }
@@ -287,7 +287,7 @@ arcoll_result_t arcoll_iscatter(arcoll_comm_t* comm, const void* send, void* rec
                                 size_t recv_count, arcoll_datatype_t type, int root,
                                 arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_iscatter";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm).iscatter(send, recv, recv_count, data_type(kFunction, type), root);
   });
 }
@@ -295,7 +295,7 @@ arcoll_result_t arcoll_iscatter(arcoll_comm_t* comm, const void* send, void* rec
 arcoll_result_t arcoll_ialltoall(arcoll_comm_t* comm, const void* send, void* recv, size_t count,
                                  arcoll_datatype_t type, arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ialltoall";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     return get(kFunction, comm).ialltoall(send, recv, count, data_type(kFunction, type));
   });
 }
@@ -305,7 +305,7 @@ arcoll_result_t arcoll_ialltoallv(arcoll_comm_t* comm, const void* send, const s
                                   const size_t* recv_counts, const size_t* recv_offsets,
                                   arcoll_datatype_t type, arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ialltoallv";
-  return issue(kFunction, work, [&] {
+  return new_handle(kFunction, work, [&] {
     arcoll::Communicator& c = get(kFunction, comm);
     return c.ialltoallv(send, per_rank(kFunction, c, send_counts, "send_counts"),
                         per_rank(kFunction, c, send_offsets, "send_offsets"), recv,
@@ -317,7 +317,7 @@ arcoll_result_t arcoll_ialltoallv(arcoll_comm_t* comm, const void* send, const s
 
 arcoll_result_t arcoll_ibarrier(arcoll_comm_t* comm, arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ibarrier";
-  return issue(kFunction, work, [&] { return get(kFunction, comm).ibarrier(); });
+  return new_handle(kFunction, work, [&] { return get(kFunction, comm).ibarrier(); });
 }
 
 arcoll_result_t arcoll_work_wait(arcoll_work_t* work) {
@@ -417,10 +417,7 @@ void arcoll_ps_options_init(arcoll_ps_options_t* options) {
 arcoll_result_t arcoll_ps_create(arcoll_comm_t* comm, const arcoll_ps_options_t* options,
                                  arcoll_ps_t** out) {
   static constexpr const char* kFunction = "arcoll_ps_create";
-  if (out == nullptr)
-    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, kFunction, ": the output pointer is NULL");
-  *out = nullptr;
-  return guarded(kFunction, [&] {
+  return new_handle(kFunction, out, [&] {
     arcoll::Communicator& c = get(kFunction, comm);
     if (options == nullptr) invalid(kFunction, "the options are NULL (arcoll_ps_options_init)");
     if (options->server_count > 0 && options->server_ranks == nullptr)
@@ -439,10 +436,7 @@ arcoll_result_t arcoll_ps_create(arcoll_comm_t* comm, const arcoll_ps_options_t*
     o.rule = static_cast<arcoll::ServerRule>(rule);
     o.learning_rate = options->learning_rate;
     o.momentum = options->momentum;
-    auto ps = std::make_unique<arcoll_ps>();
-    ps->impl = std::make_unique<arcoll::ParameterServer>(c, o);
-    live_handles<arcoll_ps>().add(ps.get());
-    *out = ps.release();
+    return std::make_unique<arcoll::ParameterServer>(c, o);
   });
 }
 
@@ -480,18 +474,18 @@ arcoll_result_t arcoll_ps_register(arcoll_ps_t* ps, uint64_t key, size_t count,
 arcoll_result_t arcoll_ps_ipush(arcoll_ps_t* ps, uint64_t key, const void* data,
                                 arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ps_ipush";
-  return issue(kFunction, work, [&] { return get(kFunction, ps).ipush(key, data); });
+  return new_handle(kFunction, work, [&] { return get(kFunction, ps).ipush(key, data); });
 }
 
 arcoll_result_t arcoll_ps_ipull(arcoll_ps_t* ps, uint64_t key, void* data, arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ps_ipull";
-  return issue(kFunction, work, [&] { return get(kFunction, ps).ipull(key, data); });
+  return new_handle(kFunction, work, [&] { return get(kFunction, ps).ipull(key, data); });
 }
 
 arcoll_result_t arcoll_ps_ipush_pull(arcoll_ps_t* ps, uint64_t key, const void* send, void* recv,
                                      arcoll_work_t** work) {
   static constexpr const char* kFunction = "arcoll_ps_ipush_pull";
-  return issue(kFunction, work, [&] { return get(kFunction, ps).ipush_pull(key, send, recv); });
+  return new_handle(kFunction, work, [&] { return get(kFunction, ps).ipush_pull(key, send, recv); });
 }
 
 arcoll_result_t arcoll_ps_barrier(arcoll_ps_t* ps) {

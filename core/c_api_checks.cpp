@@ -117,20 +117,6 @@ ReduceOp reduce_op(const char* function, arcoll_op_t op) {
   return static_cast<ReduceOp>(value);
 }
 
-
-arcoll_result_t create(const char* function, arcoll_comm_t** out,
-                       const std::function<std::unique_ptr<arcoll::Communicator>()>& make) {
-  if (out == nullptr)
-    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, function, ": the output pointer is NULL");
-  *out = nullptr;
-  return guarded(function, [&] {
-    auto comm = std::make_unique<arcoll_comm>();
-    comm->impl = make();
-    live_handles<arcoll_comm>().add(comm.get());
-    *out = comm.release();
-  });
-}
-
 const char* last_error() {
   return last_error_message;
 }

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -97,17 +96,18 @@ arcoll::Communicator& get(const char* function, const arcoll_comm_t* comm);
 arcoll::Work& get(const char* function, const arcoll_work_t* work);
 arcoll::ParameterServer& get(const char* function, const arcoll_ps_t* ps);
 
-// A non-blocking call: `issue` checks and queues it; *out gets its handle (NULL on failure).
-template <class Issue>
-arcoll_result_t issue(const char* function, arcoll_work_t** out, Issue&& issue_call) noexcept {
+// A new live handle into *out (NULL on failure) holding what `make` returns: a communicator,
+// a parameter server, or the work of a non-blocking call that `make` checks and queues.
+template <class Handle, class Make>
+arcoll_result_t new_handle(const char* function, Handle** out, Make&& make) noexcept {
   if (out == nullptr)
-    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, function, ": the work output pointer is NULL");
+    return fail(ARCOLL_ERROR_INVALID_ARGUMENT, function, ": the output pointer is NULL");
   *out = nullptr;
   return guarded(function, [&] {
-    auto work = std::make_unique<arcoll_work>();
-    work->impl = issue_call();
-    live_handles<arcoll_work>().add(work.get());
-    *out = work.release();
+    auto handle = std::make_unique<Handle>();
+    handle->impl = make();
+    live_handles<Handle>().add(handle.get());
+    *out = handle.release();
   });
 }
 
@@ -128,9 +128,5 @@ arcoll_result_t query(const char* function, const arcoll_comm_t* comm, int* out,
     *out = getter(c);
   });
 }
-
-// A new communicator handle from `make`, into *out (NULL on failure).
-arcoll_result_t create(const char* function, arcoll_comm_t** out,
-                       const std::function<std::unique_ptr<arcoll::Communicator>()>& make);
 
 }  // namespace arcoll::c_api

@@ -1,12 +1,13 @@
 // Shared-memory transport between ranks of one host.
 //
 // Each peer writes into a single-producer/single-consumer byte ring in our segment
-// (segment.hpp), and we into one in its. Messages up to Options::shm_single_copy_bytes travel
-// through the ring as fragments (two copies, but no system call, in cache); larger ones travel
-// as a descriptor of the sender's buffer, which the receiver reads straight into its
-// destination with process_vm_readv (one copy) and acknowledges. A send from memory of
-// arcoll::mem_alloc travels as a descriptor of its region: the receiver maps the region once
-// (pidfd_getfd) and reads, or reduces, the message in place, with no copy and no system call.
+// (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
+// Options::shm_single_copy_bytes travel through the ring as fragments (two copies, but no
+// system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
+// receiver reads straight into its destination with process_vm_readv (one copy) and
+// acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
+// the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
+// with no copy and no system call.
 // When cross-memory attach is denied, large messages fall back to fragments. Waiting polls
 // briefly, then sleeps on the doorbell futex in short slices so that a peer's death (seen
 // through its pidfd) is noticed.
@@ -30,6 +31,7 @@
 #include "base/shared_memory.hpp"
 #include "transports/common/matching.hpp"
 #include "transports/shm/peer_regions.hpp"
+#include "transports/shm/ring.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
@@ -43,31 +45,6 @@ constexpr std::size_t kFragmentBytes = 64 * 1024;
 // stay in this core's cache between the read and the reduction.
 constexpr std::size_t kReducePieceBytes = 128 * 1024;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
-
-enum class EntryKind : std::uint32_t {
-  none = 0,  // not written yet: where the reader stops
-  fragment = 1,
-  descriptor = 2,
-  ack = 3,
-  goodbye = 4,
-  abort = 5,
-  shared_descriptor = 6,  // a descriptor whose payload is the SharedRegion holding the buffer
-};
-
-// The writer writes an entry's kind last, and clears the kind where its next entry will go
-// before that: the reader polls the kind at its position and needs no other word from the
-// writer (one cache line to fetch per small message, not two).
-struct Entry {
-  EntryKind kind;
-  std::uint32_t tag;
-  std::uint64_t message_bytes;  // whole message
-  std::uint64_t offset;         // fragment: where its payload goes; ack: the send's id
-  std::uint64_t address;        // descriptor: sender's buffer; its send id in `offset`
-  std::uint32_t payload;        // fragment or abort text bytes following the entry
-  std::uint32_t pad;
-  std::uint64_t signature;  // fragment, descriptor: the collective call it belongs to
-};
-static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
 
 // Sends from shared memory of at least this size travel as shared descriptors: below it a
 // fragment's copy costs less than the descriptor's round trip.
@@ -84,48 +61,6 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
 void futex_wake(std::atomic<std::uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr,
             nullptr, 0);
-}
-
-// Copies into / out of a ring at a running position, wrapping at the end.
-void ring_copy_in(Ring* r, std::uint64_t position, const void* src, std::size_t n) {
-  const std::size_t at = position % kRingBytes;
-  const std::size_t first = std::min(n, kRingBytes - at);
-  std::memcpy(r->data + at, src, first);
-  std::memcpy(r->data, static_cast<const char*>(src) + first, n - first);
-}
-
-// Hands the `n` bytes at a running position of a ring to `take(source, offset, length)` in
-// at most two pieces, wrapping at the end. Payloads start 8-byte aligned and the ring's size
-// is a multiple of 8, so a piece never splits an element.
-template <class Take>
-void ring_read(const Ring* r, std::uint64_t position, std::size_t n, Take&& take) {
-  const std::size_t at = position % kRingBytes;
-  const std::size_t first = std::min(n, kRingBytes - at);
-  take(r->data + at, std::size_t{0}, first);
-  if (first < n) take(r->data, first, n - first);
-}
-
-void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t n) {
-  if (n == 0) return;  // an empty message's buffer may be null
-  ring_read(r, position, n, [&](const char* src, std::size_t offset, std::size_t length) {
-    std::memcpy(static_cast<char*>(dst) + offset, src, length);
-  });
-}
-
-// An entry and its payload take whole cache lines of the ring: a small message is then one
-// line for the writer to take over and one for the reader to fetch, and entries never wrap.
-constexpr std::size_t kLineBytes = 64;
-static_assert(sizeof(Entry) < kLineBytes && kRingBytes % kLineBytes == 0);
-std::size_t record_bytes(std::size_t payload) {
-  return (sizeof(Entry) + payload + kLineBytes - 1) & ~(kLineBytes - 1);
-}
-
-Entry* entry_at(const Ring* r, std::uint64_t position) {
-  return reinterpret_cast<Entry*>(const_cast<char*>(r->data) + position % kRingBytes);
-}
-
-EntryKind kind_at(const Ring* r, std::uint64_t position) {
-  return std::atomic_ref<EntryKind>(entry_at(r, position)->kind).load(std::memory_order_acquire);
 }
 
 // A message being received. Descriptor messages: where the data lives in the sender, and the
