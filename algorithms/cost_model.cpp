@@ -75,7 +75,13 @@ Plan predict_with(const AlgorithmInfo& info, const Layout& unsized, double bytes
 
 Plan predict(const std::string& algorithm, const Layout& layout, double bytes) {
   for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all())
-    if (info->name == algorithm && info->allreduce_cost) return predict_with(*info, layout, bytes);
+    if (info->name == algorithm && info->allreduce_cost) {
+      Plan plan = predict_with(*info, layout, bytes);
+      // An algorithm that cannot take this size (the boards, past their capacity) runs the
+      // best flat one of the others: predicted as that.
+      if (std::isinf(plan.seconds)) plan.seconds = best(layout, bytes, /*flat_only=*/true).seconds;
+      return plan;
+    }
   throw InvalidArgument("cost model",
                         "no cost formula for all-reduce algorithm '" + algorithm + "'");
 }

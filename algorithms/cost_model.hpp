@@ -25,7 +25,8 @@ inline constexpr std::size_t kChunkCandidates[] = {64 * 1024, 256 * 1024, 1024 *
 int floor_log2(int p);
 int floor_pof2(int p);
 
-// Predicted all-reduce time of `algorithm` (which must have a cost formula) at its best chunk.
+// Predicted all-reduce time of `algorithm` (which must have a cost formula) at its best chunk;
+// for a size it cannot take (an infinite formula), that of the flat algorithm it runs instead.
 Plan predict(const std::string& algorithm, const Layout& layout, double bytes);
 // The registered algorithm (and chunk) with the least predicted time; only flat ones with
 // `flat_only` or on a one-level layout. Ties go to the algorithm first in name order.

@@ -51,6 +51,21 @@ class GroupView final : public PointToPoint {
   void round_to_wire(void* data, std::size_t count, DataType type) override {
     parent_.round_to_wire(data, count, type);
   }
+  // A group of every rank (in another order) shares the communicator's boards; a smaller
+  // one would wait for posts its non-members never make.
+  std::size_t board_capacity() const override {
+    return size() == parent_.size() ? parent_.board_capacity() : 0;
+  }
+  std::span<const std::byte* const> exchange_on_boards(const void* data,
+                                                       std::size_t bytes) override {
+    if (size() != parent_.size())
+      throw InternalError("group view", "boards are shared only by groups of every rank");
+    const auto parts = parent_.exchange_on_boards(data, bytes);
+    parts_.resize(members_.size());
+    for (std::size_t r = 0; r < members_.size(); ++r)
+      parts_[r] = parts[static_cast<std::size_t>(members_[r])];
+    return parts_;
+  }
 
  private:
   int member(int rank) const { return members_[static_cast<std::size_t>(rank)]; }
@@ -60,6 +75,7 @@ class GroupView final : public PointToPoint {
   int first_channel_;
   int rank_ = 0;
   std::size_t chunk_bytes_ = 0;
+  std::vector<const std::byte*> parts_;  // exchange_on_boards's, in the group's rank order
 };
 
 }  // namespace arcoll

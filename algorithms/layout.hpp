@@ -44,6 +44,9 @@ struct Layout {
   LinkCost inter;          // between hosts (each host's link is shared by its ranks)
   std::size_t chunk_bytes = 512 * 1024;  // the configured pipeline chunk
   int channels = 2;                      // rings of the multi-channel ring
+  // Bytes each rank may post on the shared boards per call (PointToPoint::board_capacity;
+  // 0: no boards).
+  std::size_t board_capacity = 0;
   // Flat algorithms are as fast as the slowest link they cross.
   const LinkCost& flat() const { return hosts > 1 ? inter : intra; }
   // Ranks of one host that cross its link at the same time in algorithms whose partners are

@@ -65,6 +65,16 @@ class PointToPoint {
   // A buffer of at least `bytes` owned by the communicator, reused across calls. Each slot
   // (0, 1, ...) is a distinct buffer.
   virtual void* scratch(std::size_t bytes, int slot = 0) = 0;
+
+  // Boards: where every rank shares memory with every other (one host, over shm), each rank
+  // can post up to board_capacity() bytes per call that all ranks read in place, with no
+  // message (0: no boards). Collectives too small to be worth a message meet there.
+  virtual std::size_t board_capacity() const = 0;
+  // Posts `bytes` of `data` as this rank's part of the call, waits within the call's deadline
+  // until every rank has posted its part, and returns the parts by rank. They stay readable
+  // until this rank's next exchange_on_boards().
+  virtual std::span<const std::byte* const> exchange_on_boards(const void* data,
+                                                               std::size_t bytes) = 0;
 };
 
 }  // namespace arcoll

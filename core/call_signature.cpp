@@ -51,12 +51,17 @@ std::string describe_signature(std::uint64_t signature) {
          ")";
 }
 
+std::string describe_mismatch(int peer, std::uint64_t theirs, std::uint64_t ours,
+                              const std::string& where) {
+  return "call mismatch: rank " + std::to_string(peer) + " is in " + describe_signature(theirs) +
+         " where this rank is in " + describe_signature(ours) + " (" + where +
+         "): do all ranks make the same calls, with the same count, type, op and root?";
+}
+
 std::string describe(const CallMismatch& m) {
   if (m.arrived_signature != m.expected_signature)
-    return "call mismatch: rank " + std::to_string(m.peer) + " is in " +
-           describe_signature(m.arrived_signature) + " where this rank is in " +
-           describe_signature(m.expected_signature) + " (tag " + hex_tag(m.tag) +
-           "): do all ranks make the same calls, with the same count, type, op and root?";
+    return describe_mismatch(m.peer, m.arrived_signature, m.expected_signature,
+                             "tag " + hex_tag(m.tag));
   return "rank " + std::to_string(m.peer) + " sent " + std::to_string(m.arrived_bytes) +
          " B where this rank expected " + std::to_string(m.expected_bytes) + " B (tag " +
          hex_tag(m.tag) + "): do all ranks pass the same count and type?";

@@ -29,5 +29,8 @@ std::uint64_t pack(const CallSignature& call);
 std::string describe_signature(std::uint64_t signature);
 // Why a receive could not take the message a transport found for it, and what to check.
 std::string describe(const CallMismatch& mismatch);
+// That rank `peer` is in the call `theirs` where this rank is in `ours`, met `where`.
+std::string describe_mismatch(int peer, std::uint64_t theirs, std::uint64_t ours,
+                              const std::string& where);
 
 }  // namespace arcoll

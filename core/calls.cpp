@@ -369,8 +369,11 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     if (args.op == ReduceOp::avg && reduces(collective) && holds_result)
       kernels::divide_by(args.recv, args.count, args.type, size);
   } catch (const Error& e) {
-    if (e.code() == ErrorCode::invalid_argument && engine_->transport_failure() == nullptr)
-      throw_error(e.code(), engine_->call_name(), e.message(), rank_, e.peer());
+    // This rank's own bad argument leaves the communicator usable; one that another rank
+    // disagrees with (a call mismatch) breaks it, and the peers are told.
+    const bool own_mistake = e.code() == ErrorCode::invalid_argument &&
+                             e.peer() == Error::kNoRank && engine_->transport_failure() == nullptr;
+    if (own_mistake) throw_error(e.code(), engine_->call_name(), e.message(), rank_, e.peer());
     fail(e, engine_->call_name());
   }
 }

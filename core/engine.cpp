@@ -104,6 +104,11 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
       layout_.ranks_per_host = 0;
   layout_.chunk_bytes = options_.chunk_bytes;
   layout_.channels = options_.channels;
+  if (transports_.size() == 1 && size_ > 1) shared_boards_ = transports_.front()->boards();
+  if (shared_boards_ != nullptr) {
+    boards_ = std::make_unique<CallBoards>(*shared_boards_, rank_, size_);
+    layout_.board_capacity = boards_->capacity();
+  }
   call_.chunk_bytes = options_.chunk_bytes;
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
              std::to_string(rendezvous.host_count) + " host(s), transport " + transport_name_);
@@ -146,6 +151,7 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
   timeout_ = timeout;
   deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
+  if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature);
 }
 
 std::string Engine::call_name() const {
@@ -300,22 +306,26 @@ void Engine::raise(const std::exception_ptr& failure) const {
   }
 }
 
+void Engine::check_blocked(int peer, const std::string& waiting_for) {
+  if (auto failure = transport_failure()) raise(failure);
+  if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
+  const Clock::time_point now = Clock::now();
+  if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
+  if (now < deadline_) return;
+  throw TimeoutError(call_name(),
+                     "no progress within " + seconds_text(timeout_) +
+                         " (ARCOLL_TIMEOUT) waiting for " + waiting_for + ": rank " +
+                         std::to_string(peer) +
+                         " is not responding (hung, stopped, or not in this call)" +
+                         ranks_absent_from_call(),
+                     rank_, peer);
+}
+
 void Engine::wait(const RequestPtr& request) {
   while (!request->done) {
-    if (auto failure = transport_failure()) raise(failure);
-    if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
-    const Clock::time_point now = Clock::now();
-    if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
-    if (now >= deadline_) {
-      throw TimeoutError(call_name(),
-                         "no progress within " + seconds_text(timeout_) +
-                             " (ARCOLL_TIMEOUT) waiting for the " + request->describe() +
-                             ": rank " + std::to_string(request->peer) +
-                             " is not responding (hung, stopped, or not in this call)" +
-                             ranks_absent_from_call(),
-                         rank_, request->peer);
-    }
+    check_blocked(request->peer, "the " + request->describe());
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
+    const Clock::time_point now = Clock::now();
     if (transports_.size() == 1) {
       own->progress(std::min(deadline_, now + kAbortCheckSlice), Waiting::poll_first);
       continue;
@@ -326,6 +336,40 @@ void Engine::wait(const RequestPtr& request) {
   }
   if (request->error) raise(request->error);
   finish_staged(*request);
+}
+
+std::size_t Engine::board_capacity() const {
+  return boards_ ? boards_->capacity() : 0;
+}
+
+std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
+                                                             std::size_t bytes) {
+  if (bytes > board_capacity())
+    throw InternalError(call_name(), std::to_string(bytes) + " B do not fit on the boards (" +
+                                         std::to_string(board_capacity()) + " B)");
+  boards_->post(data, bytes, call_.signature);
+  auto throw_if_in_other_call = [&] {
+    auto other = boards_->disagreement(call_.sequence, call_.signature);
+    if (!other) return;
+    const std::string where =
+        other->sequence == call_.sequence
+            ? "on the shared boards"
+            : "on the shared boards: it went on to call #" + std::to_string(other->sequence) +
+                  " without posting its part of this one";
+    throw InvalidArgument(call_name(),
+                          describe_mismatch(other->rank, other->signature, call_.signature, where),
+                          rank_, other->rank);
+  };
+  // A peer's call is looked at only once a wait took a while: reading it costs a cache line.
+  for (bool first = true; !boards_->all_posted(); first = false) {
+    const int missing = boards_->first_missing();
+    check_blocked(missing, "rank " + std::to_string(missing) + "'s part on the shared boards");
+    if (!first) throw_if_in_other_call();
+    shared_boards_->await_boards([this] { return boards_->all_posted(); },
+                                 std::min(deadline_, Clock::now() + kAbortCheckSlice));
+  }
+  throw_if_in_other_call();
+  return boards_->parts();
 }
 
 void Engine::progress(Clock::time_point until, Waiting waiting) {

@@ -23,6 +23,7 @@
 #include "arcoll/options.hpp"
 #include "arcoll/tuning.hpp"
 #include "base/request.hpp"
+#include "core/boards.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll {
@@ -55,6 +56,9 @@ class Engine final : public PointToPoint {
   void wait(const RequestPtr& request) override;
   void* scratch(std::size_t bytes, int slot) override;
   void round_to_wire(void* data, std::size_t count, DataType type) override;
+  std::size_t board_capacity() const override;
+  std::span<const std::byte* const> exchange_on_boards(const void* data,
+                                                       std::size_t bytes) override;
 
   // The call its messages belong to until the next begin(): how errors name it, its deadline,
   // and what its messages carry.
@@ -112,6 +116,9 @@ class Engine final : public PointToPoint {
                    std::uint32_t tag, std::optional<Request::Landing> landing);
   std::uint32_t collective_tag(int channel) const;
   [[noreturn]] void raise(const std::exception_ptr& failure) const;
+  // Before a blocked wait sleeps again: throws the transports' failure, an abort's, or a
+  // TimeoutError naming `peer` once the call's deadline passes (`waiting_for`: what for).
+  void check_blocked(int peer, const std::string& waiting_for);
   void finish_staged(const Request& request);
   // ARCOLL_CHECKSUM: throws naming the link when a received message does not match the
   // checksum its sender computed.
@@ -138,6 +145,9 @@ class Engine final : public PointToPoint {
   const TransportInfo* within_host_;
   const TransportInfo* across_hosts_;
   std::string transport_name_;
+  // Where one transport reaches every peer and shares memory with them.
+  SharedBoards* shared_boards_ = nullptr;
+  std::unique_ptr<CallBoards> boards_;
 
   Call call_;
   std::uint32_t tag_ = 0;

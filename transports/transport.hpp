@@ -6,6 +6,7 @@
 // test suite's runs all come from the registry.
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -44,6 +45,24 @@ struct TransportSetup {
 // is idle and expects nothing soon).
 enum class Waiting { poll_first, sleep };
 
+// Memory that every peer of a transport reads and only its owner writes: a board per rank
+// (the shm transport's segments). Collectives too small to be worth a message meet there, as
+// in UCC's shared-memory team; what a board holds is the caller's business.
+class SharedBoards {
+ public:
+  virtual ~SharedBoards() = default;
+  // Of each rank's board; a multiple of the cache line.
+  virtual std::size_t board_bytes() const = 0;
+  virtual std::byte* own_board() = 0;
+  virtual const std::byte* board_of(int peer) const = 0;
+  // After this rank wrote its board: wakes the peers sleeping in await_boards().
+  virtual void announce_board() = 0;
+  // Returns true once `ready()` holds, false when `until` passes first or a peer fails
+  // (failure() then says how). Polls, then sleeps until a peer announces, watching the
+  // peers' messages meanwhile as progress() does.
+  virtual bool await_boards(const std::function<bool()>& ready, net::Clock::time_point until) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -67,6 +86,8 @@ class Transport {
   virtual std::string pending_state() const = 0;
   // Tells every peer, best effort and without blocking, that this rank is failing.
   virtual void abort(const std::string& reason) noexcept = 0;
+  // The boards shared with every peer of this transport; null where it has none.
+  virtual SharedBoards* boards() { return nullptr; }
 };
 
 // Which pairs of ranks a transport can connect.

@@ -28,10 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
 // Shared-memory segments of arcoll jobs present now.
 std::set<std::string> arcoll_segments() {
   std::set<std::string> names;
@@ -53,12 +49,6 @@ std::set<std::string> leaked_segments(const std::set<std::string>& before) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return left;
-}
-
-// The number printed after `label` in a rank's output, -1 when the label is missing.
-double number_after(const std::string& output, const std::string& label) {
-  const auto at = output.find(label);
-  return at == std::string::npos ? -1 : std::atof(output.c_str() + at + label.size());
 }
 
 // Runs large allreduces (4 MiB: the single-copy path of shm) until one throws; prints the
@@ -417,22 +407,7 @@ TEST_P(Faults, DeadlinesArePerCallAndNameTheSilentRank) {
   constexpr int kLate = 1;
   auto exits = launch(options(3), [&] {
     auto comm = Communicator::from_env();
-    comm->barrier();  // #1
-    std::int64_t value = comm->rank() + 1;
-    comm->set_timeout(std::chrono::seconds(5));
-    if (comm->rank() == kLate) std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    comm->allreduce(&value, 1, DataType::i64, ReduceOp::sum);  // #2: late, within 5 s
-    if (value != 6) return 4;
-    comm->set_timeout(std::chrono::milliseconds(400));
-    if (comm->rank() == kLate) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    const auto start = Clock::now();
-    try {
-      comm->allreduce(&value, 1, DataType::i64, ReduceOp::sum);  // #3: too late
-    } catch (const Error& e) {
-      std::printf("after %.3f s: %s\n", seconds_since(start), e.what());
-      return 0;
-    }
-    return 3;
+    return allreduces_with_a_late_rank(*comm, kLate);
   });
   bool named = false;
   for (const auto& e : exits) {

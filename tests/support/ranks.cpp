@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
+#include "arcoll/error.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::testing {
@@ -71,6 +74,34 @@ std::string describe(const std::vector<RankExit>& exits) {
       text += "---- output of rank " + std::to_string(e.rank) + " ----\n" + e.output;
   }
   return text;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double number_after(const std::string& output, const std::string& label) {
+  const auto at = output.find(label);
+  return at == std::string::npos ? -1 : std::atof(output.c_str() + at + label.size());
+}
+
+int allreduces_with_a_late_rank(Communicator& comm, int late) {
+  comm.barrier();  // #1
+  std::int64_t value = comm.rank() + 1;
+  comm.set_timeout(std::chrono::seconds(5));
+  if (comm.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  comm.allreduce(&value, 1, DataType::i64, ReduceOp::sum);  // #2: late, within 5 s
+  if (value != static_cast<std::int64_t>(comm.size()) * (comm.size() + 1) / 2) return 4;
+  comm.set_timeout(std::chrono::milliseconds(400));
+  if (comm.rank() == late) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    comm.allreduce(&value, 1, DataType::i64, ReduceOp::sum);  // #3: too late
+  } catch (const Error& e) {
+    std::printf("after %.3f s: %s\n", seconds_since(start), e.what());
+    return 0;
+  }
+  return comm.rank() == late ? 0 : 3;
 }
 
 void expect_survivors_named(const std::vector<RankExit>& exits, int victim, double max_seconds) {

@@ -3,6 +3,7 @@
 // exceptions) fail the test in the parent, with that rank's output attached.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -36,6 +37,17 @@ std::optional<std::string> forced_transport();
 // it is destroyed, after a failure too.
 int open_descriptors();
 int thread_count();
+
+// Seconds since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start);
+// The number printed after `label` in a rank's output, -1 when the label is missing.
+double number_after(const std::string& output, const std::string& label);
+
+// A barrier (#1), then all-reduces of one i64 with rank `late` coming late: 0.6 s to #2,
+// within its 5 s deadline, and 1.5 s to #3, past its 0.4 s. Prints "after <s> s: <error>"
+// and returns 0 when #3 fails; 4 when #2 is wrong; 3 when #3 passes, except on the late rank
+// (the others may have left it everything it needed before giving up).
+int allreduces_with_a_late_rank(Communicator& comm, int late);
 
 // A short string of the exits, for assertion messages.
 std::string describe(const std::vector<RankExit>& exits);

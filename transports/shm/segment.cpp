@@ -21,7 +21,7 @@ namespace arcoll::shm {
 namespace {
 
 std::size_t segment_bytes(int size) {
-  return sizeof(SegmentHeader) + static_cast<std::size_t>(size) * sizeof(Ring);
+  return sizeof(SegmentHeader) + static_cast<std::size_t>(size) * sizeof(Ring) + kBoardBytes;
 }
 
 std::string segment_name(std::uint64_t job, int rank) {
@@ -55,6 +55,10 @@ Mapping map_shared(int fd, std::size_t bytes, int rank, int peer) {
 
 Ring* ring_of(void* segment, int writer) {
   return reinterpret_cast<Ring*>(static_cast<char*>(segment) + sizeof(SegmentHeader)) + writer;
+}
+
+std::byte* board_in(void* segment, int size) {
+  return reinterpret_cast<std::byte*>(ring_of(segment, size));
 }
 
 SegmentHeader* header_of(void* segment) {

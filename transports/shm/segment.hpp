@@ -17,6 +17,7 @@
 namespace arcoll::shm {
 
 inline constexpr std::size_t kRingBytes = 512 * 1024;
+inline constexpr std::size_t kBoardBytes = 64 * 1024;
 
 struct alignas(64) Ring {
   std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
@@ -36,6 +37,8 @@ struct SegmentHeader {
 // The ring `writer` writes into, in a segment.
 Ring* ring_of(void* segment, int writer);
 SegmentHeader* header_of(void* segment);
+// The board of the segment's owner, after the rings of a job of `size` ranks.
+std::byte* board_in(void* segment, int size);
 
 // A mapping of a segment, unmapped when it goes.
 class Mapping {

@@ -104,7 +104,7 @@ struct Peer {
   bool goodbye = false;
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public Transport, public SharedBoards {
  public:
   explicit ShmTransport(const TransportSetup& setup);
   ~ShmTransport() override;
@@ -116,8 +116,22 @@ class ShmTransport final : public Transport {
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason) noexcept override;
   std::string pending_state() const override;
+  SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
+
+  std::size_t board_bytes() const override { return kBoardBytes; }
+  std::byte* own_board() override { return board_in(own(), size_); }
+  const std::byte* board_of(int peer) const override {
+    return board_in(segments_.peer(peer).segment.get(), size_);
+  }
+  void announce_board() override;
+  bool await_boards(const std::function<bool()>& ready, Clock::time_point until) override;
 
  private:
+  // Polls until `done()` (busy-polling first unless `waiting` says sleep), then sleeps on
+  // our doorbell in slices, watching the peers, until it holds, wake() is called, a peer
+  // fails or `until` passes; whether it holds.
+  template <class Done>
+  bool await(Done done, Clock::time_point until, Waiting waiting);
   // Moves entries out of our rings and into peers' rings; true when anything moved.
   bool poll_once();
   bool drain_ring(int peer);
@@ -148,6 +162,7 @@ class ShmTransport final : public Transport {
   void* own() const { return segments_.own(); }
 
   int rank_;
+  int size_;
   std::vector<int> peer_ranks_;  // served by this transport
   Segments segments_;
   std::vector<Peer> peers_;
@@ -165,6 +180,7 @@ class ShmTransport final : public Transport {
 
 ShmTransport::ShmTransport(const TransportSetup& setup)
     : rank_(setup.rank),
+      size_(setup.size),
       peer_ranks_(setup.peers),
       segments_(setup, setup.options->shm_single_copy),
       peers_(static_cast<std::size_t>(setup.size)),
@@ -301,16 +317,26 @@ std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const En
   return next;
 }
 
-void ShmTransport::publish(Peer& p, std::uint64_t tail) {
-  p.tail = tail;
+void ring_if_sleeping(void* segment) {
   // The doorbell rings only for a reader that said it sleeps. It says so before its last look
-  // at the rings, and we look at its word after writing: one of the two sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  SegmentHeader* h = header_of(p.segment);
+  // at what it waits for, and the writer looks at its word after writing (with a fence before):
+  // one of the two sees the other.
+  SegmentHeader* h = header_of(segment);
   if (h->sleeping.load(std::memory_order_relaxed) != 0) {
     h->doorbell.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&h->doorbell);
   }
+}
+
+void ShmTransport::publish(Peer& p, std::uint64_t tail) {
+  p.tail = tail;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ring_if_sleeping(p.segment);
+}
+
+void ShmTransport::announce_board() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int p : peer_ranks_) ring_if_sleeping(peers_[static_cast<std::size_t>(p)].segment);
 }
 
 // Reads the entries a peer wrote into our ring, as far as they can be delivered.
@@ -505,7 +531,19 @@ bool ShmTransport::poll_once() {
 
 void ShmTransport::progress(Clock::time_point until, Waiting waiting) {
   if (peer_ranks_.empty() || failure_) return;
-  if (poll_once()) return;
+  await([this] { return poll_once(); }, until, waiting);
+}
+
+bool ShmTransport::await_boards(const std::function<bool()>& ready, Clock::time_point until) {
+  // The rings are polled too: a peer's abort arrives there.
+  return await([&] { return ready() || (poll_once(), failure_ != nullptr); }, until,
+               Waiting::poll_first) &&
+         ready();
+}
+
+template <class Done>
+bool ShmTransport::await(Done done, Clock::time_point until, Waiting waiting) {
+  if (done()) return true;
   // The clock is read once every few polls, as a read costs more than a poll; but after every
   // poll that yields the core, which may not come back for a while.
   const unsigned polls_per_clock_read = poll_yields_ ? 1 : 16;
@@ -514,21 +552,23 @@ void ShmTransport::progress(Clock::time_point until, Waiting waiting) {
   for (unsigned polls = 1; polls % polls_per_clock_read != 0 || Clock::now() < spin_end;
        ++polls) {
     if (poll_yields_) std::this_thread::yield();
-    if (poll_once()) return;
+    if (done()) return true;
   }
   SegmentHeader* h = header_of(own());
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   h->sleeping.store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with publish()'s
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ring_if_sleeping()'s
   // A wake() before `seen` was read is in woken_; one after it changed the doorbell.
-  if (!poll_once() && !woken_.exchange(false)) {
+  bool held = done();
+  if (!held && !woken_.exchange(false)) {
     const auto left = until - Clock::now();
     if (left > std::chrono::nanoseconds(0))
       futex_wait(&h->doorbell, seen, std::min<std::chrono::nanoseconds>(left, kSleepSlice));
   }
   h->sleeping.store(0, std::memory_order_seq_cst);
-  poll_once();
+  held = held || done();
   check_peers_alive();
+  return held;
 }
 
 void ShmTransport::wake() noexcept {

@@ -1,0 +1,113 @@
+#include "core/boards.hpp"
+
+#include <atomic>
+#include <cstring>
+
+namespace arcoll {
+namespace {
+
+constexpr std::size_t kLine = 64;
+
+// At the board's start: the collective its owner is in. The signature is written first and
+// read after the sequence, each way with ordering, so that a reader that sees a sequence
+// number reads at least that call's signature.
+struct CurrentCall {
+  std::atomic<std::uint64_t> sequence;
+  std::atomic<std::uint64_t> signature;
+};
+
+// At a post's start, the part following in the same cache line: a part of up to 48 bytes
+// arrives with its header in one line.
+struct PostHeader {
+  std::atomic<std::uint64_t> exchange;  // the owner's exchange number, written last
+  std::atomic<std::uint64_t> signature;
+};
+constexpr std::size_t kPartOffset = sizeof(PostHeader);
+
+const PostHeader* header(const std::byte* slot) {
+  return reinterpret_cast<const PostHeader*>(slot);
+}
+
+// After the line of the current call, two posts of whole lines.
+std::size_t post_bytes(std::size_t board_bytes) {
+  return (board_bytes - kLine) / 2 / kLine * kLine;
+}
+
+}  // namespace
+
+std::size_t CallBoards::capacity_of(std::size_t board_bytes) {
+  return post_bytes(board_bytes) - kPartOffset;
+}
+
+CallBoards::CallBoards(SharedBoards& boards, int rank, int size)
+    : boards_(boards),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(post_bytes(boards.board_bytes())),
+      capacity_(capacity_of(boards.board_bytes())),
+      parts_(static_cast<std::size_t>(size), nullptr) {
+  // The segment starts zeroed: no call entered, no exchange posted.
+  static_assert(sizeof(CurrentCall) <= kLine && sizeof(PostHeader) < kLine);
+}
+
+const std::byte* CallBoards::slot_of(int rank, std::uint64_t exchange) const {
+  const std::byte* board = rank == rank_ ? boards_.own_board() : boards_.board_of(rank);
+  return board + kLine + (exchange % 2) * slot_bytes_;
+}
+
+void CallBoards::enter(std::uint64_t sequence, std::uint64_t signature) {
+  auto* current = reinterpret_cast<CurrentCall*>(boards_.own_board());
+  current->signature.store(signature, std::memory_order_release);
+  current->sequence.store(sequence, std::memory_order_release);
+}
+
+void CallBoards::post(const void* data, std::size_t bytes, std::uint64_t signature) {
+  ++exchange_;
+  auto* slot = const_cast<std::byte*>(slot_of(rank_, exchange_));
+  if (bytes != 0) std::memcpy(slot + kPartOffset, data, bytes);
+  auto* h = reinterpret_cast<PostHeader*>(slot);
+  h->signature.store(signature, std::memory_order_relaxed);
+  h->exchange.store(exchange_, std::memory_order_release);
+  seen_ = 0;
+  boards_.announce_board();
+}
+
+bool CallBoards::all_posted() {
+  for (; seen_ < size_; ++seen_) {
+    const std::byte* slot = slot_of(seen_, exchange_);
+    if (header(slot)->exchange.load(std::memory_order_acquire) != exchange_) return false;
+    parts_[static_cast<std::size_t>(seen_)] = slot + kPartOffset;
+  }
+  return true;
+}
+
+int CallBoards::first_missing() const {
+  return seen_ < size_ ? seen_ : -1;
+}
+
+std::optional<CallBoards::Disagreement> CallBoards::disagreement(std::uint64_t sequence,
+                                                                 std::uint64_t signature) const {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const PostHeader* h = header(slot_of(r, exchange_));
+    if (h->exchange.load(std::memory_order_acquire) == exchange_) {
+      const std::uint64_t theirs = h->signature.load(std::memory_order_relaxed);
+      if (theirs != signature) return Disagreement{r, theirs, sequence};
+      continue;
+    }
+    const auto* current = reinterpret_cast<const CurrentCall*>(boards_.board_of(r));
+    const std::uint64_t in = current->sequence.load(std::memory_order_acquire);
+    const std::uint64_t theirs = current->signature.load(std::memory_order_acquire);
+    if (in < sequence || (in == sequence && theirs == signature)) continue;  // on its way here
+    // Another call at this step, or a later one reached without posting a part of this one.
+    // Unless it posted meanwhile (then the signature read may be of its next call), or moved
+    // on while we read (looked at again later).
+    if (h->exchange.load(std::memory_order_acquire) == exchange_ ||
+        current->sequence.load(std::memory_order_acquire) != in)
+      continue;
+    return Disagreement{r, theirs, in};
+  }
+  return std::nullopt;
+}
+
+}  // namespace arcoll

@@ -1,0 +1,61 @@
+// The shared boards of a transport (transports/transport.hpp) as a communicator's calls use
+// them. A rank's board holds the call it is in, written at every collective, so that a peer
+// waiting on the boards learns that this rank went into another call; and two posts, used in
+// turn: the k-th exchange posts into post k % 2. A rank writes post k only after every rank
+// posted k - 1, which each did after reading every part of k - 2: a part is never overwritten
+// while a peer may still read it, and nobody acknowledges anything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "transports/transport.hpp"
+
+namespace arcoll {
+
+class CallBoards {
+ public:
+  CallBoards(SharedBoards& boards, int rank, int size);
+
+  // Bytes a rank may post per exchange, on boards of `board_bytes`.
+  static std::size_t capacity_of(std::size_t board_bytes);
+  std::size_t capacity() const { return capacity_; }
+  // At the start of every collective, numbered by `sequence` and described by `signature`.
+  void enter(std::uint64_t sequence, std::uint64_t signature);
+  // Posts this rank's part of its next exchange and wakes peers that sleep waiting for it.
+  void post(const void* data, std::size_t bytes, std::uint64_t signature);
+  // Whether every rank has posted its part of the current exchange; looks only at the ranks
+  // not seen yet: cheap enough to spin on.
+  bool all_posted();
+  // The lowest rank whose part has not been seen yet (-1: all have).
+  int first_missing() const;
+  // The parts of the current exchange, by rank, once all_posted().
+  std::span<const std::byte* const> parts() const { return parts_; }
+
+  // A rank in another call than this rank's: it posted a part with another signature, or is
+  // in collective `sequence` with another signature, or in a later one, without having
+  // posted.
+  struct Disagreement {
+    int rank;
+    std::uint64_t signature;
+    std::uint64_t sequence;  // of the rank's call
+  };
+  std::optional<Disagreement> disagreement(std::uint64_t sequence, std::uint64_t signature) const;
+
+ private:
+  const std::byte* slot_of(int rank, std::uint64_t exchange) const;
+
+  SharedBoards& boards_;
+  int rank_;
+  int size_;
+  std::size_t slot_bytes_;
+  std::size_t capacity_;
+  std::uint64_t exchange_ = 0;  // this rank's exchanges so far
+  int seen_ = 0;                // ranks below this one have posted the current exchange
+  std::vector<const std::byte*> parts_;
+};
+
+}  // namespace arcoll
