@@ -16,8 +16,8 @@ void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   if (allreduce_is_local(p2p, a)) return;
   const std::size_t bytes = a.count * size_of(a.type);
   if (bytes > p2p.board_capacity()) {
-    // Too large for the boards, or there are none: the model's choice among the others
-    // (cost::predict predicts that).
+    // Too large for the boards, or there are none: the model's choice among the other flat
+    // algorithms (cost::predict predicts that).
     Layout without_boards = p2p.layout();
     without_boards.board_capacity = 0;
     const Plan plan = cost::best(without_boards, static_cast<double>(bytes), /*flat_only=*/true);
@@ -30,14 +30,15 @@ void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     kernels::reduce(a.recv, a.recv, parts[r], a.count, a.type, a.op);
 }
 
-// One exchange of cache lines, then every rank reads and reduces p - 1 parts in its cache.
+// One exchange of cache lines (three quarters of a step of messages: no matching), the part
+// copied in, and p - 1 parts read and reduced; a copy is half a message's β, which takes two.
 double board_cost(const CostQuery& q) {
   const Layout& l = q.layout;
-  if (l.ranks <= 1) return 0;
-  if (q.bytes > static_cast<double>(l.board_capacity))
+  if (l.board_capacity == 0 || q.bytes > static_cast<double>(l.board_capacity))
     return std::numeric_limits<double>::infinity();
   const double others = l.ranks - 1;
-  return 0.75 * l.intra.alpha + others * q.bytes * (l.intra.beta + l.intra.gamma);
+  const LinkCost& c = l.intra;
+  return 0.75 * c.alpha + q.bytes * c.beta / 2 + others * q.bytes * (c.beta / 2 + c.gamma);
 }
 
 const AlgorithmRegistrar kBoard{AlgorithmInfo{

@@ -16,13 +16,15 @@ struct CurrentCall {
   std::atomic<std::uint64_t> signature;
 };
 
-// At a post's start, the part following in the same cache line: a part of up to 48 bytes
+// At a post's start, the part following in the same cache line: a part of up to 32 bytes
 // arrives with its header in one line.
 struct PostHeader {
-  std::atomic<std::uint64_t> exchange;  // the owner's exchange number, written last
-  std::atomic<std::uint64_t> signature;
+  std::atomic<std::uint64_t> exchange;   // the owner's exchange number, written last
+  std::atomic<std::uint64_t> signature;  // and collective sequence number of its call
+  std::atomic<std::uint64_t> sequence;
 };
-constexpr std::size_t kPartOffset = sizeof(PostHeader);
+constexpr std::size_t kPartOffset = 32;  // parts aligned for 32-byte vectors
+static_assert(sizeof(PostHeader) <= kPartOffset);
 
 const PostHeader* header(const std::byte* slot) {
   return reinterpret_cast<const PostHeader*>(slot);
@@ -45,14 +47,16 @@ CallBoards::CallBoards(SharedBoards& boards, int rank, int size)
       size_(size),
       slot_bytes_(post_bytes(boards.board_bytes())),
       capacity_(capacity_of(boards.board_bytes())),
+      board_(static_cast<std::size_t>(size)),
       parts_(static_cast<std::size_t>(size), nullptr) {
   // The segment starts zeroed: no call entered, no exchange posted.
   static_assert(sizeof(CurrentCall) <= kLine && sizeof(PostHeader) < kLine);
+  for (int r = 0; r < size; ++r)
+    board_[static_cast<std::size_t>(r)] = r == rank ? boards.own_board() : boards.board_of(r);
 }
 
 const std::byte* CallBoards::slot_of(int rank, std::uint64_t exchange) const {
-  const std::byte* board = rank == rank_ ? boards_.own_board() : boards_.board_of(rank);
-  return board + kLine + (exchange % 2) * slot_bytes_;
+  return board_[static_cast<std::size_t>(rank)] + kLine + (exchange % 2) * slot_bytes_;
 }
 
 void CallBoards::enter(std::uint64_t sequence, std::uint64_t signature) {
@@ -61,12 +65,14 @@ void CallBoards::enter(std::uint64_t sequence, std::uint64_t signature) {
   current->sequence.store(sequence, std::memory_order_release);
 }
 
-void CallBoards::post(const void* data, std::size_t bytes, std::uint64_t signature) {
+void CallBoards::post(const void* data, std::size_t bytes, std::uint64_t sequence,
+                      std::uint64_t signature) {
   ++exchange_;
   auto* slot = const_cast<std::byte*>(slot_of(rank_, exchange_));
   if (bytes != 0) std::memcpy(slot + kPartOffset, data, bytes);
   auto* h = reinterpret_cast<PostHeader*>(slot);
   h->signature.store(signature, std::memory_order_relaxed);
+  h->sequence.store(sequence, std::memory_order_relaxed);
   h->exchange.store(exchange_, std::memory_order_release);
   seen_ = 0;
   boards_.announce_board();
@@ -92,10 +98,11 @@ std::optional<CallBoards::Disagreement> CallBoards::disagreement(std::uint64_t s
     const PostHeader* h = header(slot_of(r, exchange_));
     if (h->exchange.load(std::memory_order_acquire) == exchange_) {
       const std::uint64_t theirs = h->signature.load(std::memory_order_relaxed);
-      if (theirs != signature) return Disagreement{r, theirs, sequence};
+      const std::uint64_t in = h->sequence.load(std::memory_order_relaxed);
+      if (theirs != signature || in != sequence) return Disagreement{r, theirs, in, true};
       continue;
     }
-    const auto* current = reinterpret_cast<const CurrentCall*>(boards_.board_of(r));
+    const auto* current = reinterpret_cast<const CurrentCall*>(board_[static_cast<std::size_t>(r)]);
     const std::uint64_t in = current->sequence.load(std::memory_order_acquire);
     const std::uint64_t theirs = current->signature.load(std::memory_order_acquire);
     if (in < sequence || (in == sequence && theirs == signature)) continue;  // on its way here
@@ -105,7 +112,7 @@ std::optional<CallBoards::Disagreement> CallBoards::disagreement(std::uint64_t s
     if (h->exchange.load(std::memory_order_acquire) == exchange_ ||
         current->sequence.load(std::memory_order_acquire) != in)
       continue;
-    return Disagreement{r, theirs, in};
+    return Disagreement{r, theirs, in, false};
   }
   return std::nullopt;
 }

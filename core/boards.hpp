@@ -25,8 +25,10 @@ class CallBoards {
   std::size_t capacity() const { return capacity_; }
   // At the start of every collective, numbered by `sequence` and described by `signature`.
   void enter(std::uint64_t sequence, std::uint64_t signature);
-  // Posts this rank's part of its next exchange and wakes peers that sleep waiting for it.
-  void post(const void* data, std::size_t bytes, std::uint64_t signature);
+  // Posts this rank's part of its next exchange, made in the
+  // collective numbered `sequence` described by `signature`, and wakes peers that sleep
+  // waiting for it.
+  void post(const void* data, std::size_t bytes, std::uint64_t sequence, std::uint64_t signature);
   // Whether every rank has posted its part of the current exchange; looks only at the ranks
   // not seen yet: cheap enough to spin on.
   bool all_posted();
@@ -35,13 +37,14 @@ class CallBoards {
   // The parts of the current exchange, by rank, once all_posted().
   std::span<const std::byte* const> parts() const { return parts_; }
 
-  // A rank in another call than this rank's: it posted a part with another signature, or is
-  // in collective `sequence` with another signature, or in a later one, without having
-  // posted.
+  // A rank in another call than this rank's: it posted a part of another call (another
+  // signature or sequence number), or is in collective `sequence` with another signature, or
+  // in a later one, without having posted.
   struct Disagreement {
     int rank;
     std::uint64_t signature;
     std::uint64_t sequence;  // of the rank's call
+    bool posted;             // a part of that call, where this rank's exchange expects one
   };
   std::optional<Disagreement> disagreement(std::uint64_t sequence, std::uint64_t signature) const;
 
@@ -53,8 +56,9 @@ class CallBoards {
   int size_;
   std::size_t slot_bytes_;
   std::size_t capacity_;
-  std::uint64_t exchange_ = 0;  // this rank's exchanges so far
-  int seen_ = 0;                // ranks below this one have posted the current exchange
+  std::uint64_t exchange_ = 0;           // this rank's exchanges so far
+  int seen_ = 0;                         // ranks below this one have posted the current exchange
+  std::vector<const std::byte*> board_;  // every rank's, by rank
   std::vector<const std::byte*> parts_;
 };
 

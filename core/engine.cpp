@@ -81,6 +81,7 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
     setup.busy_poll = std::chrono::microseconds(rendezvous.oversubscribed ? 1000 : 50);
     setup.poll_yields = rendezvous.oversubscribed;
   }
+  quick_looks_ = !setup.poll_yields;
   // Per pair of ranks, the transport the registry picks; one transport object per kind used.
   route_.assign(static_cast<std::size_t>(size_), nullptr);
   for (const TransportInfo* info : {within_host_, across_hosts_}) {
@@ -104,7 +105,10 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
       layout_.ranks_per_host = 0;
   layout_.chunk_bytes = options_.chunk_bytes;
   layout_.channels = options_.channels;
-  if (transports_.size() == 1 && size_ > 1) shared_boards_ = transports_.front()->boards();
+  // Boards carry f32 as it is: with a narrower wire the model prices a call at the wire's
+  // size, which boards do not save.
+  if (transports_.size() == 1 && size_ > 1 && options_.wire == DataType::f32)
+    shared_boards_ = transports_.front()->boards();
   if (shared_boards_ != nullptr) {
     boards_ = std::make_unique<CallBoards>(*shared_boards_, rank_, size_);
     layout_.board_capacity = boards_->capacity();
@@ -306,7 +310,8 @@ void Engine::raise(const std::exception_ptr& failure) const {
   }
 }
 
-void Engine::check_blocked(int peer, const std::string& waiting_for) {
+template <class WaitingFor>
+void Engine::check_blocked(int peer, const WaitingFor& waiting_for) {
   if (auto failure = transport_failure()) raise(failure);
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
   const Clock::time_point now = Clock::now();
@@ -314,7 +319,7 @@ void Engine::check_blocked(int peer, const std::string& waiting_for) {
   if (now < deadline_) return;
   throw TimeoutError(call_name(),
                      "no progress within " + seconds_text(timeout_) +
-                         " (ARCOLL_TIMEOUT) waiting for " + waiting_for + ": rank " +
+                         " (ARCOLL_TIMEOUT) waiting for " + waiting_for() + ": rank " +
                          std::to_string(peer) +
                          " is not responding (hung, stopped, or not in this call)" +
                          ranks_absent_from_call(),
@@ -323,7 +328,7 @@ void Engine::check_blocked(int peer, const std::string& waiting_for) {
 
 void Engine::wait(const RequestPtr& request) {
   while (!request->done) {
-    check_blocked(request->peer, "the " + request->describe());
+    check_blocked(request->peer, [&] { return "the " + request->describe(); });
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
     const Clock::time_point now = Clock::now();
     if (transports_.size() == 1) {
@@ -344,26 +349,39 @@ std::size_t Engine::board_capacity() const {
 
 std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
                                                              std::size_t bytes) {
-  if (bytes > board_capacity())
+  if (!boards_ || bytes > board_capacity())
     throw InternalError(call_name(), std::to_string(bytes) + " B do not fit on the boards (" +
                                          std::to_string(board_capacity()) + " B)");
-  boards_->post(data, bytes, call_.signature);
+  boards_->post(data, bytes, call_.sequence, call_.signature);
   auto throw_if_in_other_call = [&] {
     auto other = boards_->disagreement(call_.sequence, call_.signature);
     if (!other) return;
+    const std::string in = std::to_string(other->sequence);
     const std::string where =
-        other->sequence == call_.sequence
-            ? "on the shared boards"
-            : "on the shared boards: it went on to call #" + std::to_string(other->sequence) +
-                  " without posting its part of this one";
+        other->sequence == call_.sequence ? "on the shared boards"
+        : other->posted ? "on the shared boards: its part is of call #" + in
+                        : "on the shared boards: it went on to call #" + in +
+                              " without posting its part of this one";
     throw InvalidArgument(call_name(),
                           describe_mismatch(other->rank, other->signature, call_.signature, where),
                           rank_, other->rank);
   };
+  constexpr int kQuickLooks = 256;
+  bool posted = boards_->all_posted();
+  for (int look = 0; !posted && quick_looks_ && look < kQuickLooks; ++look)
+    posted = boards_->all_posted();
   // A peer's call is looked at only once a wait took a while: reading it costs a cache line.
-  for (bool first = true; !boards_->all_posted(); first = false) {
+  for (bool first = true; !posted; first = false, posted = boards_->all_posted()) {
     const int missing = boards_->first_missing();
-    check_blocked(missing, "rank " + std::to_string(missing) + "'s part on the shared boards");
+    check_blocked(missing, [&] {
+      return "rank " + std::to_string(missing) + "'s part on the shared boards";
+    });
+    if (shared_boards_->departed(missing))
+      throw PeerError(call_name(),
+                      "rank " + std::to_string(missing) +
+                          " destroyed its communicator before posting its part on the shared "
+                          "boards",
+                      rank_, missing);
     if (!first) throw_if_in_other_call();
     shared_boards_->await_boards([this] { return boards_->all_posted(); },
                                  std::min(deadline_, Clock::now() + kAbortCheckSlice));

@@ -117,8 +117,10 @@ class Engine final : public PointToPoint {
   std::uint32_t collective_tag(int channel) const;
   [[noreturn]] void raise(const std::exception_ptr& failure) const;
   // Before a blocked wait sleeps again: throws the transports' failure, an abort's, or a
-  // TimeoutError naming `peer` once the call's deadline passes (`waiting_for`: what for).
-  void check_blocked(int peer, const std::string& waiting_for);
+  // TimeoutError naming `peer` once the call's deadline passes (`waiting_for()`: what for,
+  // worded only then).
+  template <class WaitingFor>
+  void check_blocked(int peer, const WaitingFor& waiting_for);
   void finish_staged(const Request& request);
   // ARCOLL_CHECKSUM: throws naming the link when a received message does not match the
   // checksum its sender computed.
@@ -148,6 +150,9 @@ class Engine final : public PointToPoint {
   // Where one transport reaches every peer and shares memory with them.
   SharedBoards* shared_boards_ = nullptr;
   std::unique_ptr<CallBoards> boards_;
+  // Whether a wait on the boards looks a few times before it reads the clock and waits in
+  // the transport: with a core per rank, the peers usually post within moments.
+  bool quick_looks_ = true;
 
   Call call_;
   std::uint32_t tag_ = 0;

@@ -57,10 +57,13 @@ class SharedBoards {
   virtual const std::byte* board_of(int peer) const = 0;
   // After this rank wrote its board: wakes the peers sleeping in await_boards().
   virtual void announce_board() = 0;
-  // Returns true once `ready()` holds, false when `until` passes first or a peer fails
-  // (failure() then says how). Polls, then sleeps until a peer announces, watching the
-  // peers' messages meanwhile as progress() does.
+  // Whether `ready()` holds. Polls it for the busy-poll time, then sleeps once (until
+  // `until`, a slice at most, or a peer's announcement, message or wake()), watching the
+  // peers' messages meanwhile as progress() does: false also when a peer failed (failure()
+  // then says how).
   virtual bool await_boards(const std::function<bool()>& ready, net::Clock::time_point until) = 0;
+  // Whether `peer` destroyed its communicator (said goodbye): it posts nothing more.
+  virtual bool departed(int peer) const = 0;
 };
 
 class Transport {

@@ -26,6 +26,10 @@ class AlgorithmWorld : public ::testing::TestWithParam<AlgorithmAndWorld> {};
 // 64 KiB chunks: the larger counts of the suite take several pipeline steps.
 TEST_P(AlgorithmWorld, EveryTypeOpAndCountMatchesReference) {
   const auto& [algorithm, world] = GetParam();
+  // Board algorithms need every rank on one host over shm; elsewhere they run another
+  // algorithm, tested on its own: a few worlds show that they do.
+  if (algorithm.rfind("board", 0) == 0 && forced_transport() != "shm" && world > 3)
+    GTEST_SKIP() << "no shared boards on this run";
   run_ranks(world,
             [&](Communicator& comm) {
               EXPECT_EQ(comm.algorithm_name(), algorithm);

@@ -129,7 +129,7 @@ TEST(CostModel, BoardsTakeSmallBuffersWhereAllRanksShareMemory) {
   Layout l = one_host(8);
   l.board_capacity = 4096;
   EXPECT_DOUBLE_EQ(cost::predict("board", l, 1000).seconds,
-                   0.75 * kAlpha + 7 * 1000 * (kBeta + kGamma));
+                   0.75 * kAlpha + 1000 * kBeta / 2 + 7 * 1000 * (kBeta / 2 + kGamma));
   EXPECT_EQ(cost::best(l, 8).algorithm, "board");
   EXPECT_NE(cost::best(l, 4096).algorithm, "board");  // reading 7 parts costs more
   // Past the capacity it runs, and is predicted as, the best of the others.

@@ -125,11 +125,12 @@ class ShmTransport final : public Transport, public SharedBoards {
   }
   void announce_board() override;
   bool await_boards(const std::function<bool()>& ready, Clock::time_point until) override;
+  bool departed(int peer) const override { return peers_[static_cast<std::size_t>(peer)].goodbye; }
 
  private:
-  // Polls until `done()` (busy-polling first unless `waiting` says sleep), then sleeps on
-  // our doorbell in slices, watching the peers, until it holds, wake() is called, a peer
-  // fails or `until` passes; whether it holds.
+  // Polls `done()` (for the busy-poll time unless `waiting` says sleep), then sleeps once on
+  // our doorbell (until `until`, a slice at most, or the doorbell rings), checks the peers
+  // are alive, and says whether it held.
   template <class Done>
   bool await(Done done, Clock::time_point until, Waiting waiting);
   // Moves entries out of our rings and into peers' rings; true when anything moved.

@@ -159,6 +159,31 @@ TEST_F(ShmBoards, ARankThatDiesOrAbortsIsNamedPromptly) {
   }
 }
 
+// A rank that destroys its communicator while the others wait for its part: they fail at once
+// (the timeout is 20 s) naming it.
+TEST_F(ShmBoards, ARankThatLeavesIsNamedAtOnce) {
+  auto exits = launch(options(3, "20"), [&] {
+    auto comm = Communicator::from_env();
+    comm->barrier();
+    if (comm->rank() == 2) return 0;  // destroys its communicator: says goodbye
+    std::int64_t value = 1;
+    const auto start = Clock::now();
+    try {
+      comm->allreduce(&value, 1, DataType::i64, ReduceOp::sum);
+    } catch (const Error& e) {
+      std::printf("after %.3f s: %s\n", seconds_since(start), e.what());
+      return 0;
+    }
+    return 3;
+  });
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    if (e.rank == 2) continue;
+    EXPECT_NE(e.output.find("rank 2 destroyed its communicator"), std::string::npos) << e.output;
+    EXPECT_LT(number_after(e.output, "after "), 5.0) << e.output;
+  }
+}
+
 // A rank that posts on the boards while the others are in a call that sends messages (and
 // then in the next) learns from their boards which call they are in, and names both; the
 // others fail through its abort.
@@ -193,6 +218,31 @@ TEST_F(ShmBoards, ARankInAnotherCallIsNamedWithBothCalls) {
                        e.output.find("allreduce of 1 f32") != std::string::npos && names_theirs);
   }
   EXPECT_TRUE(named_both) << describe(exits);
+
+  // The same calls in another order: rank 0's broadcast ends once sent, and its all-reduce
+  // meets rank 1's on the boards, one call apart.
+  auto reordered = launch(options(2, "20"), [&] {
+    auto comm = Communicator::from_env();
+    float value = 1.0f;
+    try {
+      for (int step = 0; step < 2; ++step) {
+        if ((step == 0) == (comm->rank() == 0))
+          comm->broadcast(&value, 1, DataType::f32, 0);
+        else
+          comm->allreduce(&value, 1, DataType::f32, ReduceOp::sum);
+      }
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+      return 0;
+    }
+    return 3;
+  });
+  bool named = false;
+  for (const auto& e : reordered) {
+    EXPECT_TRUE(e.ok()) << describe(reordered);
+    named = named || e.output.find("its part is of call #") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << describe(reordered);
 }
 
 }  // namespace
