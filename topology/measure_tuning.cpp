@@ -13,6 +13,7 @@
 #include "arcoll/tuning.hpp"
 #include "base/cpu_location.hpp"
 #include "base/reduce.hpp"
+#include "topology/exchange_rates.hpp"
 
 namespace arcoll {
 namespace {
@@ -161,14 +162,11 @@ Tuning measure_tuning(Communicator& comm) {
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
       const double cached =
           exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
-      auto gbs = [&](std::size_t bytes, double seconds) {
-        return static_cast<double>(bytes) / std::max(seconds - alpha, 1e-9) / 1e9;
-      };
       if (role.counted) {
         figures[0] = alpha * 1e6;
-        figures[1] = gbs(kLargeBytes, large);
+        figures[1] = exchange_gbs(kLargeBytes, large, alpha);
         figures[2] = gamma_gbs;
-        figures[3] = gbs(kCachedBytesPerExchange, cached);
+        figures[3] = exchange_gbs(kCachedBytesPerExchange, cached, alpha);
         figures[4] = cached_gamma_gbs;
         figures[5] = 1;
       }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/cost_model.hpp"
+#include "topology/exchange_rates.hpp"
 
 namespace arcoll {
 namespace {
@@ -140,6 +141,13 @@ TEST(CostModel, BoardsTakeSmallBuffersWhereAllRanksShareMemory) {
   Layout pair = one_host(2);
   pair.board_capacity = 4096;
   EXPECT_EQ(cost::best(pair, 4096).algorithm, "board");
+}
+
+// Calibration: an exchange's bandwidth leaves out α, but never more than half its time.
+TEST(Calibration, ExchangeBandwidthStaysBoundedWhenAlphaIsNearTheWholeTime) {
+  EXPECT_DOUBLE_EQ(exchange_gbs(1'000'000, 1e-3, 0.2e-3), 1.25);
+  EXPECT_DOUBLE_EQ(exchange_gbs(1'000'000, 1e-3, 1e-3), 2.0);  // was 1e6 GB/s
+  EXPECT_DOUBLE_EQ(exchange_gbs(1'000'000, 1e-3, 2e-3), 2.0);
 }
 
 // Hosts of one rank each: the parameter server's link terms against the ring's.
