@@ -74,15 +74,23 @@ void CallBoards::post(const void* data, std::size_t bytes, std::uint64_t sequenc
   h->signature.store(signature, std::memory_order_relaxed);
   h->sequence.store(sequence, std::memory_order_relaxed);
   h->exchange.store(exchange_, std::memory_order_release);
+  sequence_ = sequence;
+  signature_ = signature;
   seen_ = 0;
+  other_call_.reset();
   boards_.announce_board();
 }
 
 bool CallBoards::all_posted() {
   for (; seen_ < size_; ++seen_) {
     const std::byte* slot = slot_of(seen_, exchange_);
-    if (header(slot)->exchange.load(std::memory_order_acquire) != exchange_) return false;
+    const PostHeader* h = header(slot);
+    if (h->exchange.load(std::memory_order_acquire) != exchange_) return false;
     parts_[static_cast<std::size_t>(seen_)] = slot + kPartOffset;
+    const std::uint64_t theirs = h->signature.load(std::memory_order_relaxed);
+    const std::uint64_t in = h->sequence.load(std::memory_order_relaxed);
+    if ((theirs != signature_ || in != sequence_) && !other_call_)
+      other_call_ = Disagreement{seen_, theirs, in, true};
   }
   return true;
 }
@@ -91,21 +99,15 @@ int CallBoards::first_missing() const {
   return seen_ < size_ ? seen_ : -1;
 }
 
-std::optional<CallBoards::Disagreement> CallBoards::disagreement(std::uint64_t sequence,
-                                                                 std::uint64_t signature) const {
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
+std::optional<CallBoards::Disagreement> CallBoards::disagreement() const {
+  if (other_call_) return other_call_;  // a post all_posted() saw
+  // The ranks not seen posted yet: where their boards say they are.
+  for (int r = seen_; r < size_; ++r) {
     const PostHeader* h = header(slot_of(r, exchange_));
-    if (h->exchange.load(std::memory_order_acquire) == exchange_) {
-      const std::uint64_t theirs = h->signature.load(std::memory_order_relaxed);
-      const std::uint64_t in = h->sequence.load(std::memory_order_relaxed);
-      if (theirs != signature || in != sequence) return Disagreement{r, theirs, in, true};
-      continue;
-    }
     const auto* current = reinterpret_cast<const CurrentCall*>(board_[static_cast<std::size_t>(r)]);
     const std::uint64_t in = current->sequence.load(std::memory_order_acquire);
     const std::uint64_t theirs = current->signature.load(std::memory_order_acquire);
-    if (in < sequence || (in == sequence && theirs == signature)) continue;  // on its way here
+    if (in < sequence_ || (in == sequence_ && theirs == signature_)) continue;  // on its way
     // Another call at this step, or a later one reached without posting a part of this one.
     // Unless it posted meanwhile (then the signature read may be of its next call), or moved
     // on while we read (looked at again later).

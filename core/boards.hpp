@@ -37,16 +37,16 @@ class CallBoards {
   // The parts of the current exchange, by rank, once all_posted().
   std::span<const std::byte* const> parts() const { return parts_; }
 
-  // A rank in another call than this rank's: it posted a part of another call (another
-  // signature or sequence number), or is in collective `sequence` with another signature, or
-  // in a later one, without having posted.
+  // A rank in another call than the one of this rank's current exchange: all_posted() found
+  // its part to be of another call (another signature or sequence number), or, not posted
+  // yet, its board says it is in this call's step with another signature, or in a later one.
   struct Disagreement {
     int rank;
     std::uint64_t signature;
     std::uint64_t sequence;  // of the rank's call
     bool posted;             // a part of that call, where this rank's exchange expects one
   };
-  std::optional<Disagreement> disagreement(std::uint64_t sequence, std::uint64_t signature) const;
+  std::optional<Disagreement> disagreement() const;
 
  private:
   const std::byte* slot_of(int rank, std::uint64_t exchange) const;
@@ -56,9 +56,12 @@ class CallBoards {
   int size_;
   std::size_t slot_bytes_;
   std::size_t capacity_;
-  std::uint64_t exchange_ = 0;           // this rank's exchanges so far
-  int seen_ = 0;                         // ranks below this one have posted the current exchange
-  std::vector<const std::byte*> board_;  // every rank's, by rank
+  std::uint64_t exchange_ = 0;  // this rank's exchanges so far
+  std::uint64_t sequence_ = 0;  // the call of the current exchange
+  std::uint64_t signature_ = 0;
+  std::optional<Disagreement> other_call_;  // the first post all_posted() found of another
+  int seen_ = 0;                            // ranks below this one have posted the current exchange
+  std::vector<const std::byte*> board_;     // every rank's, by rank
   std::vector<const std::byte*> parts_;
 };
 

@@ -354,7 +354,7 @@ std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
                                          std::to_string(board_capacity()) + " B)");
   boards_->post(data, bytes, call_.sequence, call_.signature);
   auto throw_if_in_other_call = [&] {
-    auto other = boards_->disagreement(call_.sequence, call_.signature);
+    auto other = boards_->disagreement();
     if (!other) return;
     const std::string in = std::to_string(other->sequence);
     const std::string where =

@@ -1,0 +1,142 @@
+// The TCP transport's connections and engine, as its files share them: tcp_transport.cpp
+// (connecting, posting, reading and writing frames, progress) and failing.cpp (losing a peer,
+// aborting, leaving, and describing what is pending).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transports/common/matching.hpp"
+#include "transports/tcp/frame.hpp"
+#include "transports/tcp/handshake.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll::tcp {
+
+using net::Clock;
+
+// Large messages are cut into frames of this size, dealt round-robin over the sockets.
+constexpr std::uint32_t kStripeBytes = 128 * 1024;
+// Receives that land as more than a copy (a reduction, a wider type) read the socket in pieces
+// of this size, which the reduction finds in cache.
+constexpr std::size_t kLandingPieceBytes = 128 * 1024;
+// Bytes read from one socket per event before the engine turns to the others.
+constexpr std::size_t kReadBudget = 4 << 20;
+// How long an abort may spend finishing a frame half written before its reason can follow.
+constexpr auto kAbortFlushTime = std::chrono::milliseconds(200);
+
+using Message = transport::Incoming;
+using Arrival = transport::Matching<>::Arrival;
+
+struct OutFrame {
+  FrameHeader header;
+  const char* payload = nullptr;
+  std::string control_payload;  // owned payload of control frames
+  RequestPtr request;           // null for control frames
+  std::size_t written = 0;      // header + payload bytes written so far
+  std::size_t total() const { return sizeof(FrameHeader) + header.length; }
+};
+
+struct Socket {
+  net::Fd fd;
+  int peer = -1;
+  int index = 0;
+  // Receive side.
+  FrameHeader header{};
+  std::size_t header_got = 0;
+  bool have_header = false;         // header complete, payload pending
+  std::shared_ptr<Message> target;  // the message the current frame's payload belongs to
+  std::uint32_t payload_got = 0;
+  // The start of an element whose other bytes have not come yet, when the payload goes
+  // through the landing piece (its bytes are then not counted in payload_got).
+  char partial[8];
+  std::uint32_t partial_bytes = 0;
+  std::string control_payload;
+  bool parked = false;  // waiting for a receive to be posted / a message revealed
+  bool goodbye = false;
+  bool closed = false;
+  bool broken = false;  // the connection failed; its peer is being failed
+  // After a failure: data frames are read and dropped, to reach what the peer said last.
+  bool discarding = false;
+  bool dropping_frame = false;
+  // Send side.
+  std::deque<OutFrame> queue;
+  std::uint32_t epoll_events = 0;
+};
+
+struct Peer {
+  std::vector<Socket*> sockets;
+  std::uint64_t next_send_sequence = 0;
+  std::uint64_t next_recv_sequence = 0;
+  std::map<std::uint64_t, std::shared_ptr<Message>> incoming;  // still arriving, by sequence
+  bool departed() const {
+    return !sockets.empty() &&
+           std::all_of(sockets.begin(), sockets.end(), [](Socket* s) { return s->goodbye; });
+  }
+};
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(const TransportSetup& setup);
+  ~TcpTransport() override;
+
+  std::string_view name() const override { return "tcp"; }
+  void post(const RequestPtr& request) override;
+  void progress(Clock::time_point until, Waiting waiting) override;
+  void wake() noexcept override;
+  std::exception_ptr failure() const override { return failure_; }
+  void abort(const std::string& reason) noexcept override;
+  std::string pending_state() const override;
+
+ private:
+  void wait_for_higher_ranks(Clock::time_point deadline);
+  void add_socket(net::Fd fd, int peer, int index);
+  void update_events(Socket& s);
+  // A connection the acceptor admitted: a socket of the peer it names, when that peer may
+  // connect to us and has not yet on that socket.
+  void admit(Acceptor::Greeted greeted);
+  void handle_socket(Socket& s, std::uint32_t events);
+  // Reads what is available; false once the socket is parked, closed or failed.
+  bool read_some(Socket& s, std::size_t& budget);
+  bool start_frame(Socket& s);
+  void finish_frame(Socket& s);
+  void reveal(Socket& s);
+  void unpark(Peer& p);
+  void post_recv(const RequestPtr& request);
+  void post_send(const RequestPtr& request);
+  // Writes what the socket takes now; true when any byte went out.
+  bool flush(Socket& s);
+  void fail_peer(int peer, const std::exception_ptr& error);
+  void connection_lost(Socket& s, const std::string& why);
+  void fail_peer(int peer, ErrorCode code, const std::string& message);
+  void send_goodbyes() noexcept;
+
+  int rank_;
+  int size_;
+  std::vector<int> peer_ranks_;  // served by this transport, ascending
+  bool serves(int peer) const {
+    return std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), peer);
+  }
+  int sockets_per_peer_;
+  std::chrono::microseconds busy_poll_;
+  bool poll_yields_;
+  net::Fd listener_;
+  Acceptor acceptor_;
+  net::Fd epoll_;
+  net::Fd wake_event_;  // an eventfd in epoll_, written by wake()
+  std::vector<Peer> peers_;
+  transport::Matching<> matching_;
+  std::vector<char> landing_piece_;  // see kLandingPieceBytes
+  std::list<Socket> sockets_;        // stable addresses
+  std::exception_ptr failure_;
+  bool aborted_ = false;
+};
+
+}  // namespace arcoll::tcp
