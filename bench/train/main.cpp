@@ -49,7 +49,7 @@ struct Flags {
                   lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
                   weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
                   data = kFashionMnistDir, json, profile_layers, timeout, threads = "1", transport,
-                  mpirun_args, ps_servers = "0";
+                  mpirun_args, ps_servers = "0", test_images;
   bool list_models = false;
 };
 
@@ -63,6 +63,7 @@ struct Plan {
   std::optional<int> np;  // workers
   int ps_servers = 0;     // dedicated parameter servers: the job's last ranks
   int threads = 1;
+  std::optional<std::int64_t> test_images;  // evaluated: the test set's first N (default all)
   std::vector<std::string> backends;
   std::vector<TrainConfig> configs;
   std::string data, json, profile_layers, transport, mpirun_args;
@@ -220,6 +221,8 @@ Plan make_plan(const Flags& flags) {
                 plan.configs.push_back(c);
               }
   plan.data = flags.data;
+  if (!flags.test_images.empty())
+    plan.test_images = parse_integer("--test-images", flags.test_images, 1, 1ll << 40);
   plan.json = flags.json;
   plan.profile_layers = flags.profile_layers;
   plan.transport = flags.transport;
@@ -276,6 +279,10 @@ std::unique_ptr<TrainingData> load_data(arcoll::Communicator& comm, const Plan& 
   try {
     data->train = load_fashion_mnist(plan.data, "train");
     data->test = load_fashion_mnist(plan.data, "t10k");
+    if (plan.test_images && *plan.test_images < data->test.labels.size(0)) {
+      data->test.images = data->test.images.slice(0, 0, *plan.test_images);
+      data->test.labels = data->test.labels.slice(0, 0, *plan.test_images);
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -319,7 +326,9 @@ nlohmann::json metadata(const arcoll::Communicator& comm, const Plan& plan, cons
       {"torch", std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR)},
       {"model", plan.configs.front().model},
       {"parameters", parameters},
-      {"data", data_name(NetRegistry::instance().find(plan.configs.front().model)->data)}};
+      {"data", data_name(NetRegistry::instance().find(plan.configs.front().model)->data)},
+      // null: the whole test set
+      {"test_images", plan.test_images ? nlohmann::json(*plan.test_images) : nlohmann::json()}};
 }
 
 double max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -382,11 +391,17 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
     const nlohmann::json meta = metadata(comm, plan, info.build(), argc, argv);
     std::string backends;
     for (const auto& b : plan.backends) backends += (backends.empty() ? "" : ",") + b;
+    const std::string evaluated_on =
+        plan.test_images && info.data == DataKind::fashion_mnist
+            ? printf_string(" (accuracy on the first %lld test images)",
+                            static_cast<long long>(*plan.test_images))
+            : "";
     print(printf_string(
-              "# arbench train: %s (%lld parameters) on %s, %d ranks on %d host(s), %d "
+              "# arbench train: %s (%lld parameters) on %s%s, %d ranks on %d host(s), %d "
               "thread(s) per rank, BLAS %s, torch %s\n# %zu configuration(s) x "
               "backends %s\n",
               first.model.c_str(), meta["parameters"].get<long long>(), data_name(info.data),
+              evaluated_on.c_str(),
               comm.size(), comm.node_count(), plan.threads, meta["blas"].get<std::string>().c_str(),
               meta["torch"].get<std::string>().c_str(), plan.configs.size(), backends.c_str()) +
           table_header());
@@ -570,6 +585,9 @@ void add_flags(CLI::App& app, Flags& f) {
   add("--seed", f.seed, "N", "Initial weights and data order (the same for every backend)")
       ->capture_default_str();
   add("--data", f.data, "DIR", "Fashion-MNIST's gzipped IDX files")->capture_default_str();
+  add("--test-images", f.test_images, "N",
+      "Evaluate each epoch on the test set's first N images (default: all 10,000), for quick "
+      "runs");
   add("--json", f.json, "FILE", "Write every figure as JSON (schema arbench.train/1)");
   add("--profile-layers", f.profile_layers, "FILE",
       "Measure each layer's forward and backward time, write them as a replay model file, and "

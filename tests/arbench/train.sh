@@ -25,15 +25,19 @@ for model in alexnet googlenet resnet50; do
 done
 
 # 1. Every policy, 3 ranks, buckets small enough that lenet's gradients take several. One
-# epoch: each epoch ends with the test set's evaluation, most of a run's time here (the
-# epochs' boundaries are crossed in 6. below).
+# epoch: each epoch ends with the test set's evaluation, most of a run's time here, so the
+# runs here evaluate on the first 2,000 test images (the epochs' boundaries are crossed in 6.
+# below).
 "$arbench" train --np 3 --backends arcoll --policy sync-after-backward,wfbp,buckets,fusion \
-  --bucket-bytes 256K --steps 12 --epochs 1 --json "$work/policies.json" >"$work/policies.txt" ||
+  --bucket-bytes 256K --steps 12 --epochs 1 --test-images 2000 --json "$work/policies.json" >"$work/policies.txt" ||
   fail "training with every policy failed: $(cat "$work/policies.txt")"
+grep -q "^# arbench train: lenet .* on Fashion-MNIST (accuracy on the first 2000 test images)" \
+  "$work/policies.txt" || fail "the header does not say what was evaluated: $(head -2 "$work/policies.txt")"
 $python - "$work/policies.json" <<'PY' || fail "the policies' results are wrong: $(cat "$work/policies.txt")"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["schema"] == "arbench.train/1", d["schema"]
+assert d["metadata"]["test_images"] == 2000, d["metadata"]
 runs = d["runs"]
 assert [r["configuration"]["policy"] for r in runs] == ["sync-after-backward", "wfbp", "buckets", "fusion"], runs
 buckets = {r["configuration"]["policy"]: r["buckets"] for r in runs}
@@ -57,7 +61,7 @@ grep -q "Test accuracy against training time" "$work/report.html" ||
 # 2. The same seed and data through arcoll, Gloo and MPI: the same weights within float
 # rounding (sums in other orders), 3 ranks.
 "$arbench" train --np 3 --backends arcoll,gloo,mpi --steps 15 \
-  --epochs 1 --json "$work/backends.json" >"$work/backends.txt" 2>&1 ||
+  --epochs 1 --test-images 2000 --json "$work/backends.json" >"$work/backends.txt" 2>&1 ||
   fail "training through arcoll, gloo and mpi failed: $(cat "$work/backends.txt")"
 $python - "$work/backends.json" <<'PY' || fail "backends disagree: $(cat "$work/backends.txt")"
 import json, sys
@@ -79,7 +83,8 @@ grep -q "replay model $work/profile.json predicts" "$work/googlenet.txt" ||
   fail "the replayer cannot read the layer profile: $(cat "$work/profile.txt")"
 grep -q "6,624,904\|6624904" "$work/profile.txt" || fail "the profile lost parameters: $(cat "$work/profile.txt")"
 
-# 4. A missing and a corrupt data set: exit 2 naming the file.
+# 4. A missing and a corrupt data set: exit 2 naming the file; so does a bad --test-images.
+expect_usage_error_of "--test-images: '0' is outside 1.." "$arbench" train --np 2 --test-images 0
 expect_usage_error_of "$work/none/train-images-idx3-ubyte.gz: not found" \
   "$arbench" train --np 2 --backends arcoll --data "$work/none"
 mkdir "$work/corrupt"
@@ -110,7 +115,7 @@ grep -qF "rank 1 was started with other arguments" "$work/mismatch.0.err" ||
 # 6. A rank killed mid-training: the launcher names it, the others fail naming it within
 # their timeout.
 start=$(date +%s)
-ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 \
+ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 --test-images 2000 \
   >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
 # A check that fails below must not leave the job training.
