@@ -87,7 +87,8 @@ class WorkQueue {
   WorkPtr submit(std::string description, std::function<void()> call);
   // Nothing queued or running: a blocking call may then run on the caller's own thread.
   bool idle() const;
-  // Waits until every call issued so far has completed.
+  // Waits until every call issued so far has run. Their Works complete a moment later, on
+  // the queue's thread, with their callbacks (see serve()).
   void drain();
   // Calls queued or running.
   std::size_t pending() const;

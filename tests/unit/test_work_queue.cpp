@@ -32,6 +32,8 @@ TEST(WorkQueue, RunsCallsInIssueOrderOnOneThreadOfItsOwn) {
   queue.drain();
   EXPECT_TRUE(queue.idle());
   EXPECT_EQ(queue.pending(), 0u);
+  // drain() returns once the last call has run; Works complete after, in issue order.
+  works.back()->wait();
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) {
     EXPECT_EQ(order[i], i);
