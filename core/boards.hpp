@@ -23,6 +23,8 @@ class CallBoards {
   // Bytes a rank may post per exchange, on boards of `board_bytes`.
   static std::size_t capacity_of(std::size_t board_bytes);
   std::size_t capacity() const { return capacity_; }
+  // The transport's boards these calls are laid out on.
+  SharedBoards& shared() const { return boards_; }
   // At the start of every collective, numbered by `sequence` and described by `signature`.
   void enter(std::uint64_t sequence, std::uint64_t signature);
   // Posts this rank's part of its next exchange, made in the

@@ -107,10 +107,11 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
   layout_.channels = options_.channels;
   // Boards carry f32 as it is: with a narrower wire the model prices a call at the wire's
   // size, which boards do not save.
-  if (transports_.size() == 1 && size_ > 1 && options_.wire == DataType::f32)
-    shared_boards_ = transports_.front()->boards();
-  if (shared_boards_ != nullptr) {
-    boards_ = std::make_unique<CallBoards>(*shared_boards_, rank_, size_);
+  SharedBoards* shared = transports_.size() == 1 && size_ > 1 && options_.wire == DataType::f32
+                            ? transports_.front()->boards()
+                            : nullptr;
+  if (shared != nullptr) {
+    boards_ = std::make_unique<CallBoards>(*shared, rank_, size_);
     layout_.board_capacity = boards_->capacity();
   }
   call_.chunk_bytes = options_.chunk_bytes;
@@ -344,7 +345,7 @@ void Engine::wait(const RequestPtr& request) {
 }
 
 std::size_t Engine::board_capacity() const {
-  return boards_ ? boards_->capacity() : 0;
+  return layout_.board_capacity;
 }
 
 std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
@@ -376,15 +377,15 @@ std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
     check_blocked(missing, [&] {
       return "rank " + std::to_string(missing) + "'s part on the shared boards";
     });
-    if (shared_boards_->departed(missing))
+    if (boards_->shared().departed(missing))
       throw PeerError(call_name(),
                       "rank " + std::to_string(missing) +
                           " destroyed its communicator before posting its part on the shared "
                           "boards",
                       rank_, missing);
     if (!first) throw_if_in_other_call();
-    shared_boards_->await_boards([this] { return boards_->all_posted(); },
-                                 std::min(deadline_, Clock::now() + kAbortCheckSlice));
+    boards_->shared().await_boards([this] { return boards_->all_posted(); },
+                                   std::min(deadline_, Clock::now() + kAbortCheckSlice));
   }
   throw_if_in_other_call();
   return boards_->parts();

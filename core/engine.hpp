@@ -148,7 +148,6 @@ class Engine final : public PointToPoint {
   const TransportInfo* across_hosts_;
   std::string transport_name_;
   // Where one transport reaches every peer and shares memory with them.
-  SharedBoards* shared_boards_ = nullptr;
   std::unique_ptr<CallBoards> boards_;
   // Whether a wait on the boards looks a few times before it reads the clock and waits in
   // the transport: with a core per rank, the peers usually post within moments.

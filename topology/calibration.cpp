@@ -13,9 +13,9 @@
 #include "arcoll/error.hpp"
 #include "arcoll/host.hpp"
 #include "arcoll/tuning.hpp"
-#include "build_info.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
+#include "build_info.hpp"
 
 namespace arcoll {
 namespace {
@@ -48,8 +48,8 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
   for (const std::string& t : transports) key << t << ",";
   const Options& options = comm.options();
-  key << "|" << version() << " " << ARCOLL_BUILD_FLAVOR << "|measured as " << kMeasurement << "|chunk " << options.chunk_bytes
-      << "|shm single copy " << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
+  key << "|" << version() << " " << ARCOLL_BUILD_FLAVOR << "|measured as " << kMeasurement
+      << "|chunk " << options.chunk_bytes << "|shm single copy " << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
   return key.str();
 }
 

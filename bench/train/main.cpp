@@ -221,8 +221,12 @@ Plan make_plan(const Flags& flags) {
                 plan.configs.push_back(c);
               }
   plan.data = flags.data;
-  if (!flags.test_images.empty())
+  if (!flags.test_images.empty()) {
+    if (synthetic)
+      throw UsageError("--test-images: " + flags.model +
+                       " trains on synthetic batches and is not evaluated");
     plan.test_images = parse_integer("--test-images", flags.test_images, 1, 1ll << 40);
+  }
   plan.json = flags.json;
   plan.profile_layers = flags.profile_layers;
   plan.transport = flags.transport;
@@ -392,10 +396,9 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
     std::string backends;
     for (const auto& b : plan.backends) backends += (backends.empty() ? "" : ",") + b;
     const std::string evaluated_on =
-        plan.test_images && info.data == DataKind::fashion_mnist
-            ? printf_string(" (accuracy on the first %lld test images)",
-                            static_cast<long long>(*plan.test_images))
-            : "";
+        plan.test_images ? printf_string(" (accuracy on the first %lld test images)",
+                                         static_cast<long long>(*plan.test_images))
+                         : "";
     print(printf_string(
               "# arbench train: %s (%lld parameters) on %s%s, %d ranks on %d host(s), %d "
               "thread(s) per rank, BLAS %s, torch %s\n# %zu configuration(s) x "

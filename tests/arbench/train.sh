@@ -85,6 +85,8 @@ grep -q "6,624,904\|6624904" "$work/profile.txt" || fail "the profile lost param
 
 # 4. A missing and a corrupt data set: exit 2 naming the file; so does a bad --test-images.
 expect_usage_error_of "--test-images: '0' is outside 1.." "$arbench" train --np 2 --test-images 0
+expect_usage_error_of "--test-images: alexnet trains on synthetic batches" \
+  "$arbench" train --np 2 --model alexnet --test-images 100
 expect_usage_error_of "$work/none/train-images-idx3-ubyte.gz: not found" \
   "$arbench" train --np 2 --backends arcoll --data "$work/none"
 mkdir "$work/corrupt"
