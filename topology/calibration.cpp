@@ -38,8 +38,8 @@ std::uint64_t fnv1a(const std::string& text) {
 }
 
 // What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports, how
-// they are measured, and the paths their messages take (the library's version and build
-// flavour, the chunk size, which shared-memory messages are read across processes).
+// they are measured, and the paths their messages take (the library's version, commit and
+// build flavour, the chunk size, which shared-memory messages are read across processes).
 std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   std::set<std::string> transports;
   for (int peer = 0; peer < comm.size(); ++peer)
@@ -48,7 +48,8 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
   for (const std::string& t : transports) key << t << ",";
   const Options& options = comm.options();
-  key << "|" << version() << " " << ARCOLL_BUILD_FLAVOR << "|measured as " << kMeasurement
+  key << "|" << version() << " " << ARCOLL_GIT_COMMIT << " " << ARCOLL_BUILD_FLAVOR
+      << "|measured as " << kMeasurement
       << "|chunk " << options.chunk_bytes << "|shm single copy " << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
   return key.str();
 }
