@@ -9,15 +9,29 @@
 
 namespace arcoll {
 
+namespace {
+
+// Where `bytes` lies from `from` to `to` (0 to 1), in log(bytes).
+double log_position(double bytes, double from, double to) {
+  return std::clamp(std::log(std::max(bytes, 1.0) / from) / std::log(to / from), 0.0, 1.0);
+}
+
+}  // namespace
+
 LinkCost LinkCost::at(double bytes) const {
-  // How far `bytes` is from the cached size towards the uncached one, in log(bytes).
-  const double toward_memory = std::clamp(
-      std::log(std::max(bytes, 1.0) / cached_until) / std::log(uncached_from / cached_until),
-      0.0, 1.0);
+  const double toward_memory = log_position(bytes, cached_until, uncached_from);
   auto blend = [&](double cached, double uncached) {
     return cached > 0 ? cached + toward_memory * (uncached - cached) : uncached;
   };
-  return {alpha, blend(cached_beta, beta), blend(cached_gamma, gamma), 0, 0};  // sized once
+  double sized_beta = blend(cached_beta, beta);
+  if (small_beta > 0 && bytes < kCachedBytes)
+    sized_beta = small_beta + log_position(bytes, kSmallMessageBytes, kCachedBytes) *
+                                  (sized_beta - small_beta);
+  LinkCost sized;  // no cached or small figures: sized once
+  sized.alpha = alpha;
+  sized.beta = sized_beta;
+  sized.gamma = blend(cached_gamma, gamma);
+  return sized;
 }
 
 void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host) {

@@ -19,13 +19,17 @@ struct LinkCost {
   // β and γ of buffers that stay in the caches (0: the same as above); see at().
   double cached_beta = 0;
   double cached_gamma = 0;
+  // β of all-reduces of up to kSmallMessageBytes, whose messages go in one piece (0: as
+  // cached_beta).
+  double small_beta = 0;
   // All-reduces of buffers up to this many bytes stay in the caches, from the other on they
   // do not (see set_cache_window).
   double cached_until = kCachedBytes;
   double uncached_from = kUncachedBytes;
   // The costs of an all-reduce of `bytes`: the cached figures up to cached_until, the others
-  // from uncached_from, and in between a blend linear in log(bytes). The result has no
-  // cached figures: it is sized once.
+  // from uncached_from, and in between a blend linear in log(bytes); below kCachedBytes, β
+  // goes the same way to small_beta at kSmallMessageBytes. The result has no cached or small
+  // figures: it is sized once.
   LinkCost at(double bytes) const;
 };
 

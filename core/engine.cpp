@@ -32,7 +32,8 @@ constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
 LinkCost link_cost(const TransportCosts& c) {
   auto per_byte = [](double gbs) { return gbs > 0 ? 1.0 / (gbs * 1e9) : 0.0; };
   return {c.latency_us * 1e-6, per_byte(c.bandwidth_gbs), per_byte(c.reduce_gbs),
-          per_byte(c.cached_bandwidth_gbs), per_byte(c.cached_reduce_gbs)};
+          per_byte(c.cached_bandwidth_gbs), per_byte(c.cached_reduce_gbs),
+          per_byte(c.small_bandwidth_gbs)};
 }
 
 std::string hex32(std::uint32_t value) {

@@ -39,6 +39,7 @@ std::string tuning_json(const Tuning& tuning) {
              {"reduce_gbs", c.reduce_gbs}};
     if (c.cached_bandwidth_gbs > 0) entry["cached_bandwidth_gbs"] = c.cached_bandwidth_gbs;
     if (c.cached_reduce_gbs > 0) entry["cached_reduce_gbs"] = c.cached_reduce_gbs;
+    if (c.small_bandwidth_gbs > 0) entry["small_bandwidth_gbs"] = c.small_bandwidth_gbs;
   }
   return j.dump(2) + "\n";
 }
@@ -60,7 +61,7 @@ Tuning parse_tuning(const std::string& text, const std::string& name) {
     json_file::bad(source, "transports", "must be an object with one entry per transport");
   for (const auto& [transport, entry] : j["transports"].items()) {
     const std::string at = "transports." + transport;
-    // The cached figures are optional (files of earlier versions have none).
+    // The cached and small figures are optional (files of earlier versions have none).
     auto optional = [&](const char* key) {
       return entry.contains(key) ? json_file::positive(entry, source, at, key) : 0.0;
     };
@@ -68,7 +69,7 @@ Tuning parse_tuning(const std::string& text, const std::string& name) {
         json_file::positive(entry, source, at, "latency_us"),
         json_file::positive(entry, source, at, "bandwidth_gbs"),
         json_file::positive(entry, source, at, "reduce_gbs"), optional("cached_bandwidth_gbs"),
-        optional("cached_reduce_gbs")};
+        optional("cached_reduce_gbs"), optional("small_bandwidth_gbs")};
   }
   return tuning;
 }

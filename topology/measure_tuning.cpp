@@ -22,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kSmallBytes = 8;
 constexpr int kSmallRounds = 200;
+// Messages that fit a fragment: how their bytes cost more than those of large ones.
+constexpr std::size_t kSmallMessage = static_cast<std::size_t>(kSmallMessageBytes);
 constexpr std::size_t kLargeBytes = static_cast<std::size_t>(kUncachedBytes);
 constexpr int kLargeRounds = 16;
 // Exchanges that stay in the caches: as many bytes in all as one large exchange.
@@ -146,8 +148,8 @@ Tuning measure_tuning(Communicator& comm) {
   for (const bool across : {false, true}) {
     const Role role = roles(node_of, across)[static_cast<std::size_t>(comm.rank())];
     // Summed over the counted pairs: latency (us), bandwidth (GB/s), reduction (GB/s), the
-    // same two in cache, ranks.
-    double figures[6] = {0, 0, 0, 0, 0, 0};
+    // same two in cache, bandwidth of small messages, ranks.
+    double figures[7] = {0, 0, 0, 0, 0, 0, 0};
     // Across hosts, ranks left alone copy for as long as the pairs measure: a probe of two
     // exchanges tells them how long that is. (Within hosts every rank but an odd one is paired.)
     double probe = 0;
@@ -162,21 +164,23 @@ Tuning measure_tuning(Communicator& comm) {
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
       const double cached =
           exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
+      const double small = exchange_seconds(comm, role.partner, kSmallMessage, kSmallRounds);
       if (role.counted) {
         figures[0] = alpha * 1e6;
         figures[1] = exchange_gbs(kLargeBytes, large, alpha);
         figures[2] = gamma_gbs;
         figures[3] = exchange_gbs(kCachedBytesPerExchange, cached, alpha);
         figures[4] = cached_gamma_gbs;
-        figures[5] = 1;
+        figures[5] = exchange_gbs(kSmallMessage, small, alpha);
+        figures[6] = 1;
       }
     } else if (across) {
       // The large exchanges and their warm-up, then the cached ones (as many bytes as one
-      // large exchange, and warm-up).
-      copy_load(kLargeBytes, probe * (kLargeRounds + 4));
+      // large exchange, and warm-up), then the small ones (a few per cent of one).
+      copy_load(kLargeBytes, probe * (kLargeRounds + 5));
     }
-    comm.allreduce(figures, 6, DataType::f64, ReduceOp::sum);
-    if (figures[5] == 0) continue;  // one host, or one rank per host
+    comm.allreduce(figures, 7, DataType::f64, ReduceOp::sum);
+    if (figures[6] == 0) continue;  // one host, or one rank per host
     // Every counted pair of a round crosses the same kind of link: that of the lowest
     // counted rank, told to the others by a broadcast of the name.
     std::array<char, 32> name{};
@@ -184,9 +188,9 @@ Tuning measure_tuning(Communicator& comm) {
     std::int32_t holder = role.counted ? comm.rank() : comm.size();
     comm.allreduce(&holder, 1, DataType::i32, ReduceOp::min);
     comm.broadcast(name.data(), name.size(), DataType::u8, holder);
-    const double pairs = figures[5];
+    const double pairs = figures[6];
     tuning.transports[name.data()] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
-                                      figures[3] / pairs, figures[4] / pairs};
+                                      figures[3] / pairs, figures[4] / pairs, figures[5] / pairs};
   }
   // The smallest cache, so that every rank's predictions use the same figures.
   double cache = last_level_cache_bytes(::sched_getcpu());

@@ -14,10 +14,16 @@ struct TransportCosts {
   // kUncachedBytes).
   double cached_bandwidth_gbs = 0;
   double cached_reduce_gbs = 0;
+  // GB/s each way of an exchange of kSmallMessageBytes (0: as in cache). A message that fits
+  // one of a transport's fragments is copied in whole before its receiver can copy it out,
+  // where a large one is copied in and out at once, piece by piece: its bytes cost up to twice
+  // as much. The model goes from this to the cached rate between the two sizes.
+  double small_bandwidth_gbs = 0;
 };
 
 // The buffer sizes the figures above are measured at.
 inline constexpr double kCachedBytes = 256 * 1024;
 inline constexpr double kUncachedBytes = 16 * 1024 * 1024;
+inline constexpr double kSmallMessageBytes = 16 * 1024;
 
 }  // namespace arcoll

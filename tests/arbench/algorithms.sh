@@ -34,7 +34,7 @@ else:
     if name not in open(f"{work}/tune.txt").read():
         errors.append(f"tune printed no {name} line")
     for key in ("latency_us", "bandwidth_gbs", "reduce_gbs", "cached_bandwidth_gbs",
-                "cached_reduce_gbs"):
+                "cached_reduce_gbs", "small_bandwidth_gbs"):
         if not costs[key] > 0:
             errors.append(f"tuning {name}.{key} = {costs[key]}")
 

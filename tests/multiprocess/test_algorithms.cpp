@@ -204,10 +204,11 @@ void expect_measured_alike_on_every_rank(Communicator& comm, const Tuning& tunin
   std::vector<double> figures;
   for (const auto& [name, c] : tuning.transports) {
     for (const double figure : {c.latency_us, c.bandwidth_gbs, c.reduce_gbs,
-                                c.cached_bandwidth_gbs, c.cached_reduce_gbs})
+                                c.cached_bandwidth_gbs, c.cached_reduce_gbs, c.small_bandwidth_gbs})
       EXPECT_GT(figure, 0) << name;
     figures.insert(figures.end(), {c.latency_us, c.bandwidth_gbs, c.reduce_gbs,
-                                   c.cached_bandwidth_gbs, c.cached_reduce_gbs});
+                                   c.cached_bandwidth_gbs, c.cached_reduce_gbs,
+                                   c.small_bandwidth_gbs});
   }
   figures.push_back(tuning.last_level_cache_bytes);
   std::vector<double> highest = figures;
@@ -280,8 +281,10 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
           const std::string file = calibrated.source.substr(calibrated.source.find(folder));
           const Tuning kept = load_tuning(file.substr(0, file.find(' ')));
           ASSERT_EQ(kept.transports.size(), calibrated.tuning.transports.size());
-          for (const auto& [name, c] : calibrated.tuning.transports)
+          for (const auto& [name, c] : calibrated.tuning.transports) {
             EXPECT_EQ(kept.transports.at(name).bandwidth_gbs, c.bandwidth_gbs) << name;
+            EXPECT_EQ(kept.transports.at(name).small_bandwidth_gbs, c.small_bandwidth_gbs) << name;
+          }
           EXPECT_EQ(kept.last_level_cache_bytes, calibrated.tuning.last_level_cache_bytes);
         },
         {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});

@@ -72,6 +72,27 @@ TEST(CostModel, TheLastLevelCacheSetsWhereCachedRatesEnd) {
   EXPECT_DOUBLE_EQ(link.uncached_from, kUncachedBytes);
 }
 
+// Below the cached size β goes to the rate of small messages, which fit one fragment, halfway
+// (in log size) half of the way; γ keeps its cached rate.
+TEST(CostModel, SmallAllReducesMoveTheirBytesAtTheSmallMessageRate) {
+  const LinkCost link{kAlpha, kBeta, kGamma, kBeta / 4, kGamma / 2, kBeta / 2};
+  EXPECT_DOUBLE_EQ(link.at(1024).beta, kBeta / 2);
+  EXPECT_DOUBLE_EQ(link.at(kSmallMessageBytes).beta, kBeta / 2);
+  EXPECT_DOUBLE_EQ(link.at(64 * 1024).beta, (kBeta / 2 + kBeta / 4) / 2);  // 16 KiB to 256 KiB
+  EXPECT_DOUBLE_EQ(link.at(kCachedBytes).beta, kBeta / 4);
+  EXPECT_DOUBLE_EQ(link.at(1024).gamma, kGamma / 2);
+  EXPECT_EQ(link.at(1024).at(64 * 1024).beta, link.at(1024).beta);  // sized once
+  // Without the figure (tuning files of earlier versions): the cached rate.
+  const LinkCost without{kAlpha, kBeta, kGamma, kBeta / 4, kGamma / 2};
+  EXPECT_DOUBLE_EQ(without.at(1024).beta, kBeta / 4);
+  // The prediction of a 2-rank halving-doubling: two messages of half the buffer, one reduced.
+  Layout layout = one_host(2);
+  layout.intra = link;
+  const double n = 8192;
+  EXPECT_DOUBLE_EQ(cost::predict("halving_doubling", layout, n).seconds,
+                   2 * (kAlpha + n / 2 * kBeta / 2) + n / 2 * kGamma / 2);
+}
+
 TEST(CostModel, RecursiveDoublingAndHalvingDoubling) {
   const double n = 4096;
   EXPECT_DOUBLE_EQ(cost::predict("recursive_doubling", one_host(4), n).seconds,
