@@ -16,6 +16,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "build_info.hpp"
+#include "topology/tuning_probe.hpp"
 
 namespace arcoll {
 namespace {
@@ -89,6 +90,25 @@ void keep(const Tuning& tuning, const std::string& file) {
   if (error) log::warn("calibration: " + file + ": " + error.message());
 }
 
+// Kept figures whose in-cache exchanges within a host are this many times slower than a look
+// at the links now finds were measured while the host ran slow (a virtual machine's host can
+// slow its exchanges several times over for seconds): they are measured again.
+constexpr double kSlowCalibration = 3;
+
+// Why the kept figures no longer hold, or "" when they do. Collective.
+std::string outdated(Communicator& comm, const Tuning& kept) {
+  const CachedExchangeRate now = cached_exchange_rate_now(comm);
+  const auto it = kept.transports.find(now.transport);
+  if (now.transport.empty() || it == kept.transports.end()) return "";
+  const double kept_gbs = it->second.cached_bandwidth_gbs;
+  if (kept_gbs <= 0 || now.gbs < kSlowCalibration * kept_gbs) return "";
+  char text[160];
+  std::snprintf(text, sizeof text,
+                "%s exchanges in cache ran at %.1f GB/s, the kept figures say %.1f",
+                now.transport.c_str(), now.gbs, kept_gbs);
+  return text;
+}
+
 void broadcast_text(Communicator& comm, std::string& text) {
   std::int64_t length = static_cast<std::int64_t>(text.size());
   comm.broadcast(&length, 1, DataType::i64, 0);
@@ -124,15 +144,21 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   }
   broadcast_text(comm, file);
   broadcast_text(comm, kept);
+  std::string measured_again;
   if (!kept.empty()) {
     Tuning tuning = parse_tuning(kept, file);
-    return {tuning, "link costs kept in " + file + " (" + tuning.measured_on + ")"};
+    const std::string why = outdated(comm, tuning);
+    if (why.empty())
+      return {tuning, "link costs kept in " + file + " (" + tuning.measured_on + ")"};
+    measured_again = " (" + why + ")";
+    if (comm.rank() == 0) log::warn("calibration: measuring again: " + why);
   }
   Tuning tuning = measure_tuning(comm);
   if (file.empty())
     return {tuning, "link costs measured just now (no cache folder: set ARCOLL_CACHE_DIR or HOME)"};
   if (comm.rank() == 0) keep(tuning, file);
-  return {tuning, "link costs measured just now, kept in " + file};
+  const std::string when = measured_again.empty() ? "just now" : "again";
+  return {tuning, "link costs measured " + when + ", kept in " + file + measured_again};
 }
 
 }  // namespace arcoll

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <string>
 #include <vector>
 
 #include "arcoll/communicator.hpp"
@@ -14,6 +15,7 @@
 #include "base/cpu_location.hpp"
 #include "base/reduce.hpp"
 #include "topology/exchange_rates.hpp"
+#include "topology/tuning_probe.hpp"
 
 namespace arcoll {
 namespace {
@@ -94,6 +96,18 @@ std::string today() {
   const std::time_t now = std::time(nullptr);
   std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
   return text;
+}
+
+// The name of the transport `counted` ranks measured over (to `partner`): that of the lowest
+// counted rank, told to the others by a broadcast. Empty where no rank counted.
+std::string measured_transport(Communicator& comm, bool counted, int partner) {
+  std::array<char, 32> name{};
+  if (counted) comm.transport_to(partner).copy(name.data(), name.size() - 1);
+  std::int32_t holder = counted ? comm.rank() : comm.size();
+  comm.allreduce(&holder, 1, DataType::i32, ReduceOp::min);
+  if (holder == comm.size()) return "";
+  comm.broadcast(name.data(), name.size(), DataType::u8, holder);
+  return name.data();
 }
 
 // What a rank does in one round of measurement, as a ring step loads the links: `partner` to
@@ -181,15 +195,10 @@ Tuning measure_tuning(Communicator& comm) {
     }
     comm.allreduce(figures, 7, DataType::f64, ReduceOp::sum);
     if (figures[6] == 0) continue;  // one host, or one rank per host
-    // Every counted pair of a round crosses the same kind of link: that of the lowest
-    // counted rank, told to the others by a broadcast of the name.
-    std::array<char, 32> name{};
-    if (role.counted) comm.transport_to(role.partner).copy(name.data(), name.size() - 1);
-    std::int32_t holder = role.counted ? comm.rank() : comm.size();
-    comm.allreduce(&holder, 1, DataType::i32, ReduceOp::min);
-    comm.broadcast(name.data(), name.size(), DataType::u8, holder);
+    // Every counted pair of a round crosses the same kind of link.
+    const std::string name = measured_transport(comm, role.counted, role.partner);
     const double pairs = figures[6];
-    tuning.transports[name.data()] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
+    tuning.transports[name] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
                                       figures[3] / pairs, figures[4] / pairs, figures[5] / pairs};
   }
   // The smallest cache, so that every rank's predictions use the same figures.
@@ -200,6 +209,25 @@ Tuning measure_tuning(Communicator& comm) {
                        std::to_string(comm.node_count()) + " host(s), rank 0 on " +
                        comm.node_name() + ", " + today();
   return tuning;
+}
+
+CachedExchangeRate cached_exchange_rate_now(Communicator& comm) {
+  std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
+  const std::int32_t mine = comm.node_id();
+  comm.allgather(&mine, node_of.data(), 1, DataType::i32);
+  const Role role = roles(node_of, /*across=*/false)[static_cast<std::size_t>(comm.rank())];
+  // Rate and pairs, summed over the pairs.
+  double figures[2] = {0, 0};
+  if (role.partner >= 0) {
+    const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds / 10);
+    const double cached =
+        exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
+    figures[0] = exchange_gbs(kCachedBytesPerExchange, cached, alpha);
+    figures[1] = 1;
+  }
+  comm.allreduce(figures, 2, DataType::f64, ReduceOp::sum);
+  const std::string name = measured_transport(comm, role.partner >= 0, role.partner);
+  return {name, figures[1] > 0 ? figures[0] / figures[1] : 0.0};
 }
 
 }  // namespace arcoll

@@ -45,6 +45,8 @@ Tuning parse_tuning(const std::string& text, const std::string& name);
 // Calibration on first use: the figures measure_tuning finds for a layout (ranks, hosts, the
 // transports between them) on a host and CPU model are kept in a per-user cache, and later
 // jobs of that layout there reuse them, so a host pays the measurement (under a second) once.
+// Each reuse first looks at the links for a few milliseconds: figures three times slower than
+// what it finds were measured while the host ran slow, and are measured again.
 // ARCOLL_CALIBRATE chooses: "cache" (the default: the kept figures, or measure and keep),
 // "now" (measure again and keep: after a hardware or driver change), "off" (the built-in
 // figures). ARCOLL_CACHE_DIR is the folder (default $XDG_CACHE_HOME/arcoll, else

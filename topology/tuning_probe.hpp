@@ -1,0 +1,20 @@
+// A quick look at the links, to check figures kept from an earlier calibration (calibration.cpp)
+// against the host as it runs now. Measured as measure_tuning measures (measure_tuning.cpp).
+#pragma once
+
+#include <string>
+
+#include "arcoll/communicator.hpp"
+
+namespace arcoll {
+
+struct CachedExchangeRate {
+  std::string transport;  // between ranks of one host; empty where no two ranks share one
+  double gbs = 0;         // as Tuning's cached_bandwidth_gbs of that transport
+};
+
+// The in-cache exchange rate between ranks of one host, in pairs at once, from a few
+// milliseconds of exchanges. Collective: every rank calls it and gets the same result.
+CachedExchangeRate cached_exchange_rate_now(Communicator& comm);
+
+}  // namespace arcoll
