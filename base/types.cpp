@@ -5,6 +5,7 @@
 #include <string>
 
 #include "build_info.hpp"
+#include "git_commit.hpp"
 
 namespace arcoll {
 namespace {

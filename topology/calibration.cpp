@@ -50,9 +50,10 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
   for (const std::string& t : transports) key << t << ",";
   const Options& options = comm.options();
-  key << "|" << version() << " " << ARCOLL_GIT_COMMIT << " " << ARCOLL_BUILD_FLAVOR
+  key << "|" << version() << " " << git_commit() << " " << ARCOLL_BUILD_FLAVOR
       << "|measured as " << kMeasurement
-      << "|chunk " << options.chunk_bytes << "|shm single copy " << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
+      << "|chunk " << options.chunk_bytes << "|shm single copy "
+      << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
   return key.str();
 }
 

@@ -190,7 +190,7 @@ Tuning measure_tuning(Communicator& comm) {
       }
     } else if (across) {
       // The large exchanges and their warm-up, then the cached ones (as many bytes as one
-      // large exchange, and warm-up), then the small ones (a few per cent of one).
+      // large exchange, and warm-up), then the small ones (a fifth of one).
       copy_load(kLargeBytes, probe * (kLargeRounds + 5));
     }
     comm.allreduce(figures, 7, DataType::f64, ReduceOp::sum);
@@ -199,7 +199,7 @@ Tuning measure_tuning(Communicator& comm) {
     const std::string name = measured_transport(comm, role.counted, role.partner);
     const double pairs = figures[6];
     tuning.transports[name] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
-                                      figures[3] / pairs, figures[4] / pairs, figures[5] / pairs};
+                               figures[3] / pairs, figures[4] / pairs, figures[5] / pairs};
   }
   // The smallest cache, so that every rank's predictions use the same figures.
   double cache = last_level_cache_bytes(::sched_getcpu());
@@ -227,7 +227,15 @@ CachedExchangeRate cached_exchange_rate_now(Communicator& comm) {
   }
   comm.allreduce(figures, 2, DataType::f64, ReduceOp::sum);
   const std::string name = measured_transport(comm, role.partner >= 0, role.partner);
-  return {name, figures[1] > 0 ? figures[0] / figures[1] : 0.0};
+  // Where that transport crosses hosts too, its figures are those measure_tuning measured
+  // across them (its second round writes over the first): nothing to compare with.
+  std::int32_t crosses = 0;
+  for (int peer = 0; peer < comm.size(); ++peer)
+    if (node_of[static_cast<std::size_t>(peer)] != mine && comm.transport_to(peer) == name)
+      crosses = 1;
+  comm.allreduce(&crosses, 1, DataType::i32, ReduceOp::max);
+  if (name.empty() || crosses != 0) return {};
+  return {name, figures[0] / figures[1]};
 }
 
 }  // namespace arcoll

@@ -9,7 +9,9 @@
 namespace arcoll {
 
 struct CachedExchangeRate {
-  std::string transport;  // between ranks of one host; empty where no two ranks share one
+  // Between ranks of one host; empty where no two ranks share one, or where it also crosses
+  // hosts (its kept figures are then those across).
+  std::string transport;
   double gbs = 0;         // as Tuning's cached_bandwidth_gbs of that transport
 };
 

@@ -45,8 +45,9 @@ Tuning parse_tuning(const std::string& text, const std::string& name);
 // Calibration on first use: the figures measure_tuning finds for a layout (ranks, hosts, the
 // transports between them) on a host and CPU model are kept in a per-user cache, and later
 // jobs of that layout there reuse them, so a host pays the measurement (under a second) once.
-// Each reuse first looks at the links for a few milliseconds: figures three times slower than
-// what it finds were measured while the host ran slow, and are measured again.
+// Each reuse first looks at the links within hosts for a few milliseconds (where two ranks
+// share a host and the transport between them does not cross hosts): figures three times
+// slower than what it finds were measured while the host ran slow, and are measured again.
 // ARCOLL_CALIBRATE chooses: "cache" (the default: the kept figures, or measure and keep),
 // "now" (measure again and keep: after a hardware or driver change), "off" (the built-in
 // figures). ARCOLL_CACHE_DIR is the folder (default $XDG_CACHE_HOME/arcoll, else
@@ -59,7 +60,8 @@ struct CalibratedTuning {
   std::string source;  // where the figures come from, for a report's header
 };
 // Collective: rank 0 looks in its cache (the key: its host name, CPU model, the ranks and
-// hosts of the job, the transports rank 0 uses) and every rank returns the same figures. A
+// hosts of the job, the transports rank 0 uses, the library's version, commit and build, the
+// chunk size and shared-memory threshold) and every rank returns the same figures. A
 // cache that cannot be written costs a warning, not the job.
 CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode);
 

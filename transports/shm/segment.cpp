@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "arcoll/error.hpp"
 #include "base/log.hpp"
@@ -22,6 +23,29 @@ namespace {
 
 std::size_t segment_bytes(int size) {
   return sizeof(SegmentHeader) + static_cast<std::size_t>(size) * sizeof(Ring) + kBoardBytes;
+}
+
+// Takes the pages of the segment this rank's peers on the host use (its header, their rings,
+// its board) from /dev/shm now: a /dev/shm too small for them (a container's default size)
+// is then an error here rather than a SIGBUS when a ring first fills.
+void reserve(int fd, const TransportSetup& setup) {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges{{0, sizeof(SegmentHeader)}};
+  for (int p : setup.peers)
+    ranges.emplace_back(sizeof(SegmentHeader) + static_cast<std::size_t>(p) * sizeof(Ring),
+                        sizeof(Ring));
+  ranges.emplace_back(segment_bytes(setup.size) - kBoardBytes, kBoardBytes);
+  std::size_t total = 0;
+  for (const auto& [offset, bytes] : ranges) total += bytes;
+  for (const auto& [offset, bytes] : ranges) {
+    const int error =
+        ::posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+    if (error != 0 && error != EOPNOTSUPP && error != EINVAL)
+      throw SystemError("shm setup",
+                        "/dev/shm has no room for this rank's " + std::to_string(total >> 20) +
+                            " MiB of rings (" + std::strerror(error) +
+                            "); a container needs a larger /dev/shm (docker run --shm-size)",
+                        setup.rank);
+  }
 }
 
 std::string segment_name(std::uint64_t job, int rank) {
@@ -96,6 +120,7 @@ Segments::Segments(const TransportSetup& setup, bool probe_cma)
         "shm setup",
         "ftruncate of " + std::to_string(bytes) + " B in /dev/shm: " + std::strerror(errno), rank);
   }
+  reserve(fd.get(), setup);
   own_ = map_shared(fd.get(), bytes, rank, Error::kNoRank);
   header_of(own())->pid = ::getpid();
   // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in

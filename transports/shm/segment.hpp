@@ -16,9 +16,9 @@
 
 namespace arcoll::shm {
 
-// Room for two of the algorithms' default pipeline chunks (512 KiB): the sender copies one in
-// while the receiver takes the other out. With room for one, a 2-rank all-reduce of 2 MiB took
-// 1.5 times as long.
+// Room for one of the algorithms' default pipeline chunks (512 KiB) and most of the next: the
+// sender copies the next in while the receiver takes one out. At 512 KiB a chunk and its
+// fragments' headers did not fit, and a 2-rank all-reduce of 2 MiB took 1.5 times as long.
 inline constexpr std::size_t kRingBytes = 1024 * 1024;
 inline constexpr std::size_t kBoardBytes = 64 * 1024;
 
