@@ -27,11 +27,7 @@ LinkCost LinkCost::at(double bytes) const {
   if (small_beta > 0 && bytes < kCachedBytes)
     sized_beta = small_beta + log_position(bytes, kSmallMessageBytes, kCachedBytes) *
                                   (sized_beta - small_beta);
-  LinkCost sized;  // no cached or small figures: sized once
-  sized.alpha = alpha;
-  sized.beta = sized_beta;
-  sized.gamma = blend(cached_gamma, gamma);
-  return sized;
+  return {alpha, sized_beta, blend(cached_gamma, gamma)};  // no cached or small ones: sized once
 }
 
 void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host) {

@@ -145,21 +145,21 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   }
   broadcast_text(comm, file);
   broadcast_text(comm, kept);
-  std::string measured_again;
+  std::string outdated_by;  // why kept figures are measured again
   if (!kept.empty()) {
     Tuning tuning = parse_tuning(kept, file);
-    const std::string why = outdated(comm, tuning);
-    if (why.empty())
+    outdated_by = outdated(comm, tuning);
+    if (outdated_by.empty())
       return {tuning, "link costs kept in " + file + " (" + tuning.measured_on + ")"};
-    measured_again = " (" + why + ")";
-    if (comm.rank() == 0) log::warn("calibration: measuring again: " + why);
+    if (comm.rank() == 0) log::warn("calibration: measuring again: " + outdated_by);
   }
   Tuning tuning = measure_tuning(comm);
   if (file.empty())
     return {tuning, "link costs measured just now (no cache folder: set ARCOLL_CACHE_DIR or HOME)"};
   if (comm.rank() == 0) keep(tuning, file);
-  const std::string when = measured_again.empty() ? "just now" : "again";
-  return {tuning, "link costs measured " + when + ", kept in " + file + measured_again};
+  if (!outdated_by.empty())
+    return {tuning, "link costs measured again, kept in " + file + " (" + outdated_by + ")"};
+  return {tuning, "link costs measured just now, kept in " + file};
 }
 
 }  // namespace arcoll

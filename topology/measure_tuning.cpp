@@ -98,6 +98,21 @@ std::string today() {
   return text;
 }
 
+// Every rank's host, by rank. Collective.
+std::vector<std::int32_t> hosts_of_ranks(Communicator& comm) {
+  std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
+  const std::int32_t mine = comm.node_id();
+  comm.allgather(&mine, node_of.data(), 1, DataType::i32);
+  return node_of;
+}
+
+// GB/s each way of exchanges with `partner` that stay in the caches, α being `alpha`.
+double cached_exchange_gbs(Communicator& comm, int partner, double alpha) {
+  const double seconds =
+      exchange_seconds(comm, partner, kCachedBytesPerExchange, kCachedRounds);
+  return exchange_gbs(kCachedBytesPerExchange, seconds, alpha);
+}
+
 // The name of the transport `counted` ranks measured over (to `partner`): that of the lowest
 // counted rank, told to the others by a broadcast. Empty where no rank counted.
 std::string measured_transport(Communicator& comm, bool counted, int partner) {
@@ -152,9 +167,7 @@ Tuning measure_tuning(Communicator& comm) {
   // ways at once; the figures are the means over the counted pairs. Across hosts one pair
   // per host crosses: the cost model itself divides a host's link among ranks that cross
   // together.
-  std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
-  const std::int32_t mine = comm.node_id();
-  comm.allgather(&mine, node_of.data(), 1, DataType::i32);
+  const std::vector<std::int32_t> node_of = hosts_of_ranks(comm);
   const double gamma_gbs = reduce_gbs(32u << 20, 1);  // all at once too
   const double cached_gamma_gbs = reduce_gbs(kCachedBytesPerExchange, 16);
 
@@ -176,14 +189,13 @@ Tuning measure_tuning(Communicator& comm) {
       // whole call, rather than half a one-way ping-pong's round trip.
       const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
-      const double cached =
-          exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
+      const double cached_gbs = cached_exchange_gbs(comm, role.partner, alpha);
       const double small = exchange_seconds(comm, role.partner, kSmallMessage, kSmallRounds);
       if (role.counted) {
         figures[0] = alpha * 1e6;
         figures[1] = exchange_gbs(kLargeBytes, large, alpha);
         figures[2] = gamma_gbs;
-        figures[3] = exchange_gbs(kCachedBytesPerExchange, cached, alpha);
+        figures[3] = cached_gbs;
         figures[4] = cached_gamma_gbs;
         figures[5] = exchange_gbs(kSmallMessage, small, alpha);
         figures[6] = 1;
@@ -212,17 +224,13 @@ Tuning measure_tuning(Communicator& comm) {
 }
 
 CachedExchangeRate cached_exchange_rate_now(Communicator& comm) {
-  std::vector<std::int32_t> node_of(static_cast<std::size_t>(comm.size()));
-  const std::int32_t mine = comm.node_id();
-  comm.allgather(&mine, node_of.data(), 1, DataType::i32);
+  const std::vector<std::int32_t> node_of = hosts_of_ranks(comm);
   const Role role = roles(node_of, /*across=*/false)[static_cast<std::size_t>(comm.rank())];
   // Rate and pairs, summed over the pairs.
   double figures[2] = {0, 0};
   if (role.partner >= 0) {
     const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds / 10);
-    const double cached =
-        exchange_seconds(comm, role.partner, kCachedBytesPerExchange, kCachedRounds);
-    figures[0] = exchange_gbs(kCachedBytesPerExchange, cached, alpha);
+    figures[0] = cached_exchange_gbs(comm, role.partner, alpha);
     figures[1] = 1;
   }
   comm.allreduce(figures, 2, DataType::f64, ReduceOp::sum);
@@ -231,7 +239,8 @@ CachedExchangeRate cached_exchange_rate_now(Communicator& comm) {
   // across them (its second round writes over the first): nothing to compare with.
   std::int32_t crosses = 0;
   for (int peer = 0; peer < comm.size(); ++peer)
-    if (node_of[static_cast<std::size_t>(peer)] != mine && comm.transport_to(peer) == name)
+    if (node_of[static_cast<std::size_t>(peer)] != comm.node_id() &&
+        comm.transport_to(peer) == name)
       crosses = 1;
   comm.allreduce(&crosses, 1, DataType::i32, ReduceOp::max);
   if (name.empty() || crosses != 0) return {};

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "arcoll/communicator.hpp"
@@ -257,13 +258,17 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
 // Calibration on first use: the first job of a layout measures the link costs and keeps them
 // in the cache folder, the next job reuses them (every rank the same figures), "now" measures
 // again, "off" keeps the built-in figures, a damaged file is measured over, kept figures far
-// slower than the links are now (measured while the host ran slow) are measured again, and
+// slower than the links are now (measured while the host ran slow) are measured again, unless
+// the transport within hosts also crosses them (its kept figures are those across), and
 // another value of ARCOLL_CALIBRATE is a configuration error.
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
   ASSERT_NE(::mkdtemp(folder_template), nullptr);
   const std::string folder = folder_template;
-  auto job = [&](const std::string& mode, const std::string& expected_source) {
+  // `layout`: variables beside this run's that place the ranks and choose their transports.
+  auto job = [&](const std::string& mode, const std::string& expected_source,
+                 std::map<std::string, std::string> layout = {}) {
+    layout.insert({{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});
     run_ranks(
         3,
         [&](Communicator& comm) {
@@ -288,7 +293,7 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
           }
           EXPECT_EQ(kept.last_level_cache_bytes, calibrated.tuning.last_level_cache_bytes);
         },
-        {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});
+        layout);
   };
   // The folder's one file; scale_kept multiplies its in-cache bandwidths: by 1000, the kept
   // figures are faster than any look at the links finds (on a busy test host, one measurement
@@ -321,6 +326,13 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   job("cache", "link costs measured just now, kept in " + folder + "/tuning-");
   scale_kept(1000);
   job("cache", "link costs kept in " + folder + "/tuning-");
+  // tcp within and across two hosts: figures however slow are kept.
+  std::filesystem::remove(kept_file());
+  const std::map<std::string, std::string> tcp_on_two_hosts{{"ARCOLL_EMULATED_HOSTS", "2"},
+                                                            {"ARCOLL_TRANSPORT", "tcp"}};
+  job("cache", "link costs measured just now, kept in " + folder + "/tuning-", tcp_on_two_hosts);
+  scale_kept(1e-3);
+  job("cache", "link costs kept in " + folder + "/tuning-", tcp_on_two_hosts);
   run_ranks(
       2,
       [](Communicator& comm) {

@@ -19,7 +19,7 @@ namespace arcoll::shm {
 // Room for two of the algorithms' default pipeline chunks (512 KiB) with their fragments'
 // headers: the sender copies one in while the receiver takes the other out. At 512 KiB a chunk
 // did not fit, and a 2-rank all-reduce of 2 MiB took 1.5 times as long; at 1 MiB, a chunk and
-// most of the next, 5-10 % longer at 2 and 8 MiB.
+// most of the next, 5-15 % longer at 2 and 8 MiB.
 inline constexpr std::size_t kRingBytes = (1024 + 64) * 1024;
 inline constexpr std::size_t kBoardBytes = 64 * 1024;
 
