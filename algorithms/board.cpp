@@ -30,15 +30,18 @@ void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     kernels::reduce(a.recv, a.recv, parts[r], a.count, a.type, a.op);
 }
 
-// One exchange of cache lines (three quarters of a step of messages: no matching), the part
-// copied in, and p - 1 parts read and reduced; a copy is half a message's β, which takes two.
+// One exchange of cache lines: half a step of messages, with no entry to write or match. The
+// part's copy costs a message's β, not a copy's: its lines are taken back from the peers that
+// read them two calls before (measured on 2 ranks: the boards lose to one round of recursive
+// doubling from 4-8 KiB, not only past their capacity). Then p - 1 parts are read and reduced;
+// a read is half a message's β.
 double board_cost(const CostQuery& q) {
   const Layout& l = q.layout;
   if (l.board_capacity == 0 || q.bytes > static_cast<double>(l.board_capacity))
     return std::numeric_limits<double>::infinity();
   const double others = l.ranks - 1;
   const LinkCost& c = l.intra;
-  return 0.75 * c.alpha + q.bytes * c.beta / 2 + others * q.bytes * (c.beta / 2 + c.gamma);
+  return 0.5 * c.alpha + q.bytes * c.beta + others * q.bytes * (c.beta / 2 + c.gamma);
 }
 
 const AlgorithmRegistrar kBoard{AlgorithmInfo{

@@ -145,23 +145,26 @@ TEST(CostModel, AutoPrefersFewMessagesSmallAndFewBytesLarge) {
   EXPECT_THROW(cost::predict("no_such_algorithm", one_host(2), 8), std::exception);
 }
 
-// The boards: three quarters of a step, then every rank reads and reduces p - 1 parts; chosen
-// for small buffers where there are boards, never for what does not fit or without them.
+// The boards: half a step, the part written at a message's β, then every rank reads and
+// reduces p - 1 parts; chosen for small buffers where there are boards, never for what does
+// not fit or without them.
 TEST(CostModel, BoardsTakeSmallBuffersWhereAllRanksShareMemory) {
   Layout l = one_host(8);
   l.board_capacity = 4096;
   EXPECT_DOUBLE_EQ(cost::predict("board", l, 1000).seconds,
-                   0.75 * kAlpha + 1000 * kBeta / 2 + 7 * 1000 * (kBeta / 2 + kGamma));
+                   0.5 * kAlpha + 1000 * kBeta + 7 * 1000 * (kBeta / 2 + kGamma));
   EXPECT_EQ(cost::best(l, 8).algorithm, "board");
   EXPECT_NE(cost::best(l, 4096).algorithm, "board");  // reading 7 parts costs more
   // Past the capacity it runs, and is predicted as, the best of the others.
   EXPECT_DOUBLE_EQ(cost::predict("board", l, 4097).seconds, cost::best(l, 4097).seconds);
   EXPECT_NE(cost::best(l, 4097).algorithm, "board");
   EXPECT_EQ(cost::best(one_host(8), 8).algorithm, "recursive_doubling");  // no boards
-  // Two ranks: one part each way, as one round of recursive doubling, without its matching.
+  // Two ranks: one part each way, as one round of recursive doubling without its matching;
+  // past α / β bytes the round's message costs less than taking the lines back.
   Layout pair = one_host(2);
   pair.board_capacity = 4096;
-  EXPECT_EQ(cost::best(pair, 4096).algorithm, "board");
+  EXPECT_EQ(cost::best(pair, 1024).algorithm, "board");
+  EXPECT_EQ(cost::best(pair, 4096).algorithm, "recursive_doubling");
 }
 
 // Calibration: an exchange's bandwidth leaves out α, but never more than half its time.
