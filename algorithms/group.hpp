@@ -46,6 +46,12 @@ class GroupView final : public PointToPoint {
     return parent_.irecv_reduce(member(peer), buffer, with, count, type, op,
                                 first_channel_ + channel);
   }
+  RequestPtr irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
+                               DataType type, ReduceOp op, int channel,
+                               int forward_channel) override {
+    return parent_.irecv_reduce_send(member(peer), buffer, with, count, type, op,
+                                     first_channel_ + channel, first_channel_ + forward_channel);
+  }
   void wait(const RequestPtr& request) override { parent_.wait(request); }
   void* scratch(std::size_t bytes, int slot) override { return parent_.scratch(bytes, slot); }
   void round_to_wire(void* data, std::size_t count, DataType type) override {

@@ -2,7 +2,11 @@
 // (round k: keep half of the current range, send the other half to rank ^ 2^(K-k), reduce
 // what comes back), then an all-gather by recursive doubling in the reverse order. 2 log2(p)
 // messages and the ring's 2(p-1)/p of the data: between recursive doubling (small) and the
-// ring (large). Extra ranks of non-power-of-two worlds are folded in and out.
+// ring (large). Extra ranks of non-power-of-two worlds are folded in and out. The last halving
+// round and the first doubling round have the same partner and run as one: each reduced chunk
+// goes back as it is reduced (irecv_reduce_send), so the transport writes the result for the
+// partner while it is in cache instead of reading it again.
+#include <array>
 #include <cstring>
 
 #include "algorithms/cost_model.hpp"
@@ -14,6 +18,63 @@ namespace {
 struct Range {
   std::size_t begin, end;  // elements
 };
+
+// The last halving round with `partner` and the first doubling round: `give` goes out on
+// channel 0 while the kept half comes in, is reduced into `keep` (with `with`) and goes back on
+// channel 1, and the partner's reduced half comes in there, into `theirs` (where `give` was
+// read from when in place: the partner reduces each piece of it before it returns it). Chunks
+// of the pipeline size, at least one message each way.
+void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* keep,
+                       const char* with, std::size_t keep_count, char* theirs,
+                       std::size_t theirs_count, DataType type, ReduceOp op) {
+  const std::size_t elem = size_of(type);
+  const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
+  const std::size_t keep_bytes = keep_count * elem, theirs_bytes = theirs_count * elem;
+  if (keep_bytes <= chunk && theirs_bytes <= chunk) {
+    // One message each way, as small exchanges are: nothing to allocate. Receives first, so
+    // that messages land where they go instead of being held aside.
+    const std::array<RequestPtr, 3> requests{
+        p2p.irecv_reduce_send(partner, keep, with, keep_count, type, op, 0, 1),
+        p2p.irecv(partner, theirs, theirs_bytes, 1), p2p.isend(partner, give, theirs_bytes, 0)};
+    p2p.wait_all(requests);
+    return;
+  }
+  // Message `k` of a half cut into chunks: its offset and length.
+  auto cut = [&](std::size_t bytes, std::size_t k) {
+    const std::size_t offset = k * chunk;
+    return std::pair{offset, std::min(chunk, bytes - offset)};
+  };
+  auto count_of = [&](std::size_t bytes) {
+    return std::max<std::size_t>(1, (bytes + chunk - 1) / chunk);
+  };
+  const std::size_t returning = count_of(keep_bytes), gives = count_of(theirs_bytes);
+  std::vector<RequestPtr> requests;
+  requests.reserve(returning + 2 * gives);
+  for (std::size_t k = 0; k < returning; ++k) {
+    const auto [offset, n] = cut(keep_bytes, k);
+    requests.push_back(
+        p2p.irecv_reduce_send(partner, keep + offset, with + offset, n / elem, type, op, 0, 1));
+  }
+  for (std::size_t k = 0; k < gives; ++k) {
+    const auto [offset, n] = cut(theirs_bytes, k);
+    requests.push_back(p2p.irecv(partner, theirs + offset, n, 1));
+  }
+  // Each chunk given goes out once the one before has come back reduced: a queue of them would
+  // fill the ring to the partner, and the reduced chunks would wait behind it, landed and read
+  // again instead of written on as they are reduced.
+  std::size_t given = 0;
+  auto give_next = [&] {
+    const auto [offset, n] = cut(theirs_bytes, given++);
+    requests.push_back(p2p.isend(partner, give + offset, n, 0));
+  };
+  give_next();
+  for (std::size_t k = 0; k < returning; ++k) {
+    p2p.wait(requests[k]);
+    if (given < gives) give_next();
+  }
+  while (given < gives) give_next();
+  p2p.wait_all(requests);
+}
 
 void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   if (allreduce_is_local(p2p, a)) return;
@@ -34,6 +95,13 @@ void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     const bool lower = (me & mask) == 0;
     const Range keep = lower ? Range{r.begin, middle} : Range{middle, r.end};
     const Range give = lower ? Range{middle, r.end} : Range{r.begin, middle};
+    if (mask == 1) {
+      reduce_and_return(p2p, fold.real_rank(me ^ mask), held_data + give.begin * elem,
+                        out + keep.begin * elem, held_data + keep.begin * elem,
+                        keep.end - keep.begin, out + give.begin * elem, give.end - give.begin,
+                        a.type, a.op);
+      break;
+    }
     // Disjoint halves: what is sent is not what is reduced into.
     exchange(p2p, fold.real_rank(me ^ mask), held_data + give.begin * elem,
              (give.end - give.begin) * elem, out + keep.begin * elem,
@@ -42,7 +110,7 @@ void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     held_data = out;
     held.push_back(keep);
   }
-  for (int mask = 1; mask < fold.virtual_size(); mask *= 2) {
+  for (int mask = 2; mask < fold.virtual_size(); mask *= 2) {
     const Range mine = held.back();
     held.pop_back();
     const Range whole = held.back();

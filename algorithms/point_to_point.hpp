@@ -43,6 +43,14 @@ class PointToPoint {
   // through a staging buffer reduced when the request is waited for.
   virtual RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
                                   DataType type, ReduceOp op, int channel) = 0;
+  // irecv_reduce on `channel`, whose result is then sent back to `peer` as one message on
+  // `forward_channel` (a halving's last round followed by a doubling's first): where the
+  // transport can, each piece is written into the send as it is reduced, with no second pass
+  // over the result. The request completes when both have; no other send to `peer` on
+  // `forward_channel` may be posted before.
+  virtual RequestPtr irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
+                                       DataType type, ReduceOp op, int channel,
+                                       int forward_channel) = 0;
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes) {
     return isend(peer, buffer, bytes, 0);
   }

@@ -40,6 +40,10 @@ struct Request {
   // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
   // its message lands with streaming stores (kernels::Stores::streaming).
   bool streaming_stores = false;
+  // A receive whose landed result is sent on (PointToPoint::irecv_reduce_send): this send of
+  // `buffer`'s bytes, posted with the receive to a transport that forwards() and started by it,
+  // piece by piece as the pieces land. The receive's waiter waits for both.
+  std::shared_ptr<Request> forward;
   // Set by the transport.
   std::size_t transferred = 0;
   bool done = false;

@@ -157,6 +157,7 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
   timeout_ = timeout;
   deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
+  unforwarded_.clear();
   if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature);
 }
 
@@ -184,6 +185,27 @@ RequestPtr Engine::irecv_reduce(int peer, void* buffer, const void* with, std::s
               Request::Landing{with, type, op, type});
 }
 
+RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
+                                     DataType type, ReduceOp op, int channel,
+                                     int forward_channel) {
+  const std::size_t bytes = count * size_of(type);
+  Transport* t = route_[static_cast<std::size_t>(peer)];
+  // Staged messages (a narrower wire, checksums) are sent on by the engine, once whole.
+  if (t != nullptr && t->forwards() && bytes > 0 && call_.wire == DataType::f32 &&
+      !options_.checksum) {
+    RequestPtr receive =
+        make_request(Request::Kind::recv, peer, buffer, bytes, collective_tag(channel),
+                     Request::Landing{with, type, op, type});
+    receive->forward = make_request(Request::Kind::send, peer, buffer, bytes,
+                                    collective_tag(forward_channel), {});
+    t->post(receive);
+    return receive;
+  }
+  RequestPtr receive = irecv_reduce(peer, buffer, with, count, type, op, channel);
+  unforwarded_.push_back({receive.get(), buffer, bytes, forward_channel});
+  return receive;
+}
+
 RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                                std::uint32_t tag) {
   return post(kind, peer, buffer, bytes, tag, {});
@@ -191,6 +213,13 @@ RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::
 
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag, std::optional<Request::Landing> landing) {
+  RequestPtr request = make_request(kind, peer, buffer, bytes, tag, landing);
+  route_[static_cast<std::size_t>(peer)]->post(request);
+  return request;
+}
+
+RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                                std::uint32_t tag, std::optional<Request::Landing> landing) {
   RequestPtr request = fresh_request();
   request->kind = kind;
   request->peer = peer;
@@ -200,7 +229,6 @@ RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t
   request->bytes = bytes;
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
-  route_[static_cast<std::size_t>(peer)]->post(request);
   return request;
 }
 
@@ -343,6 +371,17 @@ void Engine::wait(const RequestPtr& request) {
   }
   if (request->error) raise(request->error);
   finish_staged(*request);
+  if (request->forward) {
+    wait(request->forward);
+    return;
+  }
+  if (unforwarded_.empty()) return;  // the usual case: no lookup
+  auto it = std::find_if(unforwarded_.begin(), unforwarded_.end(),
+                         [&](const Unforwarded& u) { return u.receive == request.get(); });
+  if (it == unforwarded_.end()) return;
+  const Unforwarded u = *it;
+  unforwarded_.erase(it);
+  wait(isend(request->peer, u.buffer, u.bytes, u.forward_channel));
 }
 
 std::size_t Engine::board_capacity() const {
@@ -412,7 +451,7 @@ bool Engine::test(const RequestPtr& request) {
   }
   if (request->error) raise(request->error);
   finish_staged(*request);
-  return true;
+  return !request->forward || test(request->forward);
 }
 
 std::string Engine::ranks_absent_from_call() {

@@ -53,6 +53,9 @@ class Engine final : public PointToPoint {
   RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
                           DataType type, ReduceOp op, int channel) override;
+  RequestPtr irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
+                               DataType type, ReduceOp op, int channel,
+                               int forward_channel) override;
   void wait(const RequestPtr& request) override;
   void* scratch(std::size_t bytes, int slot) override;
   void round_to_wire(void* data, std::size_t count, DataType type) override;
@@ -114,6 +117,8 @@ class Engine final : public PointToPoint {
                   std::uint32_t tag, std::optional<Request::Landing> landing);
   RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                    std::uint32_t tag, std::optional<Request::Landing> landing);
+  RequestPtr make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                          std::uint32_t tag, std::optional<Request::Landing> landing);
   std::uint32_t collective_tag(int channel) const;
   [[noreturn]] void raise(const std::exception_ptr& failure) const;
   // Before a blocked wait sleeps again: throws the transports' failure, an abort's, or a
@@ -173,6 +178,15 @@ class Engine final : public PointToPoint {
     RequestPtr trailer;
   };
   std::unordered_map<const Request*, Staged> staged_;
+  // Receives of irecv_reduce_send whose transport does not forward: their result is sent on
+  // when they are waited for.
+  struct Unforwarded {
+    const Request* receive;
+    void* buffer;
+    std::size_t bytes;
+    int forward_channel;
+  };
+  std::vector<Unforwarded> unforwarded_;
   std::vector<std::vector<char>> staging_free_;  // reused across calls
   std::vector<std::uint16_t> wire_block_;        // round_through_wire's 16-bit values
 

@@ -89,6 +89,9 @@ class Transport {
   virtual std::string pending_state() const = 0;
   // Tells every peer, best effort and without blocking, that this rank is failing.
   virtual void abort(const std::string& reason) noexcept = 0;
+  // Whether post() takes receives with a Request::forward, sending each landed piece on itself
+  // (written into the send as it is reduced, with no second pass over the result).
+  virtual bool forwards() const { return false; }
   // The boards shared with every peer of this transport; null where it has none.
   virtual SharedBoards* boards() { return nullptr; }
 };

@@ -23,6 +23,10 @@ class Placement final : public PointToPoint {
   RequestPtr irecv_reduce(int, void*, const void*, std::size_t, DataType, ReduceOp, int) override {
     return nullptr;
   }
+  RequestPtr irecv_reduce_send(int, void*, const void*, std::size_t, DataType, ReduceOp, int,
+                               int) override {
+    return nullptr;
+  }
   void wait(const RequestPtr&) override {}
   void* scratch(std::size_t, int) override { return nullptr; }
   void round_to_wire(void*, std::size_t, DataType) override {}

@@ -37,12 +37,14 @@ struct Entry {
 };
 static_assert(sizeof(Entry) == 48 && sizeof(Entry) % 8 == 0);
 
-// Copies into / out of a ring at a running position, wrapping at the end.
-inline void ring_copy_in(Ring* r, std::uint64_t position, const void* src, std::size_t n) {
+// Has `put(destination, offset, length)` write the `n` bytes at a running position of a ring,
+// in at most two pieces, wrapping at the end (pieces never split an element, as in ring_read).
+template <class Put>
+void ring_write(Ring* r, std::uint64_t position, std::size_t n, Put&& put) {
   const std::size_t at = position % kRingBytes;
   const std::size_t first = std::min(n, kRingBytes - at);
-  std::memcpy(r->data + at, src, first);
-  std::memcpy(r->data, static_cast<const char*>(src) + first, n - first);
+  put(r->data + at, std::size_t{0}, first);
+  if (first < n) put(r->data, first, n - first);
 }
 
 // Hands the `n` bytes at a running position of a ring to `take(source, offset, length)` in

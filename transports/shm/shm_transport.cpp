@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
+#include "base/reduce.hpp"
 #include "base/shared_memory.hpp"
 #include "transports/common/matching.hpp"
 #include "transports/shm/peer_regions.hpp"
@@ -92,7 +93,9 @@ Entry control_entry(EntryKind kind, std::uint64_t id = 0, std::uint32_t payload 
 struct Peer {
   void* segment = nullptr;  // the peer's, mapped by Segments (our ring to it is at our rank)
   std::deque<Outgoing> outgoing;
-  std::shared_ptr<ShmMessage> current;  // fragments still to come, in ring order
+  // Messages with fragments still to come. Those of one tag come one after another; a
+  // forwarded send's fragments (written as its receive lands) may come between another tag's.
+  std::vector<std::shared_ptr<ShmMessage>> arriving;
   bool parked = false;                // a large message waits for its receive
   std::map<std::uint64_t, RequestPtr> awaiting_ack;
   std::uint64_t next_send_id = 0;
@@ -116,6 +119,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason) noexcept override;
   std::string pending_state() const override;
+  bool forwards() const override { return true; }
   SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
 
   std::size_t board_bytes() const override { return kBoardBytes; }
@@ -141,12 +145,26 @@ class ShmTransport final : public Transport, public SharedBoards {
   // it (which write_entry() clears); when not, the reader is asked to ring our doorbell once
   // it frees space.
   bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record);
-  // Copies an entry and its payload into a ring at `tail`, its kind last; the new tail.
+  // Writes an entry into a ring at `tail` and its payload after it, which `put(destination,
+  // offset, length)` writes (ring_write), its kind last; the new tail.
+  template <class Put>
+  static std::uint64_t write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entry,
+                                        Put&& put);
   static std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
                                    const void* payload);
   // Records what was written up to `tail`, waking the reader if it sleeps.
   void publish(Peer& p, std::uint64_t tail);
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
+  // `n` bytes of `m` at `offset` arrived at `src`. A receive that forwards (Request::forward)
+  // lands and sends them on at once; a message held before its receive came is sent on whole
+  // once it has landed.
+  void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
+  void forward_whole_once_landed(const RequestPtr& receive);
+  // Reduces pieces of a forwarding receive straight into its send's fragments in the ring to
+  // the peer, then copies each from there into the receive's buffer (in this core's cache):
+  // the result is read once. Where the ring has no room, the piece lands and its fragment
+  // waits in the queue, copied from the buffer.
+  void land_and_forward(Request& receive, std::uint64_t offset, const char* src, std::size_t n);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
   // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
@@ -306,6 +324,15 @@ bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t
 
 std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
                                         const void* payload) {
+  return write_entry_with(ring, tail, entry,
+                          [&](char* dst, std::size_t offset, std::size_t length) {
+                            std::memcpy(dst, static_cast<const char*>(payload) + offset, length);
+                          });
+}
+
+template <class Put>
+std::uint64_t ShmTransport::write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entry,
+                                             Put&& put) {
   const std::uint64_t next = tail + record_bytes(entry.payload);
   std::atomic_ref<EntryKind>(entry_at(ring, next)->kind).store(EntryKind::none,
                                                                std::memory_order_relaxed);
@@ -313,7 +340,7 @@ std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const En
   constexpr std::size_t kAfterKind = sizeof(EntryKind);
   std::memcpy(reinterpret_cast<char*>(slot) + kAfterKind,
               reinterpret_cast<const char*>(&entry) + kAfterKind, sizeof(Entry) - kAfterKind);
-  if (entry.payload != 0) ring_copy_in(ring, tail + sizeof(Entry), payload, entry.payload);
+  if (entry.payload != 0) ring_write(ring, tail + sizeof(Entry), entry.payload, put);
   std::atomic_ref<EntryKind>(slot->kind).store(entry.kind, std::memory_order_release);
   return next;
 }
@@ -410,7 +437,10 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
       matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
         ring_read(ring, payload_at, e.payload,
                   [&](const char* src, std::size_t offset, std::size_t length) {
-                    transport::land(receive, offset, src, length);
+                    if (receive.forward)
+                      land_and_forward(receive, offset, src, length);
+                    else
+                      transport::land(receive, offset, src, length);
                   });
       }))
     return;
@@ -449,18 +479,71 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
         break;
     }
     if (m->remote) return;  // read from the sender once a receive takes it
-    p.current = m;
+    p.arriving.push_back(m);
   }
-  std::shared_ptr<ShmMessage> m = p.current;
-  if (!m || e.offset + e.payload > m->bytes) {
+  const auto of_tag = std::find_if(p.arriving.begin(), p.arriving.end(),
+                                   [&](const auto& m) { return m->tag == e.tag; });
+  if (of_tag == p.arriving.end() || e.offset + e.payload > (*of_tag)->bytes) {
     fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
     return;
   }
+  const std::shared_ptr<ShmMessage> m = *of_tag;
   ring_read(ring, payload_at, e.payload,
             [&](const char* src, std::size_t offset, std::size_t length) {
-              matching_.deliver(*m, e.offset + offset, src, length);
+              deliver_piece(*m, e.offset + offset, src, length);
             });
-  if (m->received == m->bytes) p.current.reset();
+  if (m->received == m->bytes) std::erase(p.arriving, m);
+}
+
+void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
+                                 std::size_t n) {
+  const RequestPtr receive = m.request;  // the last piece lets the message go
+  if (receive && receive->forward && !m.holding) {
+    land_and_forward(*receive, offset, src, n);
+    matching_.delivered(m, n);
+    return;
+  }
+  matching_.deliver(m, offset, src, n);
+  if (receive) forward_whole_once_landed(receive);
+}
+
+void ShmTransport::forward_whole_once_landed(const RequestPtr& receive) {
+  if (receive->forward && receive->done && !receive->error) post(receive->forward);
+}
+
+void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, const char* src,
+                                    std::size_t n) {
+  const RequestPtr& send = receive.forward;
+  Peer& q = peers_[static_cast<std::size_t>(send->peer)];
+  Ring* ring = ring_of(q.segment, rank_);
+  const Request::Landing& l = *receive.landing;
+  const auto* with = static_cast<const char*>(l.with);
+  auto* landed = static_cast<char*>(receive.buffer);
+  const std::size_t element = size_of(l.type);
+  const auto stores =
+      receive.streaming_stores ? kernels::Stores::streaming : kernels::Stores::by_size;
+  for (std::size_t done = 0; done < n;) {
+    const auto piece = static_cast<std::uint32_t>(std::min(kFragmentBytes, n - done));
+    const std::uint64_t at = offset + done;
+    const Entry entry{EntryKind::fragment, send->tag, send->bytes, at, 0, piece, 0,
+                      send->signature};
+    const bool last = at + piece == send->bytes;
+    // Behind queued entries, it waits its turn: fragments of one message stay in order.
+    if (q.outgoing.empty() && has_room(q, ring, q.tail, record_bytes(piece))) {
+      publish(q, write_entry_with(ring, q.tail, entry,
+                                  [&](char* dst, std::size_t o, std::size_t length) {
+                                    kernels::reduce(dst, with + at + o, src + done + o,
+                                                    length / element, l.type, l.op);
+                                    kernels::copy(landed + at + o, dst, length, stores);
+                                  }));
+      send->transferred += piece;
+      if (last) send->done = true;
+    } else {
+      transport::land(receive, at, src + done, piece);
+      q.outgoing.emplace_back(entry, landed + at, send, last);
+    }
+    done += piece;
+  }
 }
 
 // Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
@@ -469,7 +552,7 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
   if (m->region) {
     // Where the region cannot be mapped, the message is read across processes below.
     if (const char* base = peer_regions_.map(peer, segments_.peer(peer).pidfd.get(), *m->region)) {
-      matching_.deliver(*m, 0, base + (m->address - m->region->base), m->bytes);
+      deliver_piece(*m, 0, base + (m->address - m->region->base), m->bytes);
       enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
       return;
     }
@@ -495,7 +578,7 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
     if (straight != nullptr)
       matching_.delivered(*m, n);
     else
-      matching_.deliver(*m, at, into, n);
+      deliver_piece(*m, at, into, n);
   }
   enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
 }
@@ -505,7 +588,10 @@ void ShmTransport::post_recv(const RequestPtr& request) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (std::shared_ptr<ShmMessage> m = matching_.post(request)) {
     // A held message: complete, still arriving (the rest lands on its own), or a descriptor.
-    if (m->remote) complete_remote(peer, m);
+    if (m->remote)
+      complete_remote(peer, m);
+    else
+      forward_whole_once_landed(request);
     return;
   }
   if (request->done) return;  // it met a message of another call

@@ -1,0 +1,72 @@
+// Reduced chunks written on as they land (Request::forward, through halving-doubling's last
+// rounds): every way a forwarded piece takes through the shm transport, checked against the
+// reference. Straight into the ring to the partner (chunks that fit beside the next one
+// given); queued behind a full ring and copied from the buffer (1 MiB chunks: one given and
+// one returning do not fit together); sent whole after a message held before its receive
+// (small calls back to back); reduced out of a peer's memory (read across processes, or in
+// place from arcoll::mem_alloc); with streaming stores and without.
+#include <gtest/gtest.h>
+
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+class ShmForwarding : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (forced_transport() != "shm") GTEST_SKIP() << "the shm. run's test";
+  }
+};
+
+// Counts whose halves take one chunk, several, and a short last one, at each chunk size.
+void check_counts(Communicator& comm, std::initializer_list<std::size_t> counts) {
+  std::size_t salt = 0;
+  for (std::size_t count : counts)
+    for (bool in_place : {false, true})
+      for (auto [type, op] :
+           {std::pair{DataType::f32, ReduceOp::sum}, std::pair{DataType::f64, ReduceOp::max},
+            std::pair{DataType::bf16, ReduceOp::sum}}) {
+        ++salt;
+        auto input = make_input(type, op, comm.rank(), count, salt);
+        std::vector<unsigned char> out(input.size());
+        if (in_place) {
+          out = input;
+          comm.allreduce(out.data(), count, type, op);
+        } else {
+          comm.allreduce(input.data(), out.data(), count, type, op);
+        }
+        ASSERT_EQ(count_wrong(out.data(), type, op, comm.size(), count, salt), 0u)
+            << label(type, op, count, in_place) << " on " << comm.size() << " ranks";
+      }
+}
+
+TEST_F(ShmForwarding, ChunksWrittenOnQueuedOrSentWholeMatchTheReference) {
+  for (const char* chunk : {"16K", "1M"})
+    for (const char* streaming : {"0", "1G"})
+      for (int world : {2, 3, 4})
+        run_ranks(world,
+                  [](Communicator& comm) {
+                    check_counts(comm, {1, 3, 4099, 40'961, 600'011});
+                  },
+                  {{"ARCOLL_ALGO", "halving_doubling"},
+                   {"ARCOLL_CHUNK_BYTES", chunk},
+                   {"ARCOLL_STREAMING_BYTES", streaming}});
+}
+
+// Messages read from the sender's memory: across processes, or in place where it is shared.
+TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
+  for (int world : {2, 3})
+    run_ranks(world,
+              [](Communicator& comm) {
+                check_counts(comm, {4099, 600'011});
+                check_allreduce(comm, 11, Coverage::sampled, Memory::shared);
+              },
+              {{"ARCOLL_ALGO", "halving_doubling"},
+               {"ARCOLL_CHUNK_BYTES", "64K"},
+               {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"}});
+}
+
+}  // namespace
+}  // namespace arcoll::testing
