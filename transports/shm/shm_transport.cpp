@@ -159,7 +159,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   // lands and sends them on at once; a message held before its receive came is sent on whole
   // once it has landed.
   void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
-  void forward_whole_once_landed(const RequestPtr& receive);
+  void forward_whole_once_landed(Request& receive);
   // Reduces pieces of a forwarding receive straight into its send's fragments in the ring to
   // the peer, then copies each from there into the receive's buffer (in this core's cache):
   // the result is read once. Where the ring has no room, the piece lands and its fragment
@@ -487,28 +487,28 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
     fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
     return;
   }
-  const std::shared_ptr<ShmMessage> m = *of_tag;
+  ShmMessage& m = **of_tag;  // delivering changes no peer's list of arriving messages
   ring_read(ring, payload_at, e.payload,
             [&](const char* src, std::size_t offset, std::size_t length) {
-              deliver_piece(*m, e.offset + offset, src, length);
+              deliver_piece(m, e.offset + offset, src, length);
             });
-  if (m->received == m->bytes) std::erase(p.arriving, m);
+  if (m.received == m.bytes) p.arriving.erase(of_tag);
 }
 
 void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
                                  std::size_t n) {
-  const RequestPtr receive = m.request;  // the last piece lets the message go
+  Request* receive = m.request.get();  // kept by the message after its last piece
   if (receive && receive->forward && !m.holding) {
     land_and_forward(*receive, offset, src, n);
     matching_.delivered(m, n);
     return;
   }
   matching_.deliver(m, offset, src, n);
-  if (receive) forward_whole_once_landed(receive);
+  if (receive != nullptr) forward_whole_once_landed(*receive);
 }
 
-void ShmTransport::forward_whole_once_landed(const RequestPtr& receive) {
-  if (receive->forward && receive->done && !receive->error) post(receive->forward);
+void ShmTransport::forward_whole_once_landed(Request& receive) {
+  if (receive.forward && receive.done && !receive.error) post(receive.forward);
 }
 
 void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, const char* src,
@@ -591,7 +591,7 @@ void ShmTransport::post_recv(const RequestPtr& request) {
     if (m->remote)
       complete_remote(peer, m);
     else
-      forward_whole_once_landed(request);
+      forward_whole_once_landed(*request);
     return;
   }
   if (request->done) return;  // it met a message of another call
