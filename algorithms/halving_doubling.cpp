@@ -3,9 +3,9 @@
 // what comes back), then an all-gather by recursive doubling in the reverse order. 2 log2(p)
 // messages and the ring's 2(p-1)/p of the data: between recursive doubling (small) and the
 // ring (large). Extra ranks of non-power-of-two worlds are folded in and out. The last halving
-// round and the first doubling round have the same partner and run as one: each reduced chunk
-// goes back as it is reduced (irecv_reduce_send), so the transport writes the result for the
-// partner while it is in cache instead of reading it again.
+// round and the first doubling round have the same partner and run as one where that saves
+// time: each reduced chunk goes back as it is reduced (irecv_reduce_send), so the transport
+// writes the result for the partner while it is in cache instead of reading it again.
 #include <array>
 #include <cstring>
 
@@ -24,6 +24,10 @@ struct Range {
 // channel 1, and the partner's reduced half comes in there, into `theirs` (where `give` was
 // read from when in place: the partner reduces each piece of it before it returns it). Chunks
 // of the pipeline size, at least one message each way.
+// A single message each way goes back at once: one step of latency less. Several go back
+// one at a time only on buffers larger than the caches, where reading the result again
+// costs a pass over memory; in cache, sending all first and returning them after is faster
+// (4-8 MiB on 2 ranks: 10-20 %).
 void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* keep,
                        const char* with, std::size_t keep_count, char* theirs,
                        std::size_t theirs_count, DataType type, ReduceOp op) {
@@ -37,6 +41,12 @@ void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* k
         p2p.irecv_reduce_send(partner, keep, with, keep_count, type, op, 0, 1),
         p2p.irecv(partner, theirs, theirs_bytes, 1), p2p.isend(partner, give, theirs_bytes, 0)};
     p2p.wait_all(requests);
+    return;
+  }
+  if (!p2p.streaming_stores()) {
+    exchange(p2p, partner, give, theirs_bytes, keep, with, keep_count, type, op, /*reduce=*/true);
+    exchange(p2p, partner, keep, keep_bytes, theirs, nullptr, theirs_count, type, op,
+             /*reduce=*/false);
     return;
   }
   // Message `k` of a half cut into chunks: its offset and length.

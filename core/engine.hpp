@@ -48,6 +48,7 @@ class Engine final : public PointToPoint {
   int node_of(int rank) const override;
   int numa_of(int rank) const override;
   std::size_t chunk_bytes() const override { return call_.chunk_bytes; }
+  bool streaming_stores() const override { return call_.streaming_stores; }
   const Layout& layout() const override { return layout_; }
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
