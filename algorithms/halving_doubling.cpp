@@ -7,7 +7,6 @@
 // time: each reduced chunk goes back as it is reduced (irecv_reduce_send), so the transport
 // writes the result for the partner while it is in cache instead of reading it again.
 #include <array>
-#include <cstring>
 
 #include "algorithms/cost_model.hpp"
 #include "algorithms/fold.hpp"
@@ -24,7 +23,7 @@ struct Range {
 // channel 1, and the partner's reduced half comes in there, into `theirs` (where `give` was
 // read from when in place: the partner reduces each piece of it before it returns it). Chunks
 // of the pipeline size, at least one message each way.
-// A single message each way goes back at once: one step of latency less. Several go back
+// A single message each way goes back at once: no wait between the rounds. Several go back
 // one at a time only on buffers larger than the caches, where reading the result again
 // costs a pass over memory; in cache, sending all first and returning them after is faster
 // (4-8 MiB on 2 ranks: 10-20 %).
@@ -69,9 +68,9 @@ void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* k
     const auto [offset, n] = cut(theirs_bytes, k);
     requests.push_back(p2p.irecv(partner, theirs + offset, n, 1));
   }
-  // Each chunk given goes out once the one before has come back reduced: a queue of them would
-  // fill the ring to the partner, and the reduced chunks would wait behind it, landed and read
-  // again instead of written on as they are reduced.
+  // Each next chunk given goes out once the partner's chunk before it has been reduced and
+  // returned: a queue of given chunks would fill the ring to the partner, and the returns
+  // would wait behind it, landed and read again instead of written on as they are reduced.
   std::size_t given = 0;
   auto give_next = [&] {
     const auto [offset, n] = cut(theirs_bytes, given++);

@@ -46,11 +46,13 @@ class PointToPoint {
   // through a staging buffer reduced when the request is waited for.
   virtual RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
                                   DataType type, ReduceOp op, int channel) = 0;
-  // irecv_reduce on `channel`, whose result is then sent back to `peer` as one message on
-  // `forward_channel` (a halving's last round followed by a doubling's first): where the
-  // transport can, each piece is written into the send as it is reduced, with no second pass
-  // over the result. The request completes when both have; no other send to `peer` on
-  // `forward_channel` may be posted before.
+  // irecv_reduce on `channel` (`with` not null), whose result is then sent back to `peer` as
+  // one message on `forward_channel` (a halving's last round followed by a doubling's first):
+  // where the transport can, each piece is written into the send as it is reduced, with no
+  // second pass over the result; elsewhere it is sent when the request is waited for. The
+  // request completes, in wait(), when both have. The sends of several such requests go out
+  // in the order they are waited for, which must be the order they were posted; no other send
+  // to `peer` on `forward_channel` may be posted while one is pending.
   virtual RequestPtr irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
                                        DataType type, ReduceOp op, int channel,
                                        int forward_channel) = 0;

@@ -167,6 +167,9 @@ std::string Engine::call_name() const {
 }
 
 std::uint32_t Engine::collective_tag(int channel) const {
+  if (channel < 0 || channel >= kMaxChannels)
+    throw InternalError(call_name(), "message channel " + std::to_string(channel) +
+                                         " outside 0.." + std::to_string(kMaxChannels - 1));
   return tag_ | static_cast<std::uint32_t>(channel) << kChannelShift;
 }
 
@@ -188,6 +191,8 @@ RequestPtr Engine::irecv_reduce(int peer, void* buffer, const void* with, std::s
 RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
                                      DataType type, ReduceOp op, int channel,
                                      int forward_channel) {
+  if (with == nullptr)
+    throw InternalError(call_name(), "irecv_reduce_send needs the elements to reduce with");
   const std::size_t bytes = count * size_of(type);
   Transport* t = route_[static_cast<std::size_t>(peer)];
   // Staged messages (a narrower wire, checksums) are sent on by the engine, once whole.
@@ -202,7 +207,7 @@ RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, s
     return receive;
   }
   RequestPtr receive = irecv_reduce(peer, buffer, with, count, type, op, channel);
-  unforwarded_.push_back({receive.get(), buffer, bytes, forward_channel});
+  unforwarded_.push_back({receive, buffer, bytes, forward_channel});
   return receive;
 }
 
@@ -377,7 +382,7 @@ void Engine::wait(const RequestPtr& request) {
   }
   if (unforwarded_.empty()) return;  // the usual case: no lookup
   auto it = std::find_if(unforwarded_.begin(), unforwarded_.end(),
-                         [&](const Unforwarded& u) { return u.receive == request.get(); });
+                         [&](const Unforwarded& u) { return u.receive == request; });
   if (it == unforwarded_.end()) return;
   const Unforwarded u = *it;
   unforwarded_.erase(it);

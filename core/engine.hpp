@@ -182,7 +182,7 @@ class Engine final : public PointToPoint {
   // Receives of irecv_reduce_send whose transport does not forward: their result is sent on
   // when they are waited for.
   struct Unforwarded {
-    const Request* receive;
+    RequestPtr receive;  // held: a pooled request handed out again must not match
     void* buffer;
     std::size_t bytes;
     int forward_channel;

@@ -481,8 +481,11 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
     if (m->remote) return;  // read from the sender once a receive takes it
     p.arriving.push_back(m);
   }
-  const auto of_tag = std::find_if(p.arriving.begin(), p.arriving.end(),
-                                   [&](const auto& m) { return m->tag == e.tag; });
+  // A first fragment's message is the last one in; a later one's, the first of its tag.
+  const auto of_tag =
+      first ? std::prev(p.arriving.end())
+            : std::find_if(p.arriving.begin(), p.arriving.end(),
+                           [&](const auto& m) { return m->tag == e.tag; });
   if (of_tag == p.arriving.end() || e.offset + e.payload > (*of_tag)->bytes) {
     fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
     return;
