@@ -27,7 +27,9 @@ LinkCost LinkCost::at(double bytes) const {
   if (small_beta > 0 && bytes < kCachedBytes)
     sized_beta = small_beta + log_position(bytes, kSmallMessageBytes, kCachedBytes) *
                                   (sized_beta - small_beta);
-  return {alpha, sized_beta, blend(cached_gamma, gamma)};  // no cached or small ones: sized once
+  LinkCost sized{alpha, sized_beta, blend(cached_gamma, gamma)};  // no cached or small ones
+  sized.forwards = forwards;
+  return sized;
 }
 
 void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host) {

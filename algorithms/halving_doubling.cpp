@@ -133,6 +133,8 @@ void halving_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
 }
 
 // Round with distance m moves (and, halving, reduces) m/2^K of the data each way, in chunks.
+// Where the last halving round's half is one message and the link forwards, the message sent
+// back costs no copy into the link: half its β.
 double halving_doubling_cost(const CostQuery& q) {
   const Layout& l = q.layout;
   if (l.ranks <= 1) return 0;
@@ -143,6 +145,8 @@ double halving_doubling_cost(const CostQuery& q) {
     const double part = q.bytes * mask / pof2;
     seconds += 2 * (chunks_of(part, l.chunk_bytes) * link.alpha + part * link.beta) +
                part * link.gamma;
+    if (mask == 1 && link.forwards && part <= static_cast<double>(l.chunk_bytes))
+      seconds -= part * link.beta / 2;
   }
   return seconds;
 }

@@ -26,6 +26,9 @@ struct LinkCost {
   // do not (see set_cache_window).
   double cached_until = kCachedBytes;
   double uncached_from = kUncachedBytes;
+  // Whether its transport writes a reduced result on as it is reduced
+  // (PointToPoint::irecv_reduce_send): a message sent back so costs no copy into the link.
+  bool forwards = false;
   // The costs of an all-reduce of `bytes`: the cached figures up to cached_until, the others
   // from uncached_from, and in between a blend linear in log(bytes); below kCachedBytes, β
   // goes the same way to small_beta at kSmallMessageBytes. The result has no cached or small

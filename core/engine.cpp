@@ -145,6 +145,12 @@ void Engine::apply_tuning(const Tuning& tuning) {
   };
   layout_.intra = costs_of(within_host_->name);
   layout_.inter = costs_of(across_hosts_->name);
+  // As irecv_reduce_send decides: staged messages are sent on by the engine, once whole.
+  const bool unstaged = options_.wire == DataType::f32 && !options_.checksum;
+  for (const auto& t : transports_) {
+    if (t->name() == within_host_->name) layout_.intra.forwards = unstaged && t->forwards();
+    if (t->name() == across_hosts_->name) layout_.inter.forwards = unstaged && t->forwards();
+  }
   for (LinkCost* link : {&layout_.intra, &layout_.inter})
     set_cache_window(*link, tuning.last_level_cache_bytes, layout_.ranks_per_host);
 }

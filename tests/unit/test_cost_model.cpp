@@ -167,6 +167,24 @@ TEST(CostModel, BoardsTakeSmallBuffersWhereAllRanksShareMemory) {
   EXPECT_EQ(cost::best(pair, 4096).algorithm, "recursive_doubling");
 }
 
+// Where the link forwards, halving-doubling's last halving round returns its half (one
+// message) with no copy into the link: half its β less; a half of several chunks, or a link
+// that does not forward, costs the whole round.
+TEST(CostModel, ForwardingLinksReturnTheLastHalfAtHalfItsBeta) {
+  for (int ranks : {2, 4}) {
+    Layout plain = one_host(ranks);
+    Layout forwarding = plain;
+    forwarding.intra.forwards = true;
+    const double small = 64 * 1024, large = 16.0 * (1 << 20);
+    const double last_half = small / ranks;  // the last halving round's part
+    EXPECT_DOUBLE_EQ(cost::predict("halving_doubling", forwarding, small).seconds,
+                     cost::predict("halving_doubling", plain, small).seconds -
+                         last_half * kBeta / 2);
+    EXPECT_DOUBLE_EQ(cost::predict("halving_doubling", forwarding, large).seconds,
+                     cost::predict("halving_doubling", plain, large).seconds);
+  }
+}
+
 // Calibration: an exchange's bandwidth leaves out α, but never more than half its time.
 TEST(Calibration, ExchangeBandwidthStaysBoundedWhenAlphaIsNearTheWholeTime) {
   EXPECT_DOUBLE_EQ(exchange_gbs(1'000'000, 1e-3, 0.2e-3), 1.25);
