@@ -21,6 +21,19 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place) {
          std::to_string(count) + (in_place ? " in-place" : " out-of-place");
 }
 
+std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::size_t count,
+                            std::size_t salt, bool in_place) {
+  auto input = make_input(t, op, comm.rank(), count, salt);
+  std::vector<unsigned char> out(input.size());
+  if (in_place) {
+    out = input;
+    comm.allreduce(out.data(), count, t, op);
+  } else {
+    comm.allreduce(input.data(), out.data(), count, t, op);
+  }
+  return count_wrong(out.data(), t, op, comm.size(), count, salt);
+}
+
 // A copy of `bytes` in memory of the kind asked for, 0xAB past its end (an overrun sentinel).
 class TestBuffer {
  public:

@@ -34,6 +34,10 @@ class Communicator;
 namespace testing {
 // "f32/sum count 7 in-place": a case, in assertion messages.
 std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
+// One all-reduce of the reference input of `count` elements on heap buffers, in place or not:
+// how many elements of the result differ from the reference.
+std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::size_t count,
+                            std::size_t salt, bool in_place);
 // All-reduce of every count of the suite (0, 1, primes, counts around the world size, across
 // the eager limit, several pipeline chunks) checked element by element against the reference
 // (gtest assertions); `salt` varies the inputs. every_pair: every type with every op, in place

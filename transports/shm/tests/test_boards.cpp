@@ -48,18 +48,9 @@ TEST_F(ShmBoards, CountsAroundTheCapacityMatchTheReference) {
           auto check = [&](DataType type, ReduceOp op) {
             const std::size_t fits = capacity / size_of(type);
             for (std::size_t count : {fits - 1, fits, fits + 1})
-              for (bool in_place : {false, true}) {
-                auto input = make_input(type, op, comm.rank(), count, count);
-                std::vector<unsigned char> out(input.size());
-                if (in_place) {
-                  out = input;
-                  comm.allreduce(out.data(), count, type, op);
-                } else {
-                  comm.allreduce(input.data(), out.data(), count, type, op);
-                }
-                EXPECT_EQ(count_wrong(out.data(), type, op, comm.size(), count, count), 0u)
+              for (bool in_place : {false, true})
+                EXPECT_EQ(allreduce_wrong(comm, type, op, count, count, in_place), 0u)
                     << label(type, op, count, in_place);
-              }
           };
           for (DataType type : {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
                                 DataType::i32, DataType::i64, DataType::u8})

@@ -29,16 +29,7 @@ void check_counts(Communicator& comm, std::initializer_list<std::size_t> counts)
       for (auto [type, op] :
            {std::pair{DataType::f32, ReduceOp::sum}, std::pair{DataType::f64, ReduceOp::max},
             std::pair{DataType::bf16, ReduceOp::sum}}) {
-        ++salt;
-        auto input = make_input(type, op, comm.rank(), count, salt);
-        std::vector<unsigned char> out(input.size());
-        if (in_place) {
-          out = input;
-          comm.allreduce(out.data(), count, type, op);
-        } else {
-          comm.allreduce(input.data(), out.data(), count, type, op);
-        }
-        ASSERT_EQ(count_wrong(out.data(), type, op, comm.size(), count, salt), 0u)
+        ASSERT_EQ(allreduce_wrong(comm, type, op, count, ++salt, in_place), 0u)
             << label(type, op, count, in_place) << " on " << comm.size() << " ranks";
       }
 }
