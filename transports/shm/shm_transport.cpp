@@ -150,8 +150,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   template <class Put>
   static std::uint64_t write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entry,
                                         Put&& put);
+  // `from_memory`: the payload is a piece of a buffer larger than the caches.
   static std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                   const void* payload);
+                                   const void* payload, bool from_memory = false);
   // Records what was written up to `tail`, waking the reader if it sleeps.
   void publish(Peer& p, std::uint64_t tail);
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
@@ -299,7 +300,8 @@ bool ShmTransport::push_outgoing(int peer) {
   while (!p.outgoing.empty()) {
     Outgoing& out = p.outgoing.front();
     if (!has_room(p, ring, tail, record_bytes(out.entry.payload))) break;
-    tail = write_entry(ring, tail, out.entry, out.payload ? out.payload : out.owned.data());
+    tail = write_entry(ring, tail, out.entry, out.payload ? out.payload : out.owned.data(),
+                       out.request && out.request->streaming_stores);
     if (out.request && out.entry.kind == EntryKind::fragment) {
       out.request->transferred += out.entry.payload;
       if (out.last_fragment) out.request->done = true;
@@ -322,11 +324,28 @@ bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t
   return tail + need - p.head_seen <= kRingBytes;
 }
 
+// Copies a piece of a buffer larger than the caches into the ring, reading the source a page
+// ahead: the hardware's prefetchers stop at each 4 KiB page, and each new page of the stream
+// would start with misses to memory (measured: 5-10 % of a 32-128 MiB all-reduce). In cache
+// the prefetches only cost (2 MiB: 3 % slower), hence only from memory.
+void copy_from_memory(char* dst, const char* src, std::size_t bytes) {
+  constexpr std::size_t kPage = 4096;
+  for (std::size_t at = 0; at < bytes; at += kPage) {
+    for (std::size_t line = 0; line < kPage; line += kLineBytes)
+      __builtin_prefetch(src + at + kPage + line, 0, 3);  // never faults, even past the end
+    std::memcpy(dst + at, src + at, std::min(kPage, bytes - at));
+  }
+}
+
 std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                        const void* payload) {
+                                        const void* payload, bool from_memory) {
   return write_entry_with(ring, tail, entry,
                           [&](char* dst, std::size_t offset, std::size_t length) {
-                            std::memcpy(dst, static_cast<const char*>(payload) + offset, length);
+                            const char* src = static_cast<const char*>(payload) + offset;
+                            if (from_memory)
+                              copy_from_memory(dst, src, length);
+                            else
+                              std::memcpy(dst, src, length);
                           });
 }
 
