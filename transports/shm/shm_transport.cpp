@@ -330,7 +330,8 @@ bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t
 // ring and again for the reductions). In cache the prefetches only cost (2 MiB: 3 % slower).
 constexpr std::size_t kPageBytes = 4096;
 
-// Asks for the page after `at` (prefetches never fault, even past a buffer's end).
+// Asks for the 4 KiB of a stream that follow the 4 KiB at `at` (prefetches never fault, even
+// past a buffer's end).
 void prefetch_next_page(const char* at) {
   for (std::size_t line = 0; line < kPageBytes; line += kLineBytes)
     __builtin_prefetch(at + kPageBytes + line, 0, 3);
