@@ -81,4 +81,55 @@ inline EntryKind kind_at(const Ring* r, std::uint64_t position) {
   return std::atomic_ref<EntryKind>(entry_at(r, position)->kind).load(std::memory_order_acquire);
 }
 
+// Buffers larger than the caches are read page by page, a page ahead: the hardware's
+// prefetchers stop at each 4 KiB page, and each new page of the stream would start with
+// misses to memory (measured: 5-10 % of a 32-128 MiB all-reduce, for the copies into the
+// ring and again for the reductions). In cache the prefetches only cost (2 MiB: 3 % slower).
+inline constexpr std::size_t kPageBytes = 4096;
+
+// Asks for the 4 KiB of a stream that follow the 4 KiB at `at` (prefetches never fault, even
+// past a buffer's end).
+inline void prefetch_next_page(const char* at) {
+  for (std::size_t line = 0; line < kPageBytes; line += kLineBytes)
+    __builtin_prefetch(at + kPageBytes + line, 0, 3);
+}
+
+inline void copy_from_memory(char* dst, const char* src, std::size_t bytes) {
+  for (std::size_t at = 0; at < bytes; at += kPageBytes) {
+    prefetch_next_page(src + at);
+    std::memcpy(dst + at, src + at, std::min(kPageBytes, bytes - at));
+  }
+}
+
+// Writes an entry into a ring at `tail` and its payload after it, which `put(destination,
+// offset, length)` writes (ring_write), its kind last; the new tail. The writer clears the kind
+// where its next entry will go first (see Entry).
+template <class Put>
+std::uint64_t write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entry, Put&& put) {
+  const std::uint64_t next = tail + record_bytes(entry.payload);
+  std::atomic_ref<EntryKind>(entry_at(ring, next)->kind)
+      .store(EntryKind::none, std::memory_order_relaxed);
+  Entry* slot = entry_at(ring, tail);  // records start on lines: an entry never wraps
+  constexpr std::size_t kAfterKind = sizeof(EntryKind);
+  std::memcpy(reinterpret_cast<char*>(slot) + kAfterKind,
+              reinterpret_cast<const char*>(&entry) + kAfterKind, sizeof(Entry) - kAfterKind);
+  if (entry.payload != 0) ring_write(ring, tail + sizeof(Entry), entry.payload, put);
+  std::atomic_ref<EntryKind>(slot->kind).store(entry.kind, std::memory_order_release);
+  return next;
+}
+
+// The same with the payload copied from `payload`; `from_memory`: a piece of a buffer larger
+// than the caches.
+inline std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
+                                 const void* payload, bool from_memory = false) {
+  return write_entry_with(ring, tail, entry,
+                          [&](char* dst, std::size_t offset, std::size_t length) {
+                            const char* src = static_cast<const char*>(payload) + offset;
+                            if (from_memory)
+                              copy_from_memory(dst, src, length);
+                            else
+                              std::memcpy(dst, src, length);
+                          });
+}
+
 }  // namespace arcoll::shm

@@ -1,50 +1,24 @@
-// Shared-memory transport between ranks of one host.
-//
-// Each peer writes into a single-producer/single-consumer byte ring in our segment
-// (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
-// Options::shm_single_copy_bytes travel through the ring as fragments (two copies, but no
-// system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
-// receiver reads straight into its destination with process_vm_readv (one copy) and
-// acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
-// the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
-// with no copy and no system call.
-// When cross-memory attach is denied, large messages fall back to fragments. Waiting polls
-// briefly, then sleeps on the doorbell futex in short slices so that a peer's death (seen
-// through its pidfd) is noticed.
+// The shm transport (shm_transport.hpp): sending into the peers' rings, waiting (polling, then
+// the doorbell futex), the peers' liveness and failures. What the rings bring is delivered in
+// shm_receive.cpp.
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <deque>
-#include <map>
-#include <optional>
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "base/reduce.hpp"
 #include "base/shared_memory.hpp"
-#include "transports/common/matching.hpp"
-#include "transports/shm/peer_regions.hpp"
-#include "transports/shm/ring.hpp"
-#include "transports/shm/segment.hpp"
-#include "transports/transport.hpp"
+#include "transports/shm/shm_transport.hpp"
 
 namespace arcoll::shm {
 namespace {
 
-using net::Clock;
-
-constexpr std::size_t kFragmentBytes = 64 * 1024;
-// Reducing receives of large messages read the sender's data in pieces of this size, which
-// stay in this core's cache between the read and the reduction.
-constexpr std::size_t kReducePieceBytes = 128 * 1024;
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
 // Sends from shared memory of at least this size travel as shared descriptors: below it a
@@ -64,139 +38,18 @@ void futex_wake(std::atomic<std::uint32_t>* word) {
             nullptr, 0);
 }
 
-// A message being received. Descriptor messages: where the data lives in the sender, and the
-// id to acknowledge.
-struct ShmMessage : transport::Incoming {
-  bool remote = false;
-  std::uint64_t address = 0;
-  std::uint64_t send_id = 0;
-  std::optional<SharedRegion> region;  // a shared descriptor's: read in place
-};
-using Arrival = transport::Matching<ShmMessage>::Arrival;
-
-// An entry waiting for room in a peer's ring.
-struct Outgoing {
-  explicit Outgoing(const Entry& e, const char* data = nullptr, RequestPtr r = {},
-                    bool last = false)
-      : entry(e), payload(data), request(std::move(r)), last_fragment(last) {}
-  Entry entry;
-  const char* payload = nullptr;
-  std::string owned;   // control payloads
-  RequestPtr request;  // completes when written (fragments) or acknowledged (descriptors)
-  bool last_fragment = false;
-};
-
-Entry control_entry(EntryKind kind, std::uint64_t id = 0, std::uint32_t payload = 0) {
-  return Entry{kind, 0, 0, id, 0, payload, 0, 0};
+void ring_if_sleeping(void* segment) {
+  // The doorbell rings only for a reader that said it sleeps. It says so before its last look
+  // at what it waits for, and the writer looks at its word after writing (with a fence before):
+  // one of the two sees the other.
+  SegmentHeader* h = header_of(segment);
+  if (h->sleeping.load(std::memory_order_relaxed) != 0) {
+    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&h->doorbell);
+  }
 }
 
-struct Peer {
-  void* segment = nullptr;  // the peer's, mapped by Segments (our ring to it is at our rank)
-  std::deque<Outgoing> outgoing;
-  // Messages with fragments still to come. Those of one tag come one after another; a
-  // forwarded send's fragments (written as its receive lands) may come between another tag's.
-  std::vector<std::shared_ptr<ShmMessage>> arriving;
-  bool parked = false;                // a large message waits for its receive
-  std::map<std::uint64_t, RequestPtr> awaiting_ack;
-  std::uint64_t next_send_id = 0;
-  // Our ring's read position in the peer's segment as last seen: it is read again only when
-  // the ring looks full by it, so that a writer does not pull the reader's cache line over
-  // on every message.
-  std::uint64_t head_seen = 0;
-  std::uint64_t tail = 0;  // where our next record in that ring goes
-  bool goodbye = false;
-};
-
-class ShmTransport final : public Transport, public SharedBoards {
- public:
-  explicit ShmTransport(const TransportSetup& setup);
-  ~ShmTransport() override;
-
-  std::string_view name() const override { return "shm"; }
-  void post(const RequestPtr& request) override;
-  void progress(Clock::time_point until, Waiting waiting) override;
-  void wake() noexcept override;
-  std::exception_ptr failure() const override { return failure_; }
-  void abort(const std::string& reason) noexcept override;
-  std::string pending_state() const override;
-  bool forwards() const override { return true; }
-  SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
-
-  std::size_t board_bytes() const override { return kBoardBytes; }
-  std::byte* own_board() override { return board_in(own(), size_); }
-  const std::byte* board_of(int peer) const override {
-    return board_in(segments_.peer(peer).segment.get(), size_);
-  }
-  void announce_board() override;
-  bool await_boards(const std::function<bool()>& ready, Clock::time_point until) override;
-  bool departed(int peer) const override { return peers_[static_cast<std::size_t>(peer)].goodbye; }
-
- private:
-  // Polls `done()` (for the busy-poll time unless `waiting` says sleep), then sleeps once on
-  // our doorbell (until `until`, a slice at most, or the doorbell rings), checks the peers
-  // are alive, and says whether it held.
-  template <class Done>
-  bool await(Done done, Clock::time_point until, Waiting waiting);
-  // Moves entries out of our rings and into peers' rings; true when anything moved.
-  bool poll_once();
-  bool drain_ring(int peer);
-  bool push_outgoing(int peer);
-  // Whether a record of `record` bytes fits in our ring to `p` at `tail`, with the line after
-  // it (which write_entry() clears); when not, the reader is asked to ring our doorbell once
-  // it frees space.
-  bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record);
-  // Writes an entry into a ring at `tail` and its payload after it, which `put(destination,
-  // offset, length)` writes (ring_write), its kind last; the new tail.
-  template <class Put>
-  static std::uint64_t write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                        Put&& put);
-  // `from_memory`: the payload is a piece of a buffer larger than the caches.
-  static std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                   const void* payload, bool from_memory = false);
-  // Records what was written up to `tail`, waking the reader if it sleeps.
-  void publish(Peer& p, std::uint64_t tail);
-  void deliver(int peer, const Entry& e, std::uint64_t payload_at);
-  // `n` bytes of `m` at `offset` arrived at `src`. A receive that forwards (Request::forward)
-  // lands and sends them on at once; a message held before its receive came is sent on whole
-  // once it has landed.
-  void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
-  void forward_whole_once_landed(Request& receive);
-  // Reduces pieces of a forwarding receive straight into its send's fragments in the ring to
-  // the peer, then copies each from there into the receive's buffer (in this core's cache):
-  // the result is read once. Where the ring has no room, the piece lands and its fragment
-  // waits in the queue, copied from the buffer.
-  void land_and_forward(Request& receive, std::uint64_t offset, const char* src, std::size_t n);
-  void post_recv(const RequestPtr& request);
-  void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
-  // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
-  static Entry descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
-                          std::uint32_t payload);
-  void enqueue(int peer, Outgoing out);
-  void fail_peer(int peer, ErrorCode code, const std::string& message);
-  void fail_peer(int peer, const std::exception_ptr& error);
-  void check_peers_alive();
-  // A dead peer's last word: the reason in an abort entry still unread in its ring, if any.
-  std::string last_word(int peer) const;
-  void fail_dead_peer(int peer, const std::string& what);
-
-  void* own() const { return segments_.own(); }
-
-  int rank_;
-  int size_;
-  std::vector<int> peer_ranks_;  // served by this transport
-  Segments segments_;
-  std::vector<Peer> peers_;
-  transport::Matching<ShmMessage> matching_;
-  // Larger messages are read across processes when segments_.cma().
-  std::size_t single_copy_bytes_;
-  std::vector<char> bounce_;  // pieces of reducing receives
-  PeerRegions peer_regions_;
-  std::chrono::microseconds busy_poll_;
-  bool poll_yields_;
-  std::atomic<bool> woken_{false};  // see wake()
-  std::exception_ptr failure_;
-  bool aborted_ = false;
-};
+}  // namespace
 
 ShmTransport::ShmTransport(const TransportSetup& setup)
     : rank_(setup.rank),
@@ -324,64 +177,6 @@ bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t
   return tail + need - p.head_seen <= kRingBytes;
 }
 
-// Buffers larger than the caches are read page by page, a page ahead: the hardware's
-// prefetchers stop at each 4 KiB page, and each new page of the stream would start with
-// misses to memory (measured: 5-10 % of a 32-128 MiB all-reduce, for the copies into the
-// ring and again for the reductions). In cache the prefetches only cost (2 MiB: 3 % slower).
-constexpr std::size_t kPageBytes = 4096;
-
-// Asks for the 4 KiB of a stream that follow the 4 KiB at `at` (prefetches never fault, even
-// past a buffer's end).
-void prefetch_next_page(const char* at) {
-  for (std::size_t line = 0; line < kPageBytes; line += kLineBytes)
-    __builtin_prefetch(at + kPageBytes + line, 0, 3);
-}
-
-void copy_from_memory(char* dst, const char* src, std::size_t bytes) {
-  for (std::size_t at = 0; at < bytes; at += kPageBytes) {
-    prefetch_next_page(src + at);
-    std::memcpy(dst + at, src + at, std::min(kPageBytes, bytes - at));
-  }
-}
-
-std::uint64_t ShmTransport::write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                        const void* payload, bool from_memory) {
-  return write_entry_with(ring, tail, entry,
-                          [&](char* dst, std::size_t offset, std::size_t length) {
-                            const char* src = static_cast<const char*>(payload) + offset;
-                            if (from_memory)
-                              copy_from_memory(dst, src, length);
-                            else
-                              std::memcpy(dst, src, length);
-                          });
-}
-
-template <class Put>
-std::uint64_t ShmTransport::write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                             Put&& put) {
-  const std::uint64_t next = tail + record_bytes(entry.payload);
-  std::atomic_ref<EntryKind>(entry_at(ring, next)->kind).store(EntryKind::none,
-                                                               std::memory_order_relaxed);
-  Entry* slot = entry_at(ring, tail);  // records start on lines: an entry never wraps
-  constexpr std::size_t kAfterKind = sizeof(EntryKind);
-  std::memcpy(reinterpret_cast<char*>(slot) + kAfterKind,
-              reinterpret_cast<const char*>(&entry) + kAfterKind, sizeof(Entry) - kAfterKind);
-  if (entry.payload != 0) ring_write(ring, tail + sizeof(Entry), entry.payload, put);
-  std::atomic_ref<EntryKind>(slot->kind).store(entry.kind, std::memory_order_release);
-  return next;
-}
-
-void ring_if_sleeping(void* segment) {
-  // The doorbell rings only for a reader that said it sleeps. It says so before its last look
-  // at what it waits for, and the writer looks at its word after writing (with a fence before):
-  // one of the two sees the other.
-  SegmentHeader* h = header_of(segment);
-  if (h->sleeping.load(std::memory_order_relaxed) != 0) {
-    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&h->doorbell);
-  }
-}
-
 void ShmTransport::publish(Peer& p, std::uint64_t tail) {
   p.tail = tail;
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -422,224 +217,6 @@ bool ShmTransport::drain_ring(int peer) {
     }
   }
   return moved;
-}
-
-void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  Ring* ring = ring_of(own(), peer);
-  switch (e.kind) {
-    case EntryKind::goodbye:
-      p.goodbye = true;
-      return;
-    case EntryKind::abort: {
-      std::string text(std::min<std::uint32_t>(e.payload, 4096), '\0');
-      ring_copy_out(ring, payload_at, text.data(), text.size());
-      fail_peer(peer, ErrorCode::peer_failure,
-                "rank " + std::to_string(peer) + " aborted: " + text);
-      return;
-    }
-    case EntryKind::ack: {
-      auto it = p.awaiting_ack.find(e.offset);
-      if (it == p.awaiting_ack.end()) {
-        fail_peer(peer, ErrorCode::protocol, "acknowledgement of an unknown send");
-        return;
-      }
-      it->second->transferred = it->second->bytes;
-      it->second->done = true;
-      p.awaiting_ack.erase(it);
-      return;
-    }
-    case EntryKind::descriptor:
-    case EntryKind::shared_descriptor:
-    case EntryKind::fragment:
-      break;
-    default:
-      fail_peer(peer, ErrorCode::protocol, "unknown entry in the shared ring");
-      return;
-  }
-  const bool described = e.kind == EntryKind::descriptor || e.kind == EntryKind::shared_descriptor;
-  const bool first = described || e.offset == 0;
-  if (first && e.kind == EntryKind::fragment && e.payload == e.message_bytes &&
-      matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
-        ring_read(ring, payload_at, e.payload,
-                  [&](const char* src, std::size_t offset, std::size_t length) {
-                    if (receive.forward)
-                      land_and_forward(receive, offset, src, length);
-                    else
-                      transport::land(receive, offset, src, length);
-                  });
-      }))
-    return;
-  if (first) {
-    auto m = std::make_shared<ShmMessage>();
-    m->tag = e.tag;
-    m->signature = e.signature;
-    m->bytes = e.message_bytes;
-    m->remote = described;
-    m->address = e.address;
-    m->send_id = e.offset;
-    if (e.kind == EntryKind::shared_descriptor) {
-      SharedRegion region;
-      if (e.payload != sizeof region) {
-        fail_peer(peer, ErrorCode::protocol, "malformed shared-memory descriptor");
-        return;
-      }
-      ring_copy_out(ring, payload_at, &region, sizeof region);
-      if (e.address < region.base || e.address - region.base > region.bytes ||
-          e.message_bytes > region.bytes - (e.address - region.base)) {
-        fail_peer(peer, ErrorCode::protocol, "shared-memory descriptor outside its region");
-        return;
-      }
-      m->region = region;
-    }
-    switch (matching_.arrive(peer, m, m->remote)) {
-      case Arrival::failed:
-        return;
-      case Arrival::park:
-        p.parked = true;  // leave it in the ring until its receive is posted
-        return;
-      case Arrival::matched:
-        if (m->remote) complete_remote(peer, m);
-        break;
-      case Arrival::held:
-        break;
-    }
-    if (m->remote) return;  // read from the sender once a receive takes it
-    p.arriving.push_back(m);
-  }
-  // A first fragment's message is the last one in; a later one's, the first of its tag.
-  const auto of_tag =
-      first ? std::prev(p.arriving.end())
-            : std::find_if(p.arriving.begin(), p.arriving.end(),
-                           [&](const auto& m) { return m->tag == e.tag; });
-  if (of_tag == p.arriving.end() || e.offset + e.payload > (*of_tag)->bytes) {
-    fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
-    return;
-  }
-  ShmMessage& m = **of_tag;  // delivering changes no peer's list of arriving messages
-  ring_read(ring, payload_at, e.payload,
-            [&](const char* src, std::size_t offset, std::size_t length) {
-              deliver_piece(m, e.offset + offset, src, length);
-            });
-  if (m.received == m.bytes) p.arriving.erase(of_tag);
-}
-
-void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
-                                 std::size_t n) {
-  Request* receive = m.request.get();  // kept by the message after its last piece
-  if (receive && receive->forward && !m.holding) {
-    land_and_forward(*receive, offset, src, n);
-    matching_.delivered(m, n);
-    return;
-  }
-  matching_.deliver(m, offset, src, n);
-  if (receive != nullptr) forward_whole_once_landed(*receive);
-}
-
-void ShmTransport::forward_whole_once_landed(Request& receive) {
-  if (receive.forward && receive.done && !receive.error) post(receive.forward);
-}
-
-void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, const char* src,
-                                    std::size_t n) {
-  const RequestPtr& send = receive.forward;
-  Peer& q = peers_[static_cast<std::size_t>(send->peer)];
-  Ring* ring = ring_of(q.segment, rank_);
-  const Request::Landing& l = *receive.landing;
-  const auto* with = static_cast<const char*>(l.with);
-  auto* landed = static_cast<char*>(receive.buffer);
-  const std::size_t element = size_of(l.type);
-  const auto stores =
-      receive.streaming_stores ? kernels::Stores::streaming : kernels::Stores::by_size;
-  for (std::size_t done = 0; done < n;) {
-    const auto piece = static_cast<std::uint32_t>(std::min(kFragmentBytes, n - done));
-    const std::uint64_t at = offset + done;
-    const Entry entry{EntryKind::fragment, send->tag, send->bytes, at, 0, piece, 0,
-                      send->signature};
-    const bool last = at + piece == send->bytes;
-    // Behind queued entries, it waits its turn: fragments of one message stay in order.
-    if (q.outgoing.empty() && has_room(q, ring, q.tail, record_bytes(piece))) {
-      auto reduce_and_copy = [&](char* dst, std::size_t o, std::size_t length) {
-        // A streaming call's `with` comes from memory: page by page (copy_from_memory).
-        const std::size_t step = receive.streaming_stores ? kPageBytes : length;
-        for (std::size_t sub = 0; sub < length; sub += step) {
-          const std::size_t n = std::min(step, length - sub);
-          const char* w = with + at + o + sub;
-          if (receive.streaming_stores) prefetch_next_page(w);
-          kernels::reduce(dst + sub, w, src + done + o + sub, n / element, l.type, l.op);
-          kernels::copy(landed + at + o + sub, dst + sub, n, stores);
-        }
-      };
-      publish(q, write_entry_with(ring, q.tail, entry, reduce_and_copy));
-      send->transferred += piece;
-      if (last) send->done = true;
-    } else {
-      transport::land(receive, at, src + done, piece);
-      q.outgoing.emplace_back(entry, landed + at, send, last);
-    }
-    done += piece;
-  }
-}
-
-// Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
-// for a reducing receive, piece by piece through a buffer small enough to stay in cache.
-void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& m) {
-  if (m->region) {
-    // Where the region cannot be mapped, the message is read across processes below.
-    if (const char* base = peer_regions_.map(peer, segments_.peer(peer).pidfd.get(), *m->region)) {
-      deliver_piece(*m, 0, base + (m->address - m->region->base), m->bytes);
-      enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
-      return;
-    }
-  }
-  const int pid = segments_.peer(peer).pid;
-  char* straight = matching_.direct(*m, 0);
-  const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;
-  if (straight == nullptr) bounce_.resize(kReducePieceBytes);
-  for (std::uint64_t at = 0; at < m->bytes; at += piece) {
-    const std::uint64_t n = std::min(piece, m->bytes - at);
-    char* into = straight != nullptr ? straight + at : bounce_.data();
-    for (std::uint64_t done = 0; done < n;) {
-      iovec local{into + done, n - done};
-      iovec remote{reinterpret_cast<void*>(m->address + at + done), n - done};
-      ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      if (got <= 0) {
-        fail_dead_peer(peer,
-                       "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
-        return;
-      }
-      done += static_cast<std::uint64_t>(got);
-    }
-    if (straight != nullptr)
-      matching_.delivered(*m, n);
-    else
-      deliver_piece(*m, at, into, n);
-  }
-  enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
-}
-
-void ShmTransport::post_recv(const RequestPtr& request) {
-  const int peer = request->peer;
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (std::shared_ptr<ShmMessage> m = matching_.post(request)) {
-    // A held message: complete, still arriving (the rest lands on its own), or a descriptor.
-    if (m->remote)
-      complete_remote(peer, m);
-    else
-      forward_whole_once_landed(*request);
-    return;
-  }
-  if (request->done) return;  // it met a message of another call
-  if (p.goodbye) {
-    fail_peer(peer, ErrorCode::peer_failure,
-              "rank " + std::to_string(peer) + " destroyed its communicator before sending " +
-                  request->describe());
-    return;
-  }
-  if (p.parked) {
-    p.parked = false;  // the parked message is looked at again
-    drain_ring(peer);
-  }
 }
 
 bool ShmTransport::poll_once() {
@@ -793,6 +370,8 @@ std::string ShmTransport::pending_state() const {
   }
   return text;
 }
+
+namespace {
 
 // Preferred within a host. Its costs were measured with `arbench tune --np 2` on a 2-core
 // x86-64 host.

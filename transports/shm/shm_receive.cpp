@@ -1,0 +1,232 @@
+// The shm transport's receiving side (shm_transport.hpp): the entries a peer wrote into its
+// ring, delivered to their receives as they arrive; pieces of a forwarding receive reduced and
+// written on into the ring back; messages read from the sender's memory (a descriptor).
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/reduce.hpp"
+#include "transports/shm/shm_transport.hpp"
+
+namespace arcoll::shm {
+
+void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  Ring* ring = ring_of(own(), peer);
+  switch (e.kind) {
+    case EntryKind::goodbye:
+      p.goodbye = true;
+      return;
+    case EntryKind::abort: {
+      std::string text(std::min<std::uint32_t>(e.payload, 4096), '\0');
+      ring_copy_out(ring, payload_at, text.data(), text.size());
+      fail_peer(peer, ErrorCode::peer_failure,
+                "rank " + std::to_string(peer) + " aborted: " + text);
+      return;
+    }
+    case EntryKind::ack: {
+      auto it = p.awaiting_ack.find(e.offset);
+      if (it == p.awaiting_ack.end()) {
+        fail_peer(peer, ErrorCode::protocol, "acknowledgement of an unknown send");
+        return;
+      }
+      it->second->transferred = it->second->bytes;
+      it->second->done = true;
+      p.awaiting_ack.erase(it);
+      return;
+    }
+    case EntryKind::descriptor:
+    case EntryKind::shared_descriptor:
+    case EntryKind::fragment:
+      break;
+    default:
+      fail_peer(peer, ErrorCode::protocol, "unknown entry in the shared ring");
+      return;
+  }
+  const bool described = e.kind == EntryKind::descriptor || e.kind == EntryKind::shared_descriptor;
+  const bool first = described || e.offset == 0;
+  if (first && e.kind == EntryKind::fragment && e.payload == e.message_bytes &&
+      matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
+        ring_read(ring, payload_at, e.payload,
+                  [&](const char* src, std::size_t offset, std::size_t length) {
+                    if (receive.forward)
+                      land_and_forward(receive, offset, src, length);
+                    else
+                      transport::land(receive, offset, src, length);
+                  });
+      }))
+    return;
+  if (first) {
+    auto m = std::make_shared<ShmMessage>();
+    m->tag = e.tag;
+    m->signature = e.signature;
+    m->bytes = e.message_bytes;
+    m->remote = described;
+    m->address = e.address;
+    m->send_id = e.offset;
+    if (e.kind == EntryKind::shared_descriptor) {
+      SharedRegion region;
+      if (e.payload != sizeof region) {
+        fail_peer(peer, ErrorCode::protocol, "malformed shared-memory descriptor");
+        return;
+      }
+      ring_copy_out(ring, payload_at, &region, sizeof region);
+      if (e.address < region.base || e.address - region.base > region.bytes ||
+          e.message_bytes > region.bytes - (e.address - region.base)) {
+        fail_peer(peer, ErrorCode::protocol, "shared-memory descriptor outside its region");
+        return;
+      }
+      m->region = region;
+    }
+    switch (matching_.arrive(peer, m, m->remote)) {
+      case Arrival::failed:
+        return;
+      case Arrival::park:
+        p.parked = true;  // leave it in the ring until its receive is posted
+        return;
+      case Arrival::matched:
+        if (m->remote) complete_remote(peer, m);
+        break;
+      case Arrival::held:
+        break;
+    }
+    if (m->remote) return;  // read from the sender once a receive takes it
+    p.arriving.push_back(m);
+  }
+  // A first fragment's message is the last one in; a later one's, the first of its tag.
+  const auto of_tag = first ? std::prev(p.arriving.end())
+                            : std::find_if(p.arriving.begin(), p.arriving.end(),
+                                           [&](const auto& m) { return m->tag == e.tag; });
+  if (of_tag == p.arriving.end() || e.offset + e.payload > (*of_tag)->bytes) {
+    fail_peer(peer, ErrorCode::protocol, "fragment outside its message");
+    return;
+  }
+  ShmMessage& m = **of_tag;  // delivering changes no peer's list of arriving messages
+  ring_read(ring, payload_at, e.payload,
+            [&](const char* src, std::size_t offset, std::size_t length) {
+              deliver_piece(m, e.offset + offset, src, length);
+            });
+  if (m.received == m.bytes) p.arriving.erase(of_tag);
+}
+
+void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
+                                 std::size_t n) {
+  Request* receive = m.request.get();  // kept by the message after its last piece
+  if (receive && receive->forward && !m.holding) {
+    land_and_forward(*receive, offset, src, n);
+    matching_.delivered(m, n);
+    return;
+  }
+  matching_.deliver(m, offset, src, n);
+  if (receive != nullptr) forward_whole_once_landed(*receive);
+}
+
+void ShmTransport::forward_whole_once_landed(Request& receive) {
+  if (receive.forward && receive.done && !receive.error) post(receive.forward);
+}
+
+void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, const char* src,
+                                    std::size_t n) {
+  const RequestPtr& send = receive.forward;
+  Peer& q = peers_[static_cast<std::size_t>(send->peer)];
+  Ring* ring = ring_of(q.segment, rank_);
+  const Request::Landing& l = *receive.landing;
+  const auto* with = static_cast<const char*>(l.with);
+  auto* landed = static_cast<char*>(receive.buffer);
+  const std::size_t element = size_of(l.type);
+  const auto stores =
+      receive.streaming_stores ? kernels::Stores::streaming : kernels::Stores::by_size;
+  for (std::size_t done = 0; done < n;) {
+    const auto piece = static_cast<std::uint32_t>(std::min(kFragmentBytes, n - done));
+    const std::uint64_t at = offset + done;
+    const Entry entry{EntryKind::fragment, send->tag, send->bytes, at, 0, piece, 0,
+                      send->signature};
+    const bool last = at + piece == send->bytes;
+    // Behind queued entries, it waits its turn: fragments of one message stay in order.
+    if (q.outgoing.empty() && has_room(q, ring, q.tail, record_bytes(piece))) {
+      auto reduce_and_copy = [&](char* dst, std::size_t o, std::size_t length) {
+        // A streaming call's `with` comes from memory: page by page (copy_from_memory).
+        const std::size_t step = receive.streaming_stores ? kPageBytes : length;
+        for (std::size_t sub = 0; sub < length; sub += step) {
+          const std::size_t n = std::min(step, length - sub);
+          const char* w = with + at + o + sub;
+          if (receive.streaming_stores) prefetch_next_page(w);
+          kernels::reduce(dst + sub, w, src + done + o + sub, n / element, l.type, l.op);
+          kernels::copy(landed + at + o + sub, dst + sub, n, stores);
+        }
+      };
+      publish(q, write_entry_with(ring, q.tail, entry, reduce_and_copy));
+      send->transferred += piece;
+      if (last) send->done = true;
+    } else {
+      transport::land(receive, at, src + done, piece);
+      q.outgoing.emplace_back(entry, landed + at, send, last);
+    }
+    done += piece;
+  }
+}
+
+// Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
+// for a reducing receive, piece by piece through a buffer small enough to stay in cache.
+void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& m) {
+  if (m->region) {
+    // Where the region cannot be mapped, the message is read across processes below.
+    if (const char* base = peer_regions_.map(peer, segments_.peer(peer).pidfd.get(), *m->region)) {
+      deliver_piece(*m, 0, base + (m->address - m->region->base), m->bytes);
+      enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+      return;
+    }
+  }
+  const int pid = segments_.peer(peer).pid;
+  char* straight = matching_.direct(*m, 0);
+  const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;
+  if (straight == nullptr) bounce_.resize(kReducePieceBytes);
+  for (std::uint64_t at = 0; at < m->bytes; at += piece) {
+    const std::uint64_t n = std::min(piece, m->bytes - at);
+    char* into = straight != nullptr ? straight + at : bounce_.data();
+    for (std::uint64_t done = 0; done < n;) {
+      iovec local{into + done, n - done};
+      iovec remote{reinterpret_cast<void*>(m->address + at + done), n - done};
+      ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (got <= 0) {
+        fail_dead_peer(peer,
+                       "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
+        return;
+      }
+      done += static_cast<std::uint64_t>(got);
+    }
+    if (straight != nullptr)
+      matching_.delivered(*m, n);
+    else
+      deliver_piece(*m, at, into, n);
+  }
+  enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+}
+
+void ShmTransport::post_recv(const RequestPtr& request) {
+  const int peer = request->peer;
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (std::shared_ptr<ShmMessage> m = matching_.post(request)) {
+    // A held message: complete, still arriving (the rest lands on its own), or a descriptor.
+    if (m->remote)
+      complete_remote(peer, m);
+    else
+      forward_whole_once_landed(*request);
+    return;
+  }
+  if (request->done) return;  // it met a message of another call
+  if (p.goodbye) {
+    fail_peer(peer, ErrorCode::peer_failure,
+              "rank " + std::to_string(peer) + " destroyed its communicator before sending " +
+                  request->describe());
+    return;
+  }
+  if (p.parked) {
+    p.parked = false;  // the parked message is looked at again
+    drain_ring(peer);
+  }
+}
+
+}  // namespace arcoll::shm

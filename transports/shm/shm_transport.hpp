@@ -1,0 +1,172 @@
+// Shared-memory transport between ranks of one host.
+//
+// Each peer writes into a single-producer/single-consumer byte ring in our segment
+// (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
+// Options::shm_single_copy_bytes travel through the ring as fragments (two copies, but no
+// system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
+// receiver reads straight into its destination with process_vm_readv (one copy) and
+// acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
+// the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
+// with no copy and no system call.
+// When cross-memory attach is denied, large messages fall back to fragments. Waiting polls
+// briefly, then sleeps on the doorbell futex in short slices so that a peer's death (seen
+// through its pidfd) is noticed.
+// This header: its peers, messages and the transport's class, shared by shm_transport.cpp
+// (sending, waiting, peers' liveness) and shm_receive.cpp (delivering what the rings bring).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transports/common/matching.hpp"
+#include "transports/shm/peer_regions.hpp"
+#include "transports/shm/ring.hpp"
+#include "transports/shm/segment.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll::shm {
+
+using net::Clock;
+
+inline constexpr std::size_t kFragmentBytes = 64 * 1024;
+// Reducing receives of large messages read the sender's data in pieces of this size, which
+// stay in this core's cache between the read and the reduction.
+inline constexpr std::size_t kReducePieceBytes = 128 * 1024;
+
+// A message being received. Descriptor messages: where the data lives in the sender, and the
+// id to acknowledge.
+struct ShmMessage : transport::Incoming {
+  bool remote = false;
+  std::uint64_t address = 0;
+  std::uint64_t send_id = 0;
+  std::optional<SharedRegion> region;  // a shared descriptor's: read in place
+};
+using Arrival = transport::Matching<ShmMessage>::Arrival;
+
+// An entry waiting for room in a peer's ring.
+struct Outgoing {
+  explicit Outgoing(const Entry& e, const char* data = nullptr, RequestPtr r = {},
+                    bool last = false)
+      : entry(e), payload(data), request(std::move(r)), last_fragment(last) {}
+  Entry entry;
+  const char* payload = nullptr;
+  std::string owned;   // control payloads
+  RequestPtr request;  // completes when written (fragments) or acknowledged (descriptors)
+  bool last_fragment = false;
+};
+
+inline Entry control_entry(EntryKind kind, std::uint64_t id = 0, std::uint32_t payload = 0) {
+  return Entry{kind, 0, 0, id, 0, payload, 0, 0};
+}
+
+struct Peer {
+  void* segment = nullptr;  // the peer's, mapped by Segments (our ring to it is at our rank)
+  std::deque<Outgoing> outgoing;
+  // Messages with fragments still to come. Those of one tag come one after another; a
+  // forwarded send's fragments (written as its receive lands) may come between another tag's.
+  std::vector<std::shared_ptr<ShmMessage>> arriving;
+  bool parked = false;  // a large message waits for its receive
+  std::map<std::uint64_t, RequestPtr> awaiting_ack;
+  std::uint64_t next_send_id = 0;
+  // Our ring's read position in the peer's segment as last seen: it is read again only when
+  // the ring looks full by it, so that a writer does not pull the reader's cache line over
+  // on every message.
+  std::uint64_t head_seen = 0;
+  std::uint64_t tail = 0;  // where our next record in that ring goes
+  bool goodbye = false;
+};
+
+class ShmTransport final : public Transport, public SharedBoards {
+ public:
+  explicit ShmTransport(const TransportSetup& setup);
+  ~ShmTransport() override;
+
+  std::string_view name() const override { return "shm"; }
+  void post(const RequestPtr& request) override;
+  void progress(Clock::time_point until, Waiting waiting) override;
+  void wake() noexcept override;
+  std::exception_ptr failure() const override { return failure_; }
+  void abort(const std::string& reason) noexcept override;
+  std::string pending_state() const override;
+  bool forwards() const override { return true; }
+  SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
+
+  std::size_t board_bytes() const override { return kBoardBytes; }
+  std::byte* own_board() override { return board_in(own(), size_); }
+  const std::byte* board_of(int peer) const override {
+    return board_in(segments_.peer(peer).segment.get(), size_);
+  }
+  void announce_board() override;
+  bool await_boards(const std::function<bool()>& ready, Clock::time_point until) override;
+  bool departed(int peer) const override { return peers_[static_cast<std::size_t>(peer)].goodbye; }
+
+ private:
+  // Polls `done()` (for the busy-poll time unless `waiting` says sleep), then sleeps once on
+  // our doorbell (until `until`, a slice at most, or the doorbell rings), checks the peers
+  // are alive, and says whether it held.
+  template <class Done>
+  bool await(Done done, Clock::time_point until, Waiting waiting);
+  // Moves entries out of our rings and into peers' rings; true when anything moved.
+  bool poll_once();
+  bool drain_ring(int peer);
+  bool push_outgoing(int peer);
+  // Whether a record of `record` bytes fits in our ring to `p` at `tail`, with the line after
+  // it (which write_entry() clears); when not, the reader is asked to ring our doorbell once
+  // it frees space.
+  bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record);
+  // Records what was written up to `tail`, waking the reader if it sleeps.
+  void publish(Peer& p, std::uint64_t tail);
+  void deliver(int peer, const Entry& e, std::uint64_t payload_at);
+  // `n` bytes of `m` at `offset` arrived at `src`. A receive that forwards (Request::forward)
+  // lands and sends them on at once; a message held before its receive came is sent on whole
+  // once it has landed.
+  void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
+  void forward_whole_once_landed(Request& receive);
+  // Reduces pieces of a forwarding receive straight into its send's fragments in the ring to
+  // the peer, then copies each from there into the receive's buffer (in this core's cache):
+  // the result is read once. Where the ring has no room, the piece lands and its fragment
+  // waits in the queue, copied from the buffer.
+  void land_and_forward(Request& receive, std::uint64_t offset, const char* src, std::size_t n);
+  void post_recv(const RequestPtr& request);
+  void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
+  // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
+  static Entry descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
+                          std::uint32_t payload);
+  void enqueue(int peer, Outgoing out);
+  void fail_peer(int peer, ErrorCode code, const std::string& message);
+  void fail_peer(int peer, const std::exception_ptr& error);
+  void check_peers_alive();
+  // A dead peer's last word: the reason in an abort entry still unread in its ring, if any.
+  std::string last_word(int peer) const;
+  void fail_dead_peer(int peer, const std::string& what);
+
+  void* own() const { return segments_.own(); }
+
+  int rank_;
+  int size_;
+  std::vector<int> peer_ranks_;  // served by this transport
+  Segments segments_;
+  std::vector<Peer> peers_;
+  transport::Matching<ShmMessage> matching_;
+  // Larger messages are read across processes when segments_.cma().
+  std::size_t single_copy_bytes_;
+  std::vector<char> bounce_;  // pieces of reducing receives
+  PeerRegions peer_regions_;
+  std::chrono::microseconds busy_poll_;
+  bool poll_yields_;
+  std::atomic<bool> woken_{false};  // see wake()
+  std::exception_ptr failure_;
+  bool aborted_ = false;
+};
+
+}  // namespace arcoll::shm
