@@ -26,7 +26,8 @@ struct Range {
 // A single message each way goes back at once: no wait between the rounds. Several go back
 // one at a time only on buffers larger than the caches, where reading the result again
 // costs a pass over memory; in cache, sending all first and returning them after is faster
-// (8 MiB on 2 ranks: about 15 %).
+// (8 MiB on 2 ranks: about 15 %). Both ways send the same messages on the same channels, so
+// ranks may decide differently (streaming stores are a rank's own setting).
 void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* keep,
                        const char* with, std::size_t keep_count, char* theirs,
                        std::size_t theirs_count, DataType type, ReduceOp op) {
@@ -45,7 +46,7 @@ void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* k
   if (!p2p.streaming_stores()) {
     exchange(p2p, partner, give, theirs_bytes, keep, with, keep_count, type, op, /*reduce=*/true);
     exchange(p2p, partner, keep, keep_bytes, theirs, nullptr, theirs_count, type, op,
-             /*reduce=*/false);
+             /*reduce=*/false, /*channel=*/1);
     return;
   }
   // Message `k` of a half cut into chunks: its offset and length.

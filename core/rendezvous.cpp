@@ -39,9 +39,7 @@ std::vector<std::pair<std::string, std::string>> shared_settings(const Options& 
   return {{"ARCOLL_CHECKSUM", o.checksum ? "1" : "0"},
           {"ARCOLL_WIRE", std::string(to_string(o.wire))},
           {"ARCOLL_CHUNK_BYTES", std::to_string(o.chunk_bytes)},
-          {"ARCOLL_CHANNELS", std::to_string(o.channels)},
-          // Halving-doubling returns its reduced chunks otherwise on calls that stream.
-          {"ARCOLL_STREAMING_BYTES", std::to_string(o.streaming_bytes)}};
+          {"ARCOLL_CHANNELS", std::to_string(o.channels)}};
 }
 
 void check_shared_settings(StoreClient& store, const Options& options, int rank,

@@ -506,8 +506,8 @@ TEST(Settings, ARankWithOtherMessageSettingsFailsAtTheRendezvous) {
   };
   for (const Differing& d :
        {Differing{"ARCOLL_CHECKSUM", "1", "ARCOLL_CHECKSUM is 1 on this rank but 0 on rank 0"},
-        Differing{"ARCOLL_STREAMING_BYTES", "1M",
-                  "ARCOLL_STREAMING_BYTES is 1048576 on this rank but 16777216 on rank 0"}}) {
+        Differing{"ARCOLL_CHUNK_BYTES", "1M",
+                  "ARCOLL_CHUNK_BYTES is 1048576 on this rank but 524288 on rank 0"}}) {
     LocalLaunchOptions options;
     options.ranks = 3;
     options.env = {{"ARCOLL_TIMEOUT", "20"}};

@@ -8,6 +8,8 @@
 // calls with streaming stores (ARCOLL_STREAMING_BYTES=0 makes every call one).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 
@@ -59,6 +61,25 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
                {"ARCOLL_CHUNK_BYTES", "64K"},
                {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"},
                {"ARCOLL_STREAMING_BYTES", "0"}});
+}
+
+// Streaming stores are each rank's own setting: a rank that returns its reduced chunks one at
+// a time meets a partner that exchanges its halves whole, on the same messages.
+TEST_F(ShmForwarding, RanksThatStreamAndRanksThatDoNotAgree) {
+  for (int world : {2, 3, 4}) {
+    LocalLaunchOptions options;
+    options.ranks = world;
+    options.env = {{"ARCOLL_ALGO", "halving_doubling"}, {"ARCOLL_CHUNK_BYTES", "16K"}};
+    auto exits = launch(options, [] {
+      const bool streams = std::atoi(std::getenv("ARCOLL_RANK")) % 2 == 0;
+      ::setenv("ARCOLL_STREAMING_BYTES", streams ? "0" : "1G", 1);
+      auto comm = Communicator::from_env();
+      check_counts(*comm, {1, 4099, 40'961});
+      return 0;
+    });
+    ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
+    for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+  }
 }
 
 }  // namespace
