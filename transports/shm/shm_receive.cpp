@@ -124,7 +124,9 @@ void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char
 }
 
 void ShmTransport::forward_whole_once_landed(Request& receive) {
-  if (receive.forward && receive.done && !receive.error) post(receive.forward);
+  if (!receive.forward || !receive.done || receive.error) return;
+  ++forwarded_.whole;
+  post(receive.forward);
 }
 
 void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, const char* src,
@@ -158,11 +160,13 @@ void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, cons
         }
       };
       publish(q, write_entry_with(ring, q.tail, entry, reduce_and_copy));
+      ++forwarded_.written;
       send->transferred += piece;
       if (last) send->done = true;
     } else {
       transport::land(receive, at, src + done, piece);
       q.outgoing.emplace_back(entry, landed + at, send, last);
+      ++forwarded_.queued;
     }
     done += piece;
   }

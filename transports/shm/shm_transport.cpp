@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
+#include "base/log.hpp"
 #include "base/shared_memory.hpp"
 #include "transports/shm/shm_transport.hpp"
 
@@ -66,6 +67,11 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
 }
 
 ShmTransport::~ShmTransport() {
+  if (forwarded_.written + forwarded_.queued + forwarded_.whole > 0)
+    log::debug("shm: fragments forwarded as they landed: " + std::to_string(forwarded_.written) +
+               " written into the ring, " + std::to_string(forwarded_.queued) +
+               " queued behind a full ring; messages forwarded whole: " +
+               std::to_string(forwarded_.whole));
   if (!aborted_ && !peer_ranks_.empty()) {
     for (int p : peer_ranks_)
       if (!failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));

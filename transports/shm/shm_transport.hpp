@@ -165,6 +165,13 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;
   std::atomic<bool> woken_{false};  // see wake()
+  // Fragments sent on as forwarding receives landed, by the way they took: reported when the
+  // transport closes (ARCOLL_LOG=debug), where a forwarded call that is slow shows why.
+  struct Forwarded {
+    std::size_t written = 0;  // reduced straight into the ring to the peer
+    std::size_t queued = 0;   // landed, then queued behind a full ring
+    std::size_t whole = 0;    // messages held before their receive, sent on once landed
+  } forwarded_;
   std::exception_ptr failure_;
   bool aborted_ = false;
 };
