@@ -145,11 +145,11 @@ void Engine::apply_tuning(const Tuning& tuning) {
   };
   layout_.intra = costs_of(within_host_->name);
   layout_.inter = costs_of(across_hosts_->name);
-  // As irecv_reduce_send decides: staged messages are sent on by the engine, once whole.
-  const bool unstaged = options_.wire == DataType::f32 && !options_.checksum;
+  // Priced for f32 calls on the communicator's wire, as irecv_reduce_send decides.
+  const bool forwarded = unstaged(options_.wire);
   for (const auto& t : transports_) {
-    if (t->name() == within_host_->name) layout_.intra.forwards = unstaged && t->forwards();
-    if (t->name() == across_hosts_->name) layout_.inter.forwards = unstaged && t->forwards();
+    if (t->name() == within_host_->name) layout_.intra.forwards = forwarded && t->forwards();
+    if (t->name() == across_hosts_->name) layout_.inter.forwards = forwarded && t->forwards();
   }
   for (LinkCost* link : {&layout_.intra, &layout_.inter})
     set_cache_window(*link, tuning.last_level_cache_bytes, layout_.ranks_per_host);
@@ -201,9 +201,8 @@ RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, s
     throw InternalError(call_name(), "irecv_reduce_send needs the elements to reduce with");
   const std::size_t bytes = count * size_of(type);
   Transport* t = route_[static_cast<std::size_t>(peer)];
-  // Staged messages (a narrower wire, checksums) are sent on by the engine, once whole.
-  if (t != nullptr && t->forwards() && bytes > 0 && call_.wire == DataType::f32 &&
-      !options_.checksum) {
+  // Staged messages are sent on by the engine, once whole.
+  if (t != nullptr && t->forwards() && bytes > 0 && unstaged(call_.wire)) {
     RequestPtr receive =
         make_request(Request::Kind::recv, peer, buffer, bytes, collective_tag(channel),
                      Request::Landing{with, type, op, type});

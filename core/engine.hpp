@@ -121,6 +121,9 @@ class Engine final : public PointToPoint {
   RequestPtr make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                           std::uint32_t tag, std::optional<Request::Landing> landing);
   std::uint32_t collective_tag(int channel) const;
+  // Whether messages of a call on `wire` go straight to the transport: not staged (narrowed,
+  // checksummed), so a transport that forwards() can send its reduced pieces on as they land.
+  bool unstaged(DataType wire) const { return wire == DataType::f32 && !options_.checksum; }
   [[noreturn]] void raise(const std::exception_ptr& failure) const;
   // Before a blocked wait sleeps again: throws the transports' failure, an abort's, or a
   // TimeoutError naming `peer` once the call's deadline passes (`waiting_for()`: what for,
