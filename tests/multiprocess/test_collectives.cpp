@@ -33,7 +33,7 @@ TEST(Allreduce, SmallChunksAndStripedSockets) {
             {{"ARCOLL_CHUNK_BYTES", "4K"}, {"ARCOLL_SOCKETS_PER_PEER", "3"}});
   run_ranks(4,
             [](Communicator& comm) {
-              // 4 MiB chunks are striped over 3 sockets in 128 KiB frames.
+              // 4 MiB chunks are striped over 3 sockets in 512 KiB frames.
               const std::size_t count = 3'000'017;
               auto input = make_input(DataType::f64, ReduceOp::max, comm.rank(), count, 3);
               comm.allreduce(input.data(), count, DataType::f64, ReduceOp::max);
