@@ -177,20 +177,27 @@ Tuning measure_tuning(Communicator& comm) {
     // Summed over the counted pairs: latency (us), bandwidth (GB/s), reduction (GB/s), the
     // same two in cache, bandwidth of small messages, ranks.
     double figures[7] = {0, 0, 0, 0, 0, 0, 0};
-    // Across hosts, ranks left alone copy for as long as the pairs measure: a probe of two
-    // exchanges tells them how long that is. (Within hosts every rank but an odd one is paired.)
+    // α as a collective's step moves data: a small message each way at once, through a whole
+    // call, rather than half a one-way ping-pong's round trip. α and small messages come
+    // first, before the ranks left alone across hosts copy (below): a copying rank holds the
+    // core a waiting one shares with it for a whole time slice, where a collective's waiting
+    // ranks sleep (2 hosts of 2 ranks on 2 cores: α of 2-4 ms instead of 50 µs).
+    double alpha = 0, small = 0;
+    if (role.partner >= 0) {
+      alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
+      small = exchange_seconds(comm, role.partner, kSmallMessage, kSmallRounds);
+    }
+    // Across hosts, ranks left alone copy for as long as the pairs measure the rest: a probe
+    // of two exchanges tells them how long that is. (Within hosts every rank but an odd one
+    // is paired.)
     double probe = 0;
     if (across) {
       if (role.partner >= 0) probe = exchange_seconds(comm, role.partner, kLargeBytes, 2);
       comm.allreduce(&probe, 1, DataType::f64, ReduceOp::max);
     }
     if (role.partner >= 0) {
-      // α as a collective's step moves data: a small message each way at once, through a
-      // whole call, rather than half a one-way ping-pong's round trip.
-      const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
       const double cached_gbs = cached_exchange_gbs(comm, role.partner, alpha);
-      const double small = exchange_seconds(comm, role.partner, kSmallMessage, kSmallRounds);
       if (role.counted) {
         figures[0] = alpha * 1e6;
         figures[1] = exchange_gbs(kLargeBytes, large, alpha);
@@ -202,7 +209,7 @@ Tuning measure_tuning(Communicator& comm) {
       }
     } else if (across) {
       // The large exchanges and their warm-up, then the cached ones (as many bytes as one
-      // large exchange, and warm-up), then the small ones (a fifth of one).
+      // large exchange, and warm-up).
       copy_load(kLargeBytes, probe * (kLargeRounds + 5));
     }
     comm.allreduce(figures, 7, DataType::f64, ReduceOp::sum);
