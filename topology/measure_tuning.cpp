@@ -178,14 +178,19 @@ Tuning measure_tuning(Communicator& comm) {
     // same two in cache, bandwidth of small messages, ranks.
     double figures[7] = {0, 0, 0, 0, 0, 0, 0};
     // α as a collective's step moves data: a small message each way at once, through a whole
-    // call, rather than half a one-way ping-pong's round trip. α and small messages come
-    // first, before the ranks left alone across hosts copy (below): a copying rank holds the
-    // core a waiting one shares with it for a whole time slice, where a collective's waiting
-    // ranks sleep (2 hosts of 2 ranks on 2 cores: α of 2-4 ms instead of 50 µs).
+    // call, rather than half a one-way ping-pong's round trip. Across hosts, α and small
+    // messages are measured before the ranks left alone start copying (below): a copying rank
+    // holds the core a waiting one shares with it for a whole time slice, where a
+    // collective's waiting ranks sleep (2 hosts of 2 ranks on 2 cores: α of 2-4 ms instead of
+    // 17-19 µs). Within a host, small messages come last, once the large exchanges have
+    // warmed the path: measured first, they came out a quarter slower.
     double alpha = 0, small = 0;
+    auto measure_small = [&] {
+      small = exchange_seconds(comm, role.partner, kSmallMessage, kSmallRounds);
+    };
     if (role.partner >= 0) {
       alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds);
-      small = exchange_seconds(comm, role.partner, kSmallMessage, kSmallRounds);
+      if (across) measure_small();
     }
     // Across hosts, ranks left alone copy for as long as the pairs measure the rest: a probe
     // of two exchanges tells them how long that is. (Within hosts every rank but an odd one
@@ -198,6 +203,7 @@ Tuning measure_tuning(Communicator& comm) {
     if (role.partner >= 0) {
       const double large = exchange_seconds(comm, role.partner, kLargeBytes, kLargeRounds);
       const double cached_gbs = cached_exchange_gbs(comm, role.partner, alpha);
+      if (!across) measure_small();
       if (role.counted) {
         figures[0] = alpha * 1e6;
         figures[1] = exchange_gbs(kLargeBytes, large, alpha);
