@@ -13,21 +13,19 @@
 
 namespace arcoll {
 
-// One exchange with `partner` on `channel`: `send_bytes` from `send` go out while
-// `recv_count` elements come in, reduced into `recv` (with `with`) when `reduce`, else copied.
-// Both directions are cut into pipeline chunks, all posted at once, so that the transport
-// overlaps moving one chunk with reducing the one before, as the ring does. The buffers must
-// not overlap.
+// One exchange with `partner`: `send_bytes` from `send` go out while `recv_count` elements
+// come in, reduced into `recv` (with `with`) when `reduce`, else copied. Both directions are
+// cut into pipeline chunks, all posted at once, so that the transport overlaps moving one
+// chunk with reducing the one before, as the ring does. The buffers must not overlap.
 inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size_t send_bytes,
                      char* recv, const char* with, std::size_t recv_count, DataType type,
-                     ReduceOp op, bool reduce, int channel = 0) {
+                     ReduceOp op, bool reduce) {
   const std::size_t elem = size_of(type);
   const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
   const std::size_t recv_bytes = recv_count * elem;
   auto receive = [&](std::size_t offset, std::size_t n) {
-    return reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem, type, op,
-                                     channel)
-                  : p2p.irecv(partner, recv + offset, n, channel);
+    return reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem, type, op)
+                  : p2p.irecv(partner, recv + offset, n);
   };
   // Receives are posted before sends: a message that comes at once then lands where it goes
   // instead of being held aside first.
@@ -35,7 +33,7 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
     // One message each way, as small exchanges are: nothing to allocate.
     // (A braced list is evaluated in order.)
     const std::array<RequestPtr, 2> requests{receive(0, recv_bytes),
-                                             p2p.isend(partner, send, send_bytes, channel)};
+                                             p2p.isend(partner, send, send_bytes)};
     p2p.wait_all(requests);
     return;
   }
@@ -49,7 +47,7 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
   offset = 0;
   do {
     const std::size_t n = std::min(chunk, send_bytes - offset);
-    requests.push_back(p2p.isend(partner, send + offset, n, channel));
+    requests.push_back(p2p.isend(partner, send + offset, n));
     offset += n;
   } while (offset < send_bytes);
   p2p.wait_all(requests);

@@ -24,10 +24,10 @@ struct Range {
 // read from when in place: the partner reduces each piece of it before it returns it). Chunks
 // of the pipeline size, at least one message each way.
 // A single message each way goes back at once: no wait between the rounds. Several go back
-// one at a time only on buffers larger than the caches, where reading the result again
-// costs a pass over memory; in cache, sending all first and returning them after is faster
-// (8 MiB on 2 ranks: about 15 %). Both ways send the same messages on the same channels, so
-// ranks may decide differently (streaming stores are a rank's own setting).
+// as reduced, one at a time, only on buffers larger than the caches, where reading the result
+// again costs a pass over memory; in cache, giving all chunks first and returning each once
+// reduced is faster (8 MiB on 2 ranks: about 15 %). Both ways send the same messages on the
+// same channels, so ranks may decide differently (streaming stores are a rank's own setting).
 void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* keep,
                        const char* with, std::size_t keep_count, char* theirs,
                        std::size_t theirs_count, DataType type, ReduceOp op) {
@@ -43,12 +43,6 @@ void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* k
     p2p.wait_all(requests);
     return;
   }
-  if (!p2p.streaming_stores()) {
-    exchange(p2p, partner, give, theirs_bytes, keep, with, keep_count, type, op, /*reduce=*/true);
-    exchange(p2p, partner, keep, keep_bytes, theirs, nullptr, theirs_count, type, op,
-             /*reduce=*/false, /*channel=*/1);
-    return;
-  }
   // Message `k` of a half cut into chunks: its offset and length.
   auto cut = [&](std::size_t bytes, std::size_t k) {
     const std::size_t offset = k * chunk;
@@ -57,30 +51,44 @@ void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* k
   auto count_of = [&](std::size_t bytes) {
     return std::max<std::size_t>(1, (bytes + chunk - 1) / chunk);
   };
+  const bool paced = p2p.streaming_stores();
   const std::size_t returning = count_of(keep_bytes), gives = count_of(theirs_bytes);
   std::vector<RequestPtr> requests;
-  requests.reserve(returning + 2 * gives);
+  requests.reserve(2 * returning + 2 * gives);
   for (std::size_t k = 0; k < returning; ++k) {
     const auto [offset, n] = cut(keep_bytes, k);
     requests.push_back(
-        p2p.irecv_reduce_send(partner, keep + offset, with + offset, n / elem, type, op, 0, 1));
+        paced ? p2p.irecv_reduce_send(partner, keep + offset, with + offset, n / elem, type, op,
+                                      0, 1)
+              : p2p.irecv_reduce(partner, keep + offset, with + offset, n / elem, type, op, 0));
   }
+  // Posted before anything goes out: a partner that paces returns chunks while this rank still
+  // gives, and a message no receive awaits is held aside, delaying what follows it.
   for (std::size_t k = 0; k < gives; ++k) {
     const auto [offset, n] = cut(theirs_bytes, k);
     requests.push_back(p2p.irecv(partner, theirs + offset, n, 1));
   }
-  // Each next chunk given goes out once the partner's chunk before it has been reduced and
-  // returned: a queue of given chunks would fill the ring to the partner, and the returns
-  // would wait behind it, landed and read again instead of written on as they are reduced.
   std::size_t given = 0;
   auto give_next = [&] {
     const auto [offset, n] = cut(theirs_bytes, given++);
     requests.push_back(p2p.isend(partner, give + offset, n, 0));
   };
+  // In cache every chunk is given at once; paced, the first now and each next below.
   give_next();
+  if (!paced)
+    while (given < gives) give_next();
   for (std::size_t k = 0; k < returning; ++k) {
     p2p.wait(requests[k]);
-    if (given < gives) give_next();
+    if (!paced) {
+      const auto [offset, n] = cut(keep_bytes, k);
+      requests.push_back(p2p.isend(partner, keep + offset, n, 1));
+    } else if (given < gives) {
+      // Paced: each next chunk given goes out once the partner's chunk before it has been
+      // reduced and returned. A queue of given chunks would fill the ring to the partner, and
+      // the returns would wait behind it, landed and read again instead of written on as
+      // they are reduced.
+      give_next();
+    }
   }
   while (given < gives) give_next();
   p2p.wait_all(requests);

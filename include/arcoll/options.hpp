@@ -22,7 +22,7 @@ struct Options {
   // Interface the transport listens on (ARCOLL_SOCKET_IFNAME, like NCCL_SOCKET_IFNAME);
   // empty: the interface that reaches the rendezvous address.
   std::string socket_ifname;
-  // TCP connections per peer pair; large messages are striped across them
+  // TCP connections per peer pair; messages larger than 512 KiB are striped across them
   // (ARCOLL_SOCKETS_PER_PEER).
   int sockets_per_peer = 2;
   // Pipeline chunk of ring algorithms (ARCOLL_CHUNK_BYTES, K/M suffixes allowed).

@@ -108,22 +108,31 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
 }
 
 // Streaming stores are each rank's own setting: a rank that returns its reduced chunks one at
-// a time meets a partner that exchanges its halves whole, on the same messages.
+// a time meets a partner that exchanges its halves whole, on the same messages. Either may
+// stream, with chunks copied through the rings or read from the sender's memory (whose
+// acknowledgements follow returned chunks in the ring).
 TEST_F(ShmForwarding, RanksThatStreamAndRanksThatDoNotAgree) {
-  for (int world : {2, 3, 4}) {
-    LocalLaunchOptions options;
-    options.ranks = world;
-    options.env = {{"ARCOLL_ALGO", "halving_doubling"}, {"ARCOLL_CHUNK_BYTES", "16K"}};
-    auto exits = launch(options, [] {
-      const bool streams = std::atoi(std::getenv("ARCOLL_RANK")) % 2 == 0;
-      ::setenv("ARCOLL_STREAMING_BYTES", streams ? "0" : "1G", 1);
-      auto comm = Communicator::from_env();
-      check_counts(*comm, {1, 4099, 40'961});
-      return 0;
-    });
-    ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
-    for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
-  }
+  const std::map<std::string, std::string> rings = {{"ARCOLL_CHUNK_BYTES", "16K"}};
+  const std::map<std::string, std::string> read_across = {
+      {"ARCOLL_CHUNK_BYTES", "256K"}, {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"}};
+  for (const auto& env : {rings, read_across})
+    for (int streaming_parity : {0, 1})
+      for (int world : {2, 3, 4}) {
+        LocalLaunchOptions options;
+        options.ranks = world;
+        options.env = env;
+        options.env["ARCOLL_ALGO"] = "halving_doubling";
+        options.env["ARCOLL_TIMEOUT"] = "10";
+        auto exits = launch(options, [&] {
+          const bool streams = std::atoi(std::getenv("ARCOLL_RANK")) % 2 == streaming_parity;
+          ::setenv("ARCOLL_STREAMING_BYTES", streams ? "0" : "1G", 1);
+          auto comm = Communicator::from_env();
+          check_counts(*comm, {1, 4099, 40'961, 131'073, 600'011});
+          return 0;
+        });
+        ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
+        for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+      }
 }
 
 }  // namespace
