@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
@@ -46,22 +48,30 @@ struct Forwarded {
 };
 
 // Runs `body` on `world` ranks of halving-doubling with `env`, checks that every rank ended
-// well, and returns what was forwarded.
-Forwarded run_forwarding(int world, const std::map<std::string, std::string>& env,
-                         const RankBody& body) {
+// well, and returns their exits.
+std::vector<RankExit> run_halving_doubling(int world, std::map<std::string, std::string> env,
+                                           const std::function<void()>& body) {
   LocalLaunchOptions options;
   options.ranks = world;
-  options.env = env;
+  options.env = std::move(env);
   options.env["ARCOLL_ALGO"] = "halving_doubling";
-  options.env["ARCOLL_LOG"] = "debug";
   auto exits = launch(options, [&] {
-    body(*Communicator::from_env());  // closing the communicator reports what it forwarded
+    body();
     return 0;
   });
-  Forwarded sum;
   EXPECT_EQ(exits.size(), static_cast<std::size_t>(world));
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+  return exits;
+}
+
+// run_halving_doubling with a communicator from the environment, and what was forwarded.
+Forwarded run_forwarding(int world, std::map<std::string, std::string> env, const RankBody& body) {
+  env["ARCOLL_LOG"] = "debug";
+  const auto exits = run_halving_doubling(world, std::move(env), [&] {
+    body(*Communicator::from_env());  // closing the communicator reports what it forwarded
+  });
+  Forwarded sum;
   for (const auto& e : exits) {
-    EXPECT_TRUE(e.ok()) << describe(exits);
     sum.written += std::max(0.0, number_after(e.output, "forwarded as they landed: "));
     sum.queued += std::max(0.0, number_after(e.output, " written into the ring, "));
     sum.whole += std::max(0.0, number_after(e.output, "messages forwarded whole: "));
@@ -76,12 +86,14 @@ TEST_F(ShmForwarding, ChunksWrittenOnQueuedOrSentWholeMatchTheReference) {
       for (int world : {2, 3, 4}) {
         const Forwarded f = run_forwarding(
             world, {{"ARCOLL_CHUNK_BYTES", chunk}, {"ARCOLL_STREAMING_BYTES", streaming}},
-            [](Communicator& comm) { check_counts(comm, {1, 3, 4099, 40'961, 600'011}); });
+            [](Communicator& comm) {
+              check_counts(comm, {1, 3, 4099, 40'961, 600'011});
+            });
         // Every run forwards halves of one message, and most fragments find room in the ring
         // (which of the three ways the others take depends on timing). A transport that
         // stopped forwarding would still compute the right results.
-        EXPECT_GT(f.written, 0) << chunk << " chunks, streaming from " << streaming << ", "
-                                << world << " ranks";
+        EXPECT_GT(f.written, 0) << chunk << " chunks, streaming from " << streaming << ", " << world
+                                << " ranks";
         all.queued += f.queued;
         all.whole += f.whole;
       }
@@ -94,15 +106,15 @@ TEST_F(ShmForwarding, ChunksWrittenOnQueuedOrSentWholeMatchTheReference) {
 // Messages read from the sender's memory: across processes, or in place where it is shared.
 TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
   for (int world : {2, 3}) {
-    const Forwarded f = run_forwarding(world,
-                                       {{"ARCOLL_CHUNK_BYTES", "64K"},
-                                        {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"},
-                                        {"ARCOLL_STREAMING_BYTES", "0"}},
-                                       [](Communicator& comm) {
-                                         check_counts(comm, {4099, 600'011});
-                                         check_allreduce(comm, 11, Coverage::sampled,
-                                                         Memory::shared);
-                                       });
+    const Forwarded f =
+        run_forwarding(world,
+                       {{"ARCOLL_CHUNK_BYTES", "64K"},
+                        {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"},
+                        {"ARCOLL_STREAMING_BYTES", "0"}},
+                       [](Communicator& comm) {
+                         check_counts(comm, {4099, 600'011});
+                         check_allreduce(comm, 11, Coverage::sampled, Memory::shared);
+                       });
     EXPECT_GT(f.written, 0) << world << " ranks";
   }
 }
@@ -112,26 +124,19 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
 // stream, with chunks copied through the rings or read from the sender's memory (whose
 // acknowledgements follow returned chunks in the ring).
 TEST_F(ShmForwarding, RanksThatStreamAndRanksThatDoNotAgree) {
-  const std::map<std::string, std::string> rings = {{"ARCOLL_CHUNK_BYTES", "16K"}};
-  const std::map<std::string, std::string> read_across = {
-      {"ARCOLL_CHUNK_BYTES", "256K"}, {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"}};
+  const std::map<std::string, std::string> rings = {{"ARCOLL_CHUNK_BYTES", "16K"},
+                                                    {"ARCOLL_TIMEOUT", "10"}};
+  const std::map<std::string, std::string> read_across = {{"ARCOLL_CHUNK_BYTES", "256K"},
+                                                          {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"},
+                                                          {"ARCOLL_TIMEOUT", "10"}};
   for (const auto& env : {rings, read_across})
     for (int streaming_parity : {0, 1})
       for (int world : {2, 3, 4}) {
-        LocalLaunchOptions options;
-        options.ranks = world;
-        options.env = env;
-        options.env["ARCOLL_ALGO"] = "halving_doubling";
-        options.env["ARCOLL_TIMEOUT"] = "10";
-        auto exits = launch(options, [&] {
+        run_halving_doubling(world, env, [&] {
           const bool streams = std::atoi(std::getenv("ARCOLL_RANK")) % 2 == streaming_parity;
           ::setenv("ARCOLL_STREAMING_BYTES", streams ? "0" : "1G", 1);
-          auto comm = Communicator::from_env();
-          check_counts(*comm, {1, 4099, 40'961, 131'073, 600'011});
-          return 0;
+          check_counts(*Communicator::from_env(), {1, 4099, 40'961, 131'073, 600'011});
         });
-        ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
-        for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
       }
 }
 
