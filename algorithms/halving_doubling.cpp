@@ -24,10 +24,10 @@ struct Range {
 // read from when in place: the partner reduces each piece of it before it returns it). Chunks
 // of the pipeline size, at least one message each way.
 // A single message each way goes back at once: no wait between the rounds. Several go back
-// as reduced, one at a time, only on buffers larger than the caches, where reading the result
-// again costs a pass over memory; in cache, giving all chunks first and returning each once
-// reduced is faster (8 MiB on 2 ranks: about 15 %). Both ways send the same messages on the
-// same channels, so ranks may decide differently (streaming stores are a rank's own setting).
+// as reduced, paced one at a time, only on buffers larger than the caches, where reading the
+// result again costs a pass over memory; in cache, giving every chunk at once is faster than
+// pacing (8 MiB on 2 ranks: about 15 %). Both ways send the same messages on the same
+// channels, so ranks may decide differently (streaming stores are a rank's own setting).
 void reduce_and_return(PointToPoint& p2p, int partner, const char* give, char* keep,
                        const char* with, std::size_t keep_count, char* theirs,
                        std::size_t theirs_count, DataType type, ReduceOp op) {

@@ -182,7 +182,7 @@ Tuning measure_tuning(Communicator& comm) {
     // messages are measured before the ranks left alone start copying (below): a copying rank
     // holds the core a waiting one shares with it for a whole time slice, where a
     // collective's waiting ranks sleep (2 hosts of 2 ranks on 2 cores: α of 2-4 ms instead of
-    // 17-19 µs). Within a host, small messages come last, once the large exchanges have
+    // 17-23 µs). Within a host, small messages come last, once the large exchanges have
     // warmed the path: measured first, they came out a quarter slower.
     double alpha = 0, small = 0;
     auto measure_small = [&] {
@@ -215,7 +215,8 @@ Tuning measure_tuning(Communicator& comm) {
       }
     } else if (across) {
       // The large exchanges and their warm-up, then the cached ones (as many bytes as one
-      // large exchange, and warm-up).
+      // large exchange, and warm-up), with time to spare: copying past the pairs' end only
+      // delays the sum below.
       copy_load(kLargeBytes, probe * (kLargeRounds + 5));
     }
     comm.allreduce(figures, 7, DataType::f64, ReduceOp::sum);
