@@ -2,12 +2,14 @@
 // model and layout in a per-user cache. A user of the public API, like measure_tuning.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
@@ -91,6 +93,35 @@ void keep(const Tuning& tuning, const std::string& file) {
   if (error) log::warn("calibration: " + file + ": " + error.message());
 }
 
+// Calibrations the cache folder keeps: every build and layout has a file of its own, so a
+// developer's folder would otherwise grow with every commit. The files least recently used
+// go first.
+constexpr std::size_t kKeptCalibrations = 32;
+
+// Marks `file` as used now, for prune().
+void touch(const std::string& file) {
+  std::error_code error;
+  std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now(), error);
+}
+
+// Removes all but the kKeptCalibrations calibrations of `folder` last used.
+void prune(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::file_time_type, fs::path>> files;
+  try {
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("tuning-", 0) == 0 && entry.path().extension() == ".json")
+        files.emplace_back(entry.last_write_time(), entry.path());
+    }
+    if (files.size() <= kKeptCalibrations) return;
+    std::sort(files.begin(), files.end(), std::greater<>());
+    for (std::size_t i = kKeptCalibrations; i < files.size(); ++i) fs::remove(files[i].second);
+  } catch (const fs::filesystem_error& e) {
+    log::warn("calibration: keeping the folder's old files: " + std::string(e.what()));
+  }
+}
+
 // Kept figures whose in-cache exchanges within a host are this many times slower than a look
 // at the links now finds were measured while the host ran slow (a virtual machine's host can
 // slow its exchanges several times over for seconds): they are measured again.
@@ -149,14 +180,19 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   if (!kept.empty()) {
     Tuning tuning = parse_tuning(kept, file);
     outdated_by = outdated(comm, tuning);
-    if (outdated_by.empty())
+    if (outdated_by.empty()) {
+      if (comm.rank() == 0) touch(file);
       return {tuning, "link costs kept in " + file + " (" + tuning.measured_on + ")"};
+    }
     if (comm.rank() == 0) log::warn("calibration: measuring again: " + outdated_by);
   }
   Tuning tuning = measure_tuning(comm);
   if (file.empty())
     return {tuning, "link costs measured just now (no cache folder: set ARCOLL_CACHE_DIR or HOME)"};
-  if (comm.rank() == 0) keep(tuning, file);
+  if (comm.rank() == 0) {
+    keep(tuning, file);
+    prune(std::filesystem::path(file).parent_path().string());
+  }
   if (!outdated_by.empty())
     return {tuning, "link costs measured again, kept in " + file + " (" + outdated_by + ")"};
   return {tuning, "link costs measured just now, kept in " + file};

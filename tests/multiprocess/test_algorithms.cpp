@@ -3,6 +3,7 @@
 // and across emulated hosts); mixed precision on the wire; the cost model's choices.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -341,6 +342,63 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
       },
       {{"ARCOLL_CALIBRATE", "sometimes"}});
   std::filesystem::remove_all(folder);
+}
+
+// The cache folder keeps the calibrations last used: a new one removes the least recently
+// used beyond 32, a kept one reused counts as used now, and other files stay.
+TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
+  namespace fs = std::filesystem;
+  char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder_template), nullptr);
+  const std::string folder = folder_template;
+  // 40 calibrations of other builds, file i last used i hours ago, and a file of another kind.
+  const auto now = fs::file_time_type::clock::now();
+  auto old_file = [&](int i) { return folder + "/tuning-other-" + std::to_string(i) + ".json"; };
+  for (int i = 1; i <= 40; ++i) {
+    std::ofstream(old_file(i)) << "{}";
+    fs::last_write_time(old_file(i), now - std::chrono::hours(i));
+  }
+  std::ofstream(folder + "/notes.txt") << "not a calibration";
+  // A job of `chunk` bytes per pipeline chunk (a layout of its own), told `expected_source`.
+  auto job = [&](const std::string& chunk, const std::string& expected_source) {
+    run_ranks(
+        2,
+        [&](Communicator& comm) {
+          const CalibratedTuning calibrated = calibrated_tuning(comm, calibration_from_env());
+          EXPECT_EQ(calibrated.source.rfind(expected_source, 0), 0u) << calibrated.source;
+          comm.barrier();  // rank 0 has written or touched the file
+        },
+        {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "cache"},
+         {"ARCOLL_CHUNK_BYTES", chunk}});
+  };
+  auto calibrations = [&] {
+    std::set<std::string> names;
+    for (const auto& entry : fs::directory_iterator(folder))
+      if (entry.path().extension() == ".json") names.insert(entry.path().filename().string());
+    return names;
+  };
+  auto kept_old = [&](int i) {
+    return calibrations().count(fs::path(old_file(i)).filename().string()) == 1;
+  };
+  job("512K", "link costs measured just now");
+  std::set<std::string> kept = calibrations();
+  EXPECT_EQ(kept.size(), 32u);
+  for (int i = 1; i <= 40; ++i) EXPECT_EQ(kept_old(i), i <= 31) << i;
+  EXPECT_TRUE(fs::exists(folder + "/notes.txt"));
+  // The new calibration, made to look last used two days ago, is used again: it counts as
+  // used now, so the next new calibration removes the oldest of the others instead.
+  std::string ours;
+  for (const std::string& name : kept)
+    if (name.rfind("tuning-other-", 0) != 0) ours = folder + "/" + name;
+  ASSERT_FALSE(ours.empty());
+  fs::last_write_time(ours, now - std::chrono::hours(48));
+  job("512K", "link costs kept in " + ours);
+  job("256K", "link costs measured just now");
+  EXPECT_EQ(calibrations().size(), 32u);
+  EXPECT_TRUE(fs::exists(ours));
+  EXPECT_FALSE(kept_old(31));
+  EXPECT_TRUE(kept_old(30));
+  fs::remove_all(folder);
 }
 
 // The model behind auto: predictions exist for every algorithm and auto takes the least.
