@@ -65,7 +65,6 @@ Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::stri
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);
-void set_buffer_sizes(int fd, int bytes);
 
 // Reads/writes exactly `bytes`, waiting with poll() until `deadline`. Return false on
 // timeout, throw SystemError/PeerError (with `what` in the message) on failure or EOF.
