@@ -6,7 +6,6 @@
 #include <cstring>
 #include <set>
 
-#include "base/reduce.hpp"
 #include "core/parameter_server_impl.hpp"
 #include "core/rendezvous.hpp"
 
@@ -406,7 +405,6 @@ void ParameterServer::Impl::run_loop() {
   } catch (...) {
     fail(std::current_exception());
   }
-  loop_done_ = true;
 }
 
 void ParameterServer::Impl::fail(std::exception_ptr error) {

@@ -203,7 +203,6 @@ class ParameterServer::Impl {
   std::map<std::uint64_t, KeyInfo> keys_;
   std::vector<std::size_t> server_load_;  // bytes assigned to each server so far
   bool finishing_ = false;                // finish() called
-  std::atomic<bool> loop_done_{false};
 
   // Owned by the loop.
   std::map<std::uint32_t, std::deque<Bytes>> self_sent_;           // by tag: not yet received

@@ -1,7 +1,6 @@
 // The parameter server's server side: the workers' headers and payloads taken in order, the
 // pieces updated by the consistency model (bsp, asp, ssp), pulls answered when they may be.
 #include <algorithm>
-#include <cstring>
 
 #include "base/reduce.hpp"
 #include "core/parameter_server_impl.hpp"

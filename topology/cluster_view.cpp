@@ -6,7 +6,6 @@
 #include <map>
 
 #include "arcoll/communicator.hpp"
-#include "arcoll/host.hpp"
 #include "arcoll/topology.hpp"
 #include "base/cpu_location.hpp"
 

@@ -252,12 +252,6 @@ std::size_t row_count(const SweepSettings& settings) {
   return rows;
 }
 
-std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
-                           const SweepCallbacks& callbacks) {
-  const std::unique_ptr<Backend> arcoll_backend = make_arcoll_backend(comm);
-  return run_sweep(comm, {arcoll_backend.get()}, settings, callbacks);
-}
-
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
                            const SweepSettings& settings, const SweepCallbacks& callbacks) {
   // Both buffers hold a row's whole size, whatever the collective makes of them.

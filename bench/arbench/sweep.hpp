@@ -106,10 +106,7 @@ struct SweepCallbacks {
 
 // Every rank calls this with the same settings. Rows come in nccl-tests' order (collective,
 // then type, then op, then size). Errors of the library propagate as arcoll::Error.
-std::vector<Row> run_sweep(arcoll::Communicator& comm, const SweepSettings& settings,
-                           const SweepCallbacks& callbacks = {});
-
-// The same sweep through each of `backends`, interleaved: for every collective, type, op and
+// The sweep through each of `backends`, interleaved: for every collective, type, op and
 // size, each backend in turn, once per repetition (rows in that order; a backend that cannot
 // run a collective with a type and op has no rows for it). `comm` carries arbench's own
 // coordination (the slowest rank's time, the #wrong sum).
