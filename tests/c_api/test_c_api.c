@@ -456,12 +456,26 @@ done:
   return in_step;
 }
 
-static int test_reduce_scatter(arcoll_comm_t* comm, int rank, int size) {
+/* The collective tests below run each call in its blocking form, then (nonblocking) in its
+ * non-blocking twin, posted and waited for at once: the same arguments, the same results. */
+static arcoll_work_t* posted = NULL;
+static arcoll_result_t waited(arcoll_result_t result) {
+  if (result != ARCOLL_SUCCESS) return result;
+  result = arcoll_work_wait(posted);
+  arcoll_work_free(posted);
+  posted = NULL;
+  return result;
+}
+#define COLLECTIVE(nonblocking, name, ...) \
+  ((nonblocking) ? waited(arcoll_i##name(__VA_ARGS__, &posted)) : arcoll_##name(__VA_ARGS__))
+
+static int test_reduce_scatter(arcoll_comm_t* comm, int rank, int size, int nonblocking) {
   enum { kBlock = 3 };
   float send[kWorld * kBlock], recv[kBlock];
   for (int i = 0; i < size * kBlock; ++i) send[i] = (float)(rank * 1000 + i);
-  if (!check_result(arcoll_reduce_scatter(comm, send, recv, kBlock, ARCOLL_F32, ARCOLL_SUM),
-                    ARCOLL_SUCCESS, "reduce_scatter f32 sum block 3"))
+  if (!check_result(
+          COLLECTIVE(nonblocking, reduce_scatter, comm, send, recv, kBlock, ARCOLL_F32, ARCOLL_SUM),
+          ARCOLL_SUCCESS, "reduce_scatter f32 sum block 3"))
     return 0;
   int ok = 1;
   for (int i = 0; i < kBlock; ++i) {
@@ -473,13 +487,13 @@ static int test_reduce_scatter(arcoll_comm_t* comm, int rank, int size) {
   return 1;
 }
 
-static int test_allgather(arcoll_comm_t* comm, int rank, int size) {
+static int test_allgather(arcoll_comm_t* comm, int rank, int size, int nonblocking) {
   enum { kBlock = 5 };
   int32_t send[kBlock], recv[kWorld * kBlock];
   for (int i = 0; i < kBlock; ++i) send[i] = rank * 100 + i;
   for (int i = 0; i < size * kBlock; ++i) recv[i] = -1;
-  if (!check_result(arcoll_allgather(comm, send, recv, kBlock, ARCOLL_I32), ARCOLL_SUCCESS,
-                    "allgather i32 block 5 out of place"))
+  if (!check_result(COLLECTIVE(nonblocking, allgather, comm, send, recv, kBlock, ARCOLL_I32),
+                    ARCOLL_SUCCESS, "allgather i32 block 5 out of place"))
     return 0;
   int ok = 1;
   for (int q = 0; q < size; ++q)
@@ -490,8 +504,9 @@ static int test_allgather(arcoll_comm_t* comm, int rank, int size) {
   /* In place: this rank's block already sits in recv. */
   for (int i = 0; i < size * kBlock; ++i) recv[i] = -1;
   for (int i = 0; i < kBlock; ++i) recv[rank * kBlock + i] = rank * 100 + 50 + i;
-  if (!check_result(arcoll_allgather(comm, recv + rank * kBlock, recv, kBlock, ARCOLL_I32),
-                    ARCOLL_SUCCESS, "allgather i32 block 5 in place"))
+  if (!check_result(
+          COLLECTIVE(nonblocking, allgather, comm, recv + rank * kBlock, recv, kBlock, ARCOLL_I32),
+          ARCOLL_SUCCESS, "allgather i32 block 5 in place"))
     return 0;
   ok = 1;
   for (int q = 0; q < size; ++q)
@@ -501,12 +516,12 @@ static int test_allgather(arcoll_comm_t* comm, int rank, int size) {
   return 1;
 }
 
-static int test_broadcast(arcoll_comm_t* comm, int rank) {
+static int test_broadcast(arcoll_comm_t* comm, int rank, int nonblocking) {
   enum { kCount = 33, kRoot = 2 };
   double buffer[kCount];
   for (int i = 0; i < kCount; ++i) buffer[i] = rank == kRoot ? 0.5 * i - 3.0 : -999.0 - rank;
-  if (!check_result(arcoll_broadcast(comm, buffer, kCount, ARCOLL_F64, kRoot), ARCOLL_SUCCESS,
-                    "broadcast f64 count 33 from root 2"))
+  if (!check_result(COLLECTIVE(nonblocking, broadcast, comm, buffer, kCount, ARCOLL_F64, kRoot),
+                    ARCOLL_SUCCESS, "broadcast f64 count 33 from root 2"))
     return 0;
   int ok = 1;
   for (int i = 0; i < kCount; ++i)
@@ -516,12 +531,12 @@ static int test_broadcast(arcoll_comm_t* comm, int rank) {
 }
 
 /* Reduce, gather and scatter to and from root 1, all-to-all with equal and unequal blocks. */
-static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size) {
+static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size, int nonblocking) {
   enum { kRoot = 1, kCount = 6 };
   int32_t send[kWorld * kCount], recv[kWorld * kCount];
   for (int i = 0; i < kCount; ++i) send[i] = rank * 10 + i;
-  if (!check_result(arcoll_reduce(comm, send, rank == kRoot ? recv : NULL, kCount, ARCOLL_I32,
-                                  ARCOLL_MAX, kRoot),
+  if (!check_result(COLLECTIVE(nonblocking, reduce, comm, send, rank == kRoot ? recv : NULL, kCount,
+                               ARCOLL_I32, ARCOLL_MAX, kRoot),
                     ARCOLL_SUCCESS, "reduce i32 max to root 1"))
     return 0;
   if (rank == kRoot) {
@@ -530,8 +545,8 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size) {
       if (recv[i] != (size - 1) * 10 + i) ok = 0;
     check(ok, "reduce: the root holds the maximum");
   }
-  if (!check_result(arcoll_gather(comm, send, rank == kRoot ? recv : NULL, kCount, ARCOLL_I32,
-                                  kRoot),
+  if (!check_result(COLLECTIVE(nonblocking, gather, comm, send, rank == kRoot ? recv : NULL, kCount,
+                               ARCOLL_I32, kRoot),
                     ARCOLL_SUCCESS, "gather i32 to root 1"))
     return 0;
   if (rank == kRoot) {
@@ -542,8 +557,8 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size) {
     check(ok, "gather: block r from rank r");
   }
   for (int i = 0; i < size * kCount; ++i) send[i] = 1000 + i;
-  if (!check_result(arcoll_scatter(comm, rank == kRoot ? send : NULL, recv, kCount, ARCOLL_I32,
-                                   kRoot),
+  if (!check_result(COLLECTIVE(nonblocking, scatter, comm, rank == kRoot ? send : NULL, recv,
+                               kCount, ARCOLL_I32, kRoot),
                     ARCOLL_SUCCESS, "scatter i32 from root 1"))
     return 0;
   int ok = 1;
@@ -553,8 +568,8 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size) {
 
   for (int q = 0; q < size; ++q)
     for (int i = 0; i < kCount; ++i) send[q * kCount + i] = rank * 100 + q * 10 + i;
-  if (!check_result(arcoll_alltoall(comm, send, recv, kCount, ARCOLL_I32), ARCOLL_SUCCESS,
-                    "alltoall i32 block 6"))
+  if (!check_result(COLLECTIVE(nonblocking, alltoall, comm, send, recv, kCount, ARCOLL_I32),
+                    ARCOLL_SUCCESS, "alltoall i32 block 6"))
     return 0;
   ok = 1;
   for (int q = 0; q < size; ++q)
@@ -574,8 +589,8 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size) {
     at_recv += recv_counts[q];
   }
   for (size_t i = 0; i < at_send; ++i) send[i] = rank * 100 + (int)i;
-  if (!check_result(arcoll_alltoallv(comm, send, send_counts, send_offsets, recv, recv_counts,
-                                     recv_offsets, ARCOLL_I32),
+  if (!check_result(COLLECTIVE(nonblocking, alltoallv, comm, send, send_counts, send_offsets, recv,
+                               recv_counts, recv_offsets, ARCOLL_I32),
                     ARCOLL_SUCCESS, "alltoallv i32 unequal blocks"))
     return 0;
   ok = 1;
@@ -644,9 +659,11 @@ static int test_nonblocking(arcoll_comm_t* comm, int rank, int size) {
   return ok;
 }
 
-/* The parameter server: the last rank serves, the others push_pull (BSP, the sum of every
- * worker's push) and push then pull without blocking; bad calls are refused. */
-static int test_parameter_server(arcoll_comm_t* comm, int rank, int size) {
+/* The parameter server: the last rank serves, the others push and pull the sum of every
+ * worker's push: under BSP in one push_pull, under ASP pushed, met at a barrier, then pulled;
+ * bad calls are refused. */
+static int test_parameter_server(arcoll_comm_t* comm, int rank, int size,
+                                 arcoll_consistency_t consistency) {
   enum { kCount = 3001 };
   arcoll_ps_options_t options;
   arcoll_ps_options_init(&options);
@@ -654,6 +671,7 @@ static int test_parameter_server(arcoll_comm_t* comm, int rank, int size) {
   options.server_ranks = &server;
   options.server_count = 1;
   options.piece_bytes = 1024;
+  options.consistency = consistency;
   arcoll_ps_t* ps = NULL;
   if (!check_result(arcoll_ps_create(comm, &options, &ps), ARCOLL_SUCCESS, "arcoll_ps_create"))
     return 0;
@@ -668,16 +686,29 @@ static int test_parameter_server(arcoll_comm_t* comm, int rank, int size) {
     ok = check_result(arcoll_ps_register(ps, 11, kCount, ARCOLL_F32, NULL), ARCOLL_SUCCESS,
                       "arcoll_ps_register");
     arcoll_work_t* work = NULL;
-    ok = ok && check_result(arcoll_ps_ipush_pull(ps, 11, send, recv, &work), ARCOLL_SUCCESS,
-                            "arcoll_ps_ipush_pull");
-    ok = ok && check_result(arcoll_work_wait(work), ARCOLL_SUCCESS, "wait for ipush_pull");
+    if (consistency == ARCOLL_BSP) {
+      ok = ok && check_result(arcoll_ps_ipush_pull(ps, 11, send, recv, &work), ARCOLL_SUCCESS,
+                              "arcoll_ps_ipush_pull");
+      ok = ok && check_result(arcoll_work_wait(work), ARCOLL_SUCCESS, "wait for ipush_pull");
+    } else {
+      ok = ok &&
+           check_result(arcoll_ps_ipush(ps, 11, send, &work), ARCOLL_SUCCESS, "arcoll_ps_ipush");
+      ok = ok && check_result(arcoll_work_wait(work), ARCOLL_SUCCESS, "wait for ipush");
+      arcoll_work_free(work);
+      work = NULL;
+      ok = ok && check_result(arcoll_ps_barrier(ps), ARCOLL_SUCCESS, "arcoll_ps_barrier");
+      ok = ok &&
+           check_result(arcoll_ps_ipull(ps, 11, recv, &work), ARCOLL_SUCCESS, "arcoll_ps_ipull");
+      ok = ok && check_result(arcoll_work_wait(work), ARCOLL_SUCCESS, "wait for ipull");
+    }
     arcoll_work_free(work);
     for (int i = 0; ok && i < kCount; ++i) {
       double want = 0;
       for (int q = 0; q < server; ++q) want += q + i % 5;
       if ((double)recv[i] != want) ok = 0;
     }
-    check(ok, "parameter server push_pull: the sum of every worker's push");
+    check(ok, "parameter server (%s): the sum of every worker's push",
+          consistency == ARCOLL_BSP ? "BSP" : "ASP");
     arcoll_work_t* bad = (arcoll_work_t*)1;
     check_result(arcoll_ps_ipush(ps, 99, send, &bad), ARCOLL_ERROR_INVALID_ARGUMENT,
                  "push of an unregistered key");
@@ -838,10 +869,20 @@ static void run_rank(int rank, int size) {
         "one host: local rank %d of %d, node %d of %d", local_rank, local_size, node, nodes);
 
   /* Each test returns 0 when a call failed: the ranks are then out of step, so stop. */
-  if (test_allreduce(comm, rank, size) && test_reduce_scatter(comm, rank, size) &&
-      test_allgather(comm, rank, size) && test_broadcast(comm, rank) &&
-      test_rooted_and_alltoall(comm, rank, size) && test_nonblocking(comm, rank, size) &&
-      test_parameter_server(comm, rank, size) && test_shared_buffers(comm, rank, size)) {
+  int collectives_ok = test_allreduce(comm, rank, size);
+  const size_t name_length = strlen(who);
+  for (int nonblocking = 0; nonblocking <= 1 && collectives_ok; ++nonblocking) {
+    if (nonblocking) snprintf(who + name_length, sizeof who - name_length, ", non-blocking");
+    collectives_ok = test_reduce_scatter(comm, rank, size, nonblocking) &&
+                     test_allgather(comm, rank, size, nonblocking) &&
+                     test_broadcast(comm, rank, nonblocking) &&
+                     test_rooted_and_alltoall(comm, rank, size, nonblocking);
+  }
+  who[name_length] = '\0';
+  if (collectives_ok && test_nonblocking(comm, rank, size) &&
+      test_parameter_server(comm, rank, size, ARCOLL_BSP) &&
+      test_parameter_server(comm, rank, size, ARCOLL_ASP) &&
+      test_shared_buffers(comm, rank, size)) {
     REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier");
     if (test_point_to_point(comm, rank)) {
       REQUIRE_SUCCESS(arcoll_barrier(comm), "barrier after point-to-point");

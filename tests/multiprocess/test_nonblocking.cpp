@@ -142,6 +142,18 @@ TEST(NonBlocking, EveryCollectiveHasAFormThatMatchesTheBlockingOne) {
                             coalesced_buffers[i].count, 8 + coalesced_buffers[i].count),
                 0u)
           << "coalesced buffer " << i;
+    // The blocking coalesced all-reduce, on fresh values in the same buffers.
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::size_t count = coalesced_buffers[i].count;
+      const auto fresh = make_input(DataType::i64, ReduceOp::sum, rank, count, 9 + count);
+      std::copy(fresh.begin(), fresh.end(), pieces[i].begin());
+    }
+    comm.allreduce_coalesced(coalesced_buffers, DataType::i64, ReduceOp::sum);
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      EXPECT_EQ(count_wrong(pieces[i].data(), DataType::i64, ReduceOp::sum, p,
+                            coalesced_buffers[i].count, 9 + coalesced_buffers[i].count),
+                0u)
+          << "blocking coalesced buffer " << i;
   });
 }
 
