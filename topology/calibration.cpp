@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -93,10 +95,12 @@ void keep(const Tuning& tuning, const std::string& file) {
   if (error) log::warn("calibration: " + file + ": " + error.message());
 }
 
-// Calibrations the cache folder keeps: every build and layout has a file of its own, so a
-// developer's folder would otherwise grow with every commit. The files least recently used
-// go first.
+// Calibrations the cache folder keeps per host: every build and layout has a file of its own,
+// so a developer's folder would otherwise grow with every commit. The files least recently
+// used go first. Per host, as hosts sharing a home folder would otherwise evict each other's.
 constexpr std::size_t kKeptCalibrations = 32;
+// A partial file this old was left by a job that died while writing it.
+constexpr auto kAbandonedPartial = std::chrono::hours(1);
 
 // Marks `file` as used now, for prune().
 void touch(const std::string& file) {
@@ -104,22 +108,41 @@ void touch(const std::string& file) {
   std::filesystem::last_write_time(file, std::filesystem::file_time_type::clock::now(), error);
 }
 
-// Removes all but the kKeptCalibrations calibrations of `folder` last used.
-void prune(const std::string& folder) {
+// The names cache_file gives `host`'s calibrations, tuning-<host>-<ranks>r<hosts>h-<hash>.json
+// (another host's name may begin with this one's).
+std::regex calibrations_of(const std::string& host) {
+  std::string pattern = "tuning-";
+  for (const char c : host) {  // file_safe: letters, digits, '.', '-', '_'
+    if (c == '.') pattern += '\\';
+    pattern += c;
+  }
+  return std::regex(pattern + R"(-\d+r\d+h-[0-9a-f]{16}\.json)");
+}
+
+// Removes all but the kKeptCalibrations calibrations of `host` in `folder` last used, and
+// partial files abandoned there. Best effort: a file another job removes first is skipped.
+void prune(const std::string& folder, const std::string& host) {
   namespace fs = std::filesystem;
   std::vector<std::pair<fs::file_time_type, fs::path>> files;
-  try {
-    for (const auto& entry : fs::directory_iterator(folder)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("tuning-", 0) == 0 && entry.path().extension() == ".json")
-        files.emplace_back(entry.last_write_time(), entry.path());
-    }
-    if (files.size() <= kKeptCalibrations) return;
-    std::sort(files.begin(), files.end(), std::greater<>());
-    for (std::size_t i = kKeptCalibrations; i < files.size(); ++i) fs::remove(files[i].second);
-  } catch (const fs::filesystem_error& e) {
-    log::warn("calibration: keeping the folder's old files: " + std::string(e.what()));
+  const std::regex ours = calibrations_of(host);
+  std::error_code error;
+  fs::directory_iterator entries(folder, error);
+  const auto now = fs::file_time_type::clock::now();
+  for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
+    const std::string name = entries->path().filename().string();
+    std::error_code gone;
+    const fs::file_time_type used = entries->last_write_time(gone);
+    if (gone) continue;
+    if (std::regex_match(name, ours))
+      files.emplace_back(used, entries->path());
+    else if (name.rfind("tuning-", 0) == 0 && entries->path().extension() == ".partial" &&
+             now - used > kAbandonedPartial)
+      fs::remove(entries->path(), gone);
   }
+  if (error) log::warn("calibration: " + folder + ": " + error.message() + "; nothing removed");
+  if (error || files.size() <= kKeptCalibrations) return;
+  std::sort(files.begin(), files.end(), std::greater<>());
+  for (std::size_t i = kKeptCalibrations; i < files.size(); ++i) fs::remove(files[i].second, error);
 }
 
 // Kept figures whose in-cache exchanges within a host are this many times slower than a look
@@ -169,6 +192,7 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
     if (mode == Calibration::cache && !file.empty() && std::filesystem::exists(file)) {
       try {
         kept = tuning_json(load_tuning(file));
+        touch(file);  // in use: prune() keeps it
       } catch (const ConfigurationError& e) {
         log::warn("calibration: " + std::string(e.what()) + "; measuring again");
       }
@@ -180,10 +204,8 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   if (!kept.empty()) {
     Tuning tuning = parse_tuning(kept, file);
     outdated_by = outdated(comm, tuning);
-    if (outdated_by.empty()) {
-      if (comm.rank() == 0) touch(file);
+    if (outdated_by.empty())
       return {tuning, "link costs kept in " + file + " (" + tuning.measured_on + ")"};
-    }
     if (comm.rank() == 0) log::warn("calibration: measuring again: " + outdated_by);
   }
   Tuning tuning = measure_tuning(comm);
@@ -191,7 +213,7 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
     return {tuning, "link costs measured just now (no cache folder: set ARCOLL_CACHE_DIR or HOME)"};
   if (comm.rank() == 0) {
     keep(tuning, file);
-    prune(std::filesystem::path(file).parent_path().string());
+    prune(std::filesystem::path(file).parent_path().string(), file_safe(host_info().hostname));
   }
   if (!outdated_by.empty())
     return {tuning, "link costs measured again, kept in " + file + " (" + outdated_by + ")"};

@@ -104,12 +104,11 @@ struct SweepCallbacks {
       skipped;
 };
 
-// Every rank calls this with the same settings. Rows come in nccl-tests' order (collective,
-// then type, then op, then size). Errors of the library propagate as arcoll::Error.
-// The sweep through each of `backends`, interleaved: for every collective, type, op and
-// size, each backend in turn, once per repetition (rows in that order; a backend that cannot
-// run a collective with a type and op has no rows for it). `comm` carries arbench's own
-// coordination (the slowest rank's time, the #wrong sum).
+// The sweep through each of `backends`, interleaved: for every collective, type, op and size
+// (nccl-tests' order), each backend in turn, once per repetition (rows in that order; a
+// backend that cannot run a collective with a type and op has no rows for it). Every rank
+// calls this with the same settings. `comm` carries arbench's own coordination (the slowest
+// rank's time, the #wrong sum). Errors of the library propagate as arcoll::Error.
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,
                            const SweepSettings& settings, const SweepCallbacks& callbacks = {});
 

@@ -473,6 +473,7 @@ static int test_reduce_scatter(arcoll_comm_t* comm, int rank, int size, int nonb
   enum { kBlock = 3 };
   float send[kWorld * kBlock], recv[kBlock];
   for (int i = 0; i < size * kBlock; ++i) send[i] = (float)(rank * 1000 + i);
+  for (int i = 0; i < kBlock; ++i) recv[i] = -1.0f;
   if (!check_result(
           COLLECTIVE(nonblocking, reduce_scatter, comm, send, recv, kBlock, ARCOLL_F32, ARCOLL_SUM),
           ARCOLL_SUCCESS, "reduce_scatter f32 sum block 3"))
@@ -530,11 +531,17 @@ static int test_broadcast(arcoll_comm_t* comm, int rank, int nonblocking) {
   return 1;
 }
 
+/* Fills a receive buffer with a value no call here writes, so a call that writes nothing fails. */
+static void clear_i32(int32_t* buffer, int count) {
+  for (int i = 0; i < count; ++i) buffer[i] = -1;
+}
+
 /* Reduce, gather and scatter to and from root 1, all-to-all with equal and unequal blocks. */
 static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size, int nonblocking) {
   enum { kRoot = 1, kCount = 6 };
   int32_t send[kWorld * kCount], recv[kWorld * kCount];
   for (int i = 0; i < kCount; ++i) send[i] = rank * 10 + i;
+  clear_i32(recv, kWorld * kCount);
   if (!check_result(COLLECTIVE(nonblocking, reduce, comm, send, rank == kRoot ? recv : NULL, kCount,
                                ARCOLL_I32, ARCOLL_MAX, kRoot),
                     ARCOLL_SUCCESS, "reduce i32 max to root 1"))
@@ -545,6 +552,7 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size, int
       if (recv[i] != (size - 1) * 10 + i) ok = 0;
     check(ok, "reduce: the root holds the maximum");
   }
+  clear_i32(recv, kWorld * kCount);
   if (!check_result(COLLECTIVE(nonblocking, gather, comm, send, rank == kRoot ? recv : NULL, kCount,
                                ARCOLL_I32, kRoot),
                     ARCOLL_SUCCESS, "gather i32 to root 1"))
@@ -557,6 +565,7 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size, int
     check(ok, "gather: block r from rank r");
   }
   for (int i = 0; i < size * kCount; ++i) send[i] = 1000 + i;
+  clear_i32(recv, kWorld * kCount);
   if (!check_result(COLLECTIVE(nonblocking, scatter, comm, rank == kRoot ? send : NULL, recv,
                                kCount, ARCOLL_I32, kRoot),
                     ARCOLL_SUCCESS, "scatter i32 from root 1"))
@@ -568,6 +577,7 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size, int
 
   for (int q = 0; q < size; ++q)
     for (int i = 0; i < kCount; ++i) send[q * kCount + i] = rank * 100 + q * 10 + i;
+  clear_i32(recv, kWorld * kCount);
   if (!check_result(COLLECTIVE(nonblocking, alltoall, comm, send, recv, kCount, ARCOLL_I32),
                     ARCOLL_SUCCESS, "alltoall i32 block 6"))
     return 0;
@@ -589,6 +599,7 @@ static int test_rooted_and_alltoall(arcoll_comm_t* comm, int rank, int size, int
     at_recv += recv_counts[q];
   }
   for (size_t i = 0; i < at_send; ++i) send[i] = rank * 100 + (int)i;
+  clear_i32(recv, kWorld * kCount);
   if (!check_result(COLLECTIVE(nonblocking, alltoallv, comm, send, send_counts, send_offsets, recv,
                                recv_counts, recv_offsets, ARCOLL_I32),
                     ARCOLL_SUCCESS, "alltoallv i32 unequal blocks"))
@@ -685,6 +696,7 @@ static int test_parameter_server(arcoll_comm_t* comm, int rank, int size,
     for (int i = 0; i < kCount; ++i) send[i] = (float)(rank + i % 5);
     ok = check_result(arcoll_ps_register(ps, 11, kCount, ARCOLL_F32, NULL), ARCOLL_SUCCESS,
                       "arcoll_ps_register");
+    for (int i = 0; i < kCount; ++i) recv[i] = -1.0f; /* left by the previous run */
     arcoll_work_t* work = NULL;
     if (consistency == ARCOLL_BSP) {
       ok = ok && check_result(arcoll_ps_ipush_pull(ps, 11, send, recv, &work), ARCOLL_SUCCESS,

@@ -3,8 +3,10 @@
 // and across emulated hosts); mixed precision on the wire; the cost model's choices.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +16,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
+#include "arcoll/host.hpp"
 #include "arcoll/tuning.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
@@ -344,21 +347,36 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   std::filesystem::remove_all(folder);
 }
 
-// The cache folder keeps the calibrations last used: a new one removes the least recently
-// used beyond 32, a kept one reused counts as used now, and other files stay.
+// The cache folder keeps each host's calibrations last used: a new one removes the least
+// recently used of this host's beyond 32, a kept one reused counts as used now; other hosts'
+// files, other files and partial files still being written stay, abandoned ones go.
 TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
   namespace fs = std::filesystem;
   char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
   ASSERT_NE(::mkdtemp(folder_template), nullptr);
   const std::string folder = folder_template;
-  // 40 calibrations of other builds, file i last used i hours ago, and a file of another kind.
+  std::string host;  // as calibration files name it
+  for (const char c : host_info().hostname)
+    host += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
   const auto now = fs::file_time_type::clock::now();
-  auto old_file = [&](int i) { return folder + "/tuning-other-" + std::to_string(i) + ".json"; };
-  for (int i = 1; i <= 40; ++i) {
-    std::ofstream(old_file(i)) << "{}";
-    fs::last_write_time(old_file(i), now - std::chrono::hours(i));
-  }
-  std::ofstream(folder + "/notes.txt") << "not a calibration";
+  auto file_used = [&](const std::string& name, int hours_ago) {
+    std::ofstream(folder + "/" + name) << "{}";
+    fs::last_write_time(folder + "/" + name, now - std::chrono::hours(hours_ago));
+  };
+  // 40 calibrations of this host's other builds, file i last used i hours ago.
+  auto old_file = [&](int i) {
+    char hash[17];
+    std::snprintf(hash, sizeof hash, "%016x", i);
+    return "tuning-" + host + "-2r1h-" + hash + ".json";
+  };
+  for (int i = 1; i <= 40; ++i) file_used(old_file(i), i);
+  const std::string other_host = "tuning-" + host + "-b-2r1h-0000000000000001.json";
+  const std::string abandoned = "tuning-" + host + "-2r1h-0000000000000001.json.77.partial";
+  const std::string being_written = "tuning-" + host + "-2r1h-0000000000000002.json.78.partial";
+  file_used(other_host, 100);
+  file_used(abandoned, 2);
+  file_used(being_written, 0);
+  file_used("notes.txt", 100);
   // A job of `chunk` bytes per pipeline chunk (a layout of its own), told `expected_source`.
   auto job = [&](const std::string& chunk, const std::string& expected_source) {
     run_ranks(
@@ -371,30 +389,36 @@ TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
         {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "cache"},
          {"ARCOLL_CHUNK_BYTES", chunk}});
   };
-  auto calibrations = [&] {
+  auto ours_kept = [&] {
     std::set<std::string> names;
-    for (const auto& entry : fs::directory_iterator(folder))
-      if (entry.path().extension() == ".json") names.insert(entry.path().filename().string());
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() == ".json" && name != other_host) names.insert(name);
+    }
     return names;
   };
-  auto kept_old = [&](int i) {
-    return calibrations().count(fs::path(old_file(i)).filename().string()) == 1;
-  };
+  auto kept_old = [&](int i) { return ours_kept().count(old_file(i)) == 1; };
   job("512K", "link costs measured just now");
-  std::set<std::string> kept = calibrations();
+  std::set<std::string> kept = ours_kept();
   EXPECT_EQ(kept.size(), 32u);
   for (int i = 1; i <= 40; ++i) EXPECT_EQ(kept_old(i), i <= 31) << i;
-  EXPECT_TRUE(fs::exists(folder + "/notes.txt"));
+  for (const std::string& name : {other_host, being_written, std::string("notes.txt")})
+    EXPECT_TRUE(fs::exists(folder + "/" + name)) << name;
+  EXPECT_FALSE(fs::exists(folder + "/" + abandoned));
   // The new calibration, made to look last used two days ago, is used again: it counts as
-  // used now, so the next new calibration removes the oldest of the others instead.
+  // used now, so the next new calibration removes the oldest of the others instead. (Its
+  // in-cache rate is raised first, so that no look at the links finds it measured slow.)
   std::string ours;
   for (const std::string& name : kept)
-    if (name.rfind("tuning-other-", 0) != 0) ours = folder + "/" + name;
+    if (name.find("-2r1h-00000000000000") == std::string::npos) ours = folder + "/" + name;
   ASSERT_FALSE(ours.empty());
+  Tuning fast = load_tuning(ours);
+  for (auto& [name, c] : fast.transports) c.cached_bandwidth_gbs *= 1000;
+  save_tuning(fast, ours);
   fs::last_write_time(ours, now - std::chrono::hours(48));
   job("512K", "link costs kept in " + ours);
   job("256K", "link costs measured just now");
-  EXPECT_EQ(calibrations().size(), 32u);
+  EXPECT_EQ(ours_kept().size(), 32u);
   EXPECT_TRUE(fs::exists(ours));
   EXPECT_FALSE(kept_old(31));
   EXPECT_TRUE(kept_old(30));
