@@ -208,8 +208,9 @@ TEST_P(CollectiveWorld, ReduceGatherScatterAlltoall) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));
 
-// Buffers from mem_alloc: over shared memory, messages of 16 KiB and more are read, or reduced,
-// straight out of the sender's buffer; over other transports they travel as any others.
+// Buffers from mem_alloc: over shared memory, messages of 512 KiB and more (of calls without
+// streaming stores) are read, or reduced, straight out of the sender's buffer; over other
+// transports they travel as any others.
 class SharedBuffers : public ::testing::TestWithParam<int> {};
 
 TEST_P(SharedBuffers, AllreduceMatchesReference) {
@@ -231,11 +232,11 @@ TEST(SharedBuffersPointToPoint, ReceiversReadTheCurrentRegion) {
       if (comm.rank() == 0) {
         std::iota(buffer, buffer + kCount, round * 1000u);
         comm.send(buffer, kCount * 4, 1, 0);
-        comm.send(buffer + 5, 20000 * 4, 1, 1);  // from inside the region
+        comm.send(buffer + 5, 200000 * 4, 1, 1);  // from inside the region
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the send comes first
         comm.recv(buffer, kCount * 4, 0, 0);
-        std::vector<std::uint32_t> part(20000);
+        std::vector<std::uint32_t> part(200000);
         comm.recv(part.data(), part.size() * 4, 0, 1);
         std::size_t wrong = 0;
         for (std::size_t i = 0; i < kCount; ++i) wrong += buffer[i] != round * 1000u + i;

@@ -34,18 +34,19 @@ class Communicator;
 namespace testing {
 // "f32/sum count 7 in-place": a case, in assertion messages.
 std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
-// One all-reduce of the reference input of `count` elements on heap buffers, in place or not:
-// how many elements of the result differ from the reference.
-std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::size_t count,
-                            std::size_t salt, bool in_place);
 // All-reduce of every count of the suite (0, 1, primes, counts around the world size, across
 // the eager limit, several pipeline chunks) checked element by element against the reference
 // (gtest assertions); `salt` varies the inputs. every_pair: every type with every op, in place
 // and not. sampled: every type with sum, every op with f32, bf16 and i64, in place and not
 // alternately (both for f32 sum). `memory`: where the buffers live, the heap or
-// arcoll::mem_alloc (read in place by peers on the host).
+// arcoll::mem_alloc (read in place by peers on the host; with a count more, whose messages are
+// large enough to be).
 enum class Coverage { every_pair, sampled };
 enum class Memory { heap, shared };
+// One all-reduce of the reference input of `count` elements, in place or not, on buffers in
+// `memory`: how many elements of the result differ from the reference.
+std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::size_t count,
+                            std::size_t salt, bool in_place, Memory memory = Memory::heap);
 void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage,
                      Memory memory = Memory::heap);
 }  // namespace testing

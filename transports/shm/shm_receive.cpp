@@ -47,17 +47,23 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
   }
   const bool described = e.kind == EntryKind::descriptor || e.kind == EntryKind::shared_descriptor;
   const bool first = described || e.offset == 0;
+  Request* landed_whole = nullptr;  // a forwarding receive that lands first: sent on below
   if (first && e.kind == EntryKind::fragment && e.payload == e.message_bytes &&
       matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
+        const bool pieces = forwards_pieces(receive);
         ring_read(ring, payload_at, e.payload,
                   [&](const char* src, std::size_t offset, std::size_t length) {
-                    if (receive.forward)
+                    if (pieces)
                       land_and_forward(receive, offset, src, length);
                     else
                       transport::land(receive, offset, src, length);
                   });
-      }))
+        if (!pieces) landed_whole = &receive;
+      })) {
+    // The receive is done now, and its caller still holds it.
+    if (landed_whole != nullptr) forward_whole_once_landed(*landed_whole);
     return;
+  }
   if (first) {
     auto m = std::make_shared<ShmMessage>();
     m->tag = e.tag;
@@ -114,7 +120,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
                                  std::size_t n) {
   Request* receive = m.request.get();  // kept by the message after its last piece
-  if (receive && receive->forward && !m.holding) {
+  if (receive && forwards_pieces(*receive) && !m.holding) {
     land_and_forward(*receive, offset, src, n);
     matching_.delivered(m, n);
     return;
@@ -178,6 +184,7 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
   if (m->region) {
     // Where the region cannot be mapped, the message is read across processes below.
     if (const char* base = peer_regions_.map(peer, segments_.peer(peer).pidfd.get(), *m->region)) {
+      ++forwarded_.read_in_place;
       deliver_piece(*m, 0, base + (m->address - m->region->base), m->bytes);
       enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
       return;

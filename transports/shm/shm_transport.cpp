@@ -22,9 +22,14 @@ namespace {
 
 constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 
-// Sends from shared memory of at least this size travel as shared descriptors: below it a
-// fragment's copy costs less than the descriptor's round trip.
-constexpr std::size_t kSharedDescriptorBytes = 16 * 1024;
+// Sends from shared memory of at least this size travel as shared descriptors, read in place
+// by the receiver: smaller ones are faster copied through the ring, which the receiver reads
+// while the sender still writes. 2-rank all-reduces of shared buffers whose halves go in one
+// message: 16.3 against 20.1 us at 256 KiB (128 KiB messages), 34.0 against 38.2 us at 512 KiB,
+// but 46 against 59 us at 1 MiB (512 KiB messages). Calls with streaming stores (larger than
+// the caches) copy through the ring as well: read in place, the sender's buffer is read from
+// memory twice (64 MiB: 10.3 against 9.1 ms).
+constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout) {
@@ -67,11 +72,13 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
 }
 
 ShmTransport::~ShmTransport() {
-  if (forwarded_.written + forwarded_.queued + forwarded_.whole > 0)
+  const Forwarded& f = forwarded_;
+  if (f.written + f.queued + f.whole + f.read_in_place > 0)
     log::debug("shm: fragments forwarded as they landed: " + std::to_string(forwarded_.written) +
                " written into the ring, " + std::to_string(forwarded_.queued) +
                " queued behind a full ring; messages forwarded whole: " +
-               std::to_string(forwarded_.whole));
+               std::to_string(forwarded_.whole) +
+               "; messages read in place: " + std::to_string(forwarded_.read_in_place));
   if (!aborted_ && !peer_ranks_.empty()) {
     for (int p : peer_ranks_)
       if (!failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));
@@ -83,6 +90,16 @@ ShmTransport::~ShmTransport() {
       if (!poll_once()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
+}
+
+std::optional<shared_memory::Region> ShmTransport::in_place_region(const Request& send) const {
+  if (send.bytes < kSharedDescriptorBytes || send.streaming_stores || !segments_.cma())
+    return std::nullopt;
+  return shared_memory::find(send.buffer, send.bytes);
+}
+
+bool ShmTransport::forwards_pieces(const Request& receive) const {
+  return receive.forward && !in_place_region(*receive.forward);
 }
 
 void ShmTransport::enqueue(int peer, Outgoing out) {
@@ -103,15 +120,13 @@ void ShmTransport::post(const RequestPtr& request) {
     post_recv(request);
     return;
   }
-  if (request->bytes >= kSharedDescriptorBytes && segments_.cma()) {
-    if (const auto region = shared_memory::find(request->buffer, request->bytes)) {
-      const SharedRegion wire{region->id, reinterpret_cast<std::uint64_t>(region->base),
-                              region->bytes, region->fd, 0};
-      Outgoing out(descriptor(EntryKind::shared_descriptor, p, request, sizeof wire));
-      out.owned.assign(reinterpret_cast<const char*>(&wire), sizeof wire);
-      enqueue(request->peer, std::move(out));
-      return;
-    }
+  if (const auto region = in_place_region(*request)) {
+    const SharedRegion wire{region->id, reinterpret_cast<std::uint64_t>(region->base),
+                            region->bytes, region->fd, 0};
+    Outgoing out(descriptor(EntryKind::shared_descriptor, p, request, sizeof wire));
+    out.owned.assign(reinterpret_cast<const char*>(&wire), sizeof wire);
+    enqueue(request->peer, std::move(out));
+    return;
   }
   if (request->bytes > single_copy_bytes_ && segments_.cma()) {
     enqueue(request->peer, Outgoing(descriptor(EntryKind::descriptor, p, request, 0)));

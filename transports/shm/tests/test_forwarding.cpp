@@ -44,7 +44,7 @@ void check_counts(Communicator& comm, std::initializer_list<std::size_t> counts)
 
 // What the ranks' shm transports forwarded, summed as they report it on closing.
 struct Forwarded {
-  double written = 0, queued = 0, whole = 0;
+  double written = 0, queued = 0, whole = 0, read_in_place = 0;
 };
 
 // Runs `body` on `world` ranks of halving-doubling with `env`, checks that every rank ended
@@ -75,6 +75,7 @@ Forwarded run_forwarding(int world, std::map<std::string, std::string> env, cons
     sum.written += std::max(0.0, number_after(e.output, "forwarded as they landed: "));
     sum.queued += std::max(0.0, number_after(e.output, " written into the ring, "));
     sum.whole += std::max(0.0, number_after(e.output, "messages forwarded whole: "));
+    sum.read_in_place += std::max(0.0, number_after(e.output, "messages read in place: "));
   }
   return sum;
 }
@@ -103,7 +104,8 @@ TEST_F(ShmForwarding, ChunksWrittenOnQueuedOrSentWholeMatchTheReference) {
   EXPECT_GT(all.whole, 0);
 }
 
-// Messages read from the sender's memory: across processes, or in place where it is shared.
+// Messages read from the sender's memory across processes; and shared buffers, whose calls
+// here stream and so go through the ring.
 TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
   for (int world : {2, 3}) {
     const Forwarded f =
@@ -116,6 +118,29 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
                          check_allreduce(comm, 11, Coverage::sampled, Memory::shared);
                        });
     EXPECT_GT(f.written, 0) << world << " ranks";
+  }
+}
+
+// Forwarded results of messages read in place from arcoll::mem_alloc: the partner reads them
+// in place too, sent whole once reduced, never copied into the ring. The halves of the last
+// round, given and returned in one message each (1 MiB chunks), are 600 KiB: read in place.
+TEST_F(ShmForwarding, ResultsOfMessagesReadInPlaceAreSentWhole) {
+  for (auto [world, count] :
+       {std::pair{2, std::size_t{300'007}}, std::pair{4, std::size_t{600'011}}}) {
+    const Forwarded f =
+        run_forwarding(world, {{"ARCOLL_CHUNK_BYTES", "1M"}, {"ARCOLL_STREAMING_BYTES", "1G"}},
+                       [count](Communicator& comm) {
+                         for (bool in_place : {false, true})
+                           EXPECT_EQ(allreduce_wrong(comm, DataType::f32, ReduceOp::sum, count, 3,
+                                                     in_place, Memory::shared),
+                                     0u)
+                               << label(DataType::f32, ReduceOp::sum, count, in_place) << " on "
+                               << comm.size() << " ranks";
+                       });
+    // Every rank reads its partner's half, and its returned result, in place, twice.
+    EXPECT_GE(f.read_in_place, 2 * 2 * world) << world << " ranks";
+    EXPECT_GE(f.whole, 2 * world) << world << " ranks";
+    EXPECT_EQ(f.written + f.queued, 0) << world << " ranks";
   }
 }
 
