@@ -42,7 +42,8 @@ struct Request {
   bool streaming_stores = false;
   // A receive whose landed result is sent on (PointToPoint::irecv_reduce_send): this send of
   // `buffer`'s bytes, posted with the receive to a transport that forwards() and started by it,
-  // piece by piece as the pieces land (whole, for a message held before its receive came).
+  // piece by piece as the pieces land (whole, for a message held before its receive came, or
+  // where the transport lets the peer read the result in place).
   // The receive's waiter waits for both.
   std::shared_ptr<Request> forward;
   // Set by the transport.

@@ -57,11 +57,15 @@ std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::si
                             std::size_t salt, bool in_place, Memory memory) {
   const auto input_bytes = make_input(t, op, comm.rank(), count, salt);
   TestBuffer input(input_bytes, memory);
-  TestBuffer out(input_bytes, memory);
-  if (in_place)
+  const std::vector<unsigned char> unset(input_bytes.size(), 0xAB);
+  TestBuffer out(in_place ? input_bytes : unset, memory);
+  if (in_place) {
     comm.allreduce(out.data(), count, t, op);
-  else
+  } else {
     comm.allreduce(input.data(), out.data(), count, t, op);
+    EXPECT_EQ(input.contents(), input_bytes) << "input modified: " << label(t, op, count, in_place);
+  }
+  EXPECT_EQ(out.sentinel(), 0xAB) << "wrote past the end: " << label(t, op, count, in_place);
   return count_wrong(out.data(), t, op, comm.size(), count, salt);
 }
 
@@ -84,21 +88,8 @@ void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage, Me
         ++index;
         for (bool in_place : {false, true}) {
           if (!both_modes && in_place != (index % 2 == 0)) continue;  // alternate by count
-          const auto input_bytes = make_input(t, op, comm.rank(), count, salt);
-          TestBuffer input(input_bytes, memory);
-          const std::vector<unsigned char> unset(input_bytes.size(), 0xAB);
-          TestBuffer out(in_place ? input_bytes : unset, memory);
-          if (in_place) {
-            comm.allreduce(out.data(), count, t, op);
-          } else {
-            comm.allreduce(input.data(), out.data(), count, t, op);
-            EXPECT_EQ(input.contents(), input_bytes)
-                << "input modified: " << label(t, op, count, in_place);
-          }
-          EXPECT_EQ(count_wrong(out.data(), t, op, comm.size(), count, salt), 0u)
+          EXPECT_EQ(allreduce_wrong(comm, t, op, count, salt, in_place, memory), 0u)
               << label(t, op, count, in_place) << " on rank " << comm.rank();
-          EXPECT_EQ(out.sentinel(), 0xAB)
-              << "wrote past the end: " << label(t, op, count, in_place);
         }
       }
     }

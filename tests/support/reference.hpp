@@ -44,7 +44,8 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
 enum class Coverage { every_pair, sampled };
 enum class Memory { heap, shared };
 // One all-reduce of the reference input of `count` elements, in place or not, on buffers in
-// `memory`: how many elements of the result differ from the reference.
+// `memory`: how many elements of the result differ from the reference (gtest assertions that
+// the input is left as it was and nothing is written past the result's end).
 std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::size_t count,
                             std::size_t salt, bool in_place, Memory memory = Memory::heap);
 void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage,

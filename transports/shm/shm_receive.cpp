@@ -47,23 +47,19 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
   }
   const bool described = e.kind == EntryKind::descriptor || e.kind == EntryKind::shared_descriptor;
   const bool first = described || e.offset == 0;
-  Request* landed_whole = nullptr;  // a forwarding receive that lands first: sent on below
+  // A message of one fragment is far below what is read in place (kSharedDescriptorBytes), and
+  // so is its forward, which has its size: forwarded piece by piece.
   if (first && e.kind == EntryKind::fragment && e.payload == e.message_bytes &&
       matching_.arrive_whole(peer, e.tag, e.signature, e.message_bytes, [&](Request& receive) {
-        const bool pieces = forwards_pieces(receive);
         ring_read(ring, payload_at, e.payload,
                   [&](const char* src, std::size_t offset, std::size_t length) {
-                    if (pieces)
+                    if (receive.forward)
                       land_and_forward(receive, offset, src, length);
                     else
                       transport::land(receive, offset, src, length);
                   });
-        if (!pieces) landed_whole = &receive;
-      })) {
-    // The receive is done now, and its caller still holds it.
-    if (landed_whole != nullptr) forward_whole_once_landed(*landed_whole);
+      }))
     return;
-  }
   if (first) {
     auto m = std::make_shared<ShmMessage>();
     m->tag = e.tag;
@@ -120,7 +116,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
                                  std::size_t n) {
   Request* receive = m.request.get();  // kept by the message after its last piece
-  if (receive && forwards_pieces(*receive) && !m.holding) {
+  if (receive && !m.holding && forwards_pieces(*receive)) {
     land_and_forward(*receive, offset, src, n);
     matching_.delivered(m, n);
     return;
