@@ -13,8 +13,9 @@ namespace arcoll::testing {
 namespace {
 
 const std::size_t kCounts[] = {0, 1, 2, 3, 5, 7, 13, 64, 1000, 4099, 20011, 65537};
-// On shared buffers, one more: large enough that halving's and the rings' messages of f32 and
-// wider types reach the size read in place (512 KiB) on up to 4 ranks.
+// On shared buffers, one more, whose messages reach the size read in place (512 KiB): in f32,
+// on 2, 4 and 8 ranks, where auto runs halving-doubling. (On 3 and 5 it runs rings, of two
+// channels and of one, whose messages stay smaller; the forwarding tests read in place on 3.)
 constexpr std::size_t kReadInPlaceCount = 600'011;
 
 }  // namespace

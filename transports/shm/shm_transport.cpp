@@ -25,10 +25,11 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // Sends from shared memory of at least this size travel as shared descriptors, read in place
 // by the receiver: smaller ones are faster sent as any other message (copied through the
 // ring, which the receiver reads while the sender still writes). 2-rank all-reduces of shared
-// buffers whose halves go in one message: 16.3 against 20.1 us at 256 KiB (128 KiB messages), 34.0
-// against 38.2 us at 512 KiB, but 46 against 59 us at 1 MiB (512 KiB messages). Calls with
-// streaming stores (larger than the caches) are sent as any other as well: read in place, the
-// sender's buffer is read from memory twice (64 MiB: 10.3 against 9.1 ms).
+// buffers whose halves go in one message, through the ring against read in place: 16.3
+// against 20.1 us at 256 KiB (128 KiB messages), 34.0 against 38.2 us at 512 KiB; at 1 MiB
+// (512 KiB messages), read in place 46 us, where heap buffers take 59. Calls with streaming
+// stores (larger than the caches) are sent as any other as well: read in place, the sender's
+// buffer is read from memory twice (64 MiB: 10.3 against 9.1 ms).
 constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
@@ -74,11 +75,10 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
 ShmTransport::~ShmTransport() {
   const Forwarded& f = forwarded_;
   if (f.written + f.queued + f.whole + f.read_in_place > 0)
-    log::debug("shm: fragments forwarded as they landed: " + std::to_string(forwarded_.written) +
-               " written into the ring, " + std::to_string(forwarded_.queued) +
-               " queued behind a full ring; messages forwarded whole: " +
-               std::to_string(forwarded_.whole) +
-               "; messages read in place: " + std::to_string(forwarded_.read_in_place));
+    log::debug("shm: fragments forwarded as they landed: " + std::to_string(f.written) +
+               " written into the ring, " + std::to_string(f.queued) +
+               " queued behind a full ring; messages forwarded whole: " + std::to_string(f.whole) +
+               "; messages read in place: " + std::to_string(f.read_in_place));
   if (!aborted_ && !peer_ranks_.empty()) {
     for (int p : peer_ranks_)
       if (!failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));

@@ -107,8 +107,8 @@ TEST_F(ShmForwarding, ChunksWrittenOnQueuedOrSentWholeMatchTheReference) {
   EXPECT_GT(all.whole, 0);
 }
 
-// Messages read from the sender's memory across processes; and shared buffers, whose calls
-// here stream and so go through the ring.
+// Messages read from the sender's memory across processes; shared buffers too, as their calls
+// here stream and are then sent as any other.
 TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
   for (int world : {2, 3}) {
     const Forwarded f =
