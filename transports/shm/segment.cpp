@@ -105,8 +105,8 @@ Mapping::~Mapping() {
   if (base_ != nullptr) ::munmap(base_, bytes_);
 }
 
-Segments::Segments(const TransportSetup& setup, bool probe_cma)
-    : peers_(static_cast<std::size_t>(setup.size)), cma_(probe_cma) {
+Segments::Segments(const TransportSetup& setup, bool single_copy)
+    : peers_(static_cast<std::size_t>(setup.size)), cma_(single_copy) {
   if (setup.peers.empty()) return;
   const int rank = setup.rank;
   const std::size_t bytes = segment_bytes(setup.size);
@@ -123,6 +123,7 @@ Segments::Segments(const TransportSetup& setup, bool probe_cma)
   reserve(fd.get(), setup);
   own_ = map_shared(fd.get(), bytes, rank, Error::kNoRank);
   header_of(own())->pid = ::getpid();
+  bool reads = true;  // whether this rank may read every peer's memory (probed below)
   // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
   // our address space (to probe whether cross-memory reads are allowed).
   setup.store->set(
@@ -148,20 +149,33 @@ Segments::Segments(const TransportSetup& setup, bool probe_cma)
     std::int32_t probe = 0;
     iovec local{&probe, sizeof probe};
     iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, pid)), sizeof probe};
-    if (cma_ && (::process_vm_readv(mapped.pid, &local, 1, &remote, 1, 0) != sizeof probe ||
-                 probe != mapped.pid)) {
+    if (reads && (::process_vm_readv(mapped.pid, &local, 1, &remote, 1, 0) != sizeof probe ||
+                  probe != mapped.pid)) {
+      reads = false;
+      if (cma_)
+        log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
+                  " is not allowed (" + std::strerror(errno) +
+                  "); large messages are copied through shared memory");
       cma_ = false;
-      log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
-                " is not allowed (" + std::strerror(errno) +
-                "); large messages are copied through shared memory");
     }
   }
-  // Every rank has mapped every segment once all have said so: then the names can go.
-  setup.store->set("shm/mapped/" + std::to_string(rank), "1");
-  for (int p : setup.peers)
-    if (!setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline))
+  // Every rank has mapped every segment once all have said so: then the names can go. Each
+  // also says whether it reads its peers' memory. A large message is read by its receiver,
+  // and permission can be one way (ptrace rules: capabilities, dumpable processes), so the
+  // ranks send that way only if every rank reads every other.
+  setup.store->set("shm/mapped/" + std::to_string(rank), reads ? "reads" : "denied");
+  for (int p : setup.peers) {
+    auto mapped = setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline);
+    if (!mapped)
       throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
                          rank, p);
+    if (cma_ && *mapped != "reads") {
+      cma_ = false;
+      log::warn("shm transport: rank " + std::to_string(p) +
+                " may not read its peers' memory across processes; large messages are copied "
+                "through shared memory");
+    }
+  }
 }
 
 }  // namespace arcoll::shm

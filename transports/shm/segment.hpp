@@ -70,10 +70,11 @@ struct PeerSegment {
 
 class Segments {
  public:
-  // Sets up the segments of `setup.peers` (nothing for none). `probe_cma`: check that
-  // cross-memory attach may read every peer's memory (cma() says whether it may). Throws
-  // SystemError, TimeoutError or ProtocolError naming the peer.
-  Segments(const TransportSetup& setup, bool probe_cma);
+  // Sets up the segments of `setup.peers` (nothing for none). `single_copy`: large messages
+  // are to be read by their receivers from the senders' memory; cma() says whether they may
+  // be, which is when every rank of the host may read every other (each probes its peers with
+  // cross-memory attach). Throws SystemError, TimeoutError or ProtocolError naming the peer.
+  Segments(const TransportSetup& setup, bool single_copy);
 
   void* own() const { return own_.get(); }
   PeerSegment& peer(int rank) { return peers_[static_cast<std::size_t>(rank)]; }

@@ -198,8 +198,14 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
       iovec remote{reinterpret_cast<void*>(m->address + at + done), n - done};
       ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
       if (got <= 0) {
-        fail_dead_peer(peer,
-                       "its buffer could not be read (" + std::string(std::strerror(errno)) + ")");
+        const int error = errno;
+        const std::string why =
+            "its buffer could not be read (" + std::string(std::strerror(error)) + ")";
+        // Only a process that is gone makes the read fail with ESRCH; a refusal is not a death.
+        if (error == ESRCH)
+          fail_dead_peer(peer, why);
+        else
+          fail_peer(peer, ErrorCode::system, "rank " + std::to_string(peer) + ": " + why);
         return;
       }
       done += static_cast<std::uint64_t>(got);

@@ -1,0 +1,160 @@
+// Cross-memory attach allowed one way only: one rank may read its peers' memory and they may
+// not read it, or the reverse. Ptrace rules make that happen: a process whose capabilities
+// are not a superset of its target's may not read it (so root ranks read one that dropped its
+// capabilities, and it may not read them); nor may one read a process that is not dumpable
+// without CAP_SYS_PTRACE. Large messages are read by their receiver from the sender's memory,
+// so every rank must agree not to send them that way.
+#include <gtest/gtest.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "arcoll/error.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+class ShmCrossMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (forced_transport() != "shm") GTEST_SKIP() << "the shm. run's test";
+  }
+};
+class ShmCrossMemoryWorld : public ShmCrossMemory, public ::testing::WithParamInterface<int> {};
+
+// Makes this process's memory readable by its peers while it may not read theirs (as root:
+// every capability dropped), or the reverse (not root: not dumpable). Empty when neither
+// could be done.
+struct OneWay {
+  std::string what;
+  bool may_not_read = false;  // else: may not be read
+};
+OneWay deny_one_way() {
+  if (::geteuid() == 0) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {};
+    if (::syscall(SYS_capset, &header, none) == 0) return {"may not read its peers", true};
+  }
+  if (::prctl(PR_SET_DUMPABLE, 0) == 0) return {"may not be read by its peers", false};
+  return {};
+}
+
+// Runs `world` ranks after `prepare` ran on rank 1 before its communicator was made (it
+// returns 2 when it could not do its part). Point-to-point messages above the size read
+// across processes, and all-reduces of buffers from arcoll::mem_alloc large enough to be read
+// in place, arrive whole between every pair, both ways. Returns the exits, none when rank 1
+// could not be prepared.
+std::vector<RankExit> exchange_large_messages(int world, const std::function<int()>& prepare) {
+  LocalLaunchOptions options;
+  options.ranks = world;
+  options.env["ARCOLL_ALGO"] = "halving_doubling";
+  auto exits = launch(options, [&] {
+    if (std::atoi(std::getenv("ARCOLL_RANK")) == 1)
+      if (int code = prepare(); code != 0) return code;
+    auto comm = Communicator::from_env();
+    constexpr std::size_t kCount = (3 << 20) / 4 + 5;  // above the 1 MiB read across processes
+    std::vector<std::uint32_t> out(kCount), in(kCount);
+    for (int step = 1; step < comm->size(); ++step) {
+      const int to = (comm->rank() + step) % comm->size();
+      const int from = (comm->rank() - step + comm->size()) % comm->size();
+      std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(comm->rank() * 7 + step));
+      std::fill(in.begin(), in.end(), 0xABABABABu);
+      comm->sendrecv(out.data(), out.size() * 4, to, in.data(), in.size() * 4, from, step);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < kCount; ++i)
+        wrong += in[i] != static_cast<std::uint32_t>(from * 7 + step + i);
+      EXPECT_EQ(wrong, 0u) << "from rank " << from;
+    }
+    EXPECT_EQ(
+        allreduce_wrong(*comm, DataType::f32, ReduceOp::sum, 600'011, 3, false, Memory::shared),
+        0u);
+    return 0;
+  });
+  EXPECT_EQ(exits.size(), static_cast<std::size_t>(world));
+  if (exits.size() > 1 && exits[1].exit_code == 2) return {};
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+  return exits;
+}
+
+constexpr const char* kCopiesThroughTheRings = "large messages are copied through shared memory";
+
+// Rank 1 is denied one way: every rank says it copies through shared memory.
+TEST_P(ShmCrossMemoryWorld, ARankDeniedOneWayMakesEveryRankCopyThroughTheRings) {
+  const auto exits = exchange_large_messages(GetParam(), [] {
+    const OneWay denied = deny_one_way();
+    if (denied.what.empty()) return 2;
+    std::printf("rank 1 %s\n", denied.what.c_str());
+    return 0;
+  });
+  if (exits.empty()) GTEST_SKIP() << "cross-memory attach could not be denied one way";
+  for (const auto& e : exits)
+    EXPECT_NE(e.output.find(kCopiesThroughTheRings), std::string::npos)
+        << "rank " << e.rank << " did not say so:\n"
+        << e.output;
+}
+
+// Rank 1 does not send large messages to be read from its memory (ARCOLL_SHM_SINGLE_COPY=0),
+// but may read its peers', so they still send theirs that way: no rank says it copies.
+TEST_P(ShmCrossMemoryWorld, ARankThatSendsThroughTheRingsStillReadsItsPeers) {
+  const auto exits = exchange_large_messages(GetParam(), [] {
+    ::setenv("ARCOLL_SHM_SINGLE_COPY", "0", 1);
+    return 0;
+  });
+  for (const auto& e : exits)
+    EXPECT_EQ(e.output.find(kCopiesThroughTheRings), std::string::npos)
+        << "rank " << e.rank << ":\n"
+        << e.output;
+}
+
+// Permission lost after the communicator was set up: the receiver that may not read its
+// sender's buffer fails the call with a system error that names the sender and says why, not
+// as if the sender had died, and the sender learns that the receiver gave up.
+TEST_F(ShmCrossMemory, PermissionLostAfterSetupFailsTheCallSayingWhy) {
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  const auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    const int rank = comm->rank();
+    OneWay denied;
+    if (rank == 1) {
+      denied = deny_one_way();
+      if (denied.what.empty()) return 2;
+    }
+    int reader = denied.may_not_read ? 1 : 0;
+    comm->broadcast(&reader, 1, DataType::i32, 1);
+    std::vector<char> buffer(3 << 20, 'x');  // above the 1 MiB read across processes
+    try {
+      if (rank == reader)
+        comm->recv(buffer.data(), buffer.size(), 1 - reader);
+      else
+        comm->send(buffer.data(), buffer.size(), reader);
+      ADD_FAILURE() << "the message arrived although its buffer could not be read";
+    } catch (const Error& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find("rank " + std::to_string(1 - rank)), std::string::npos) << text;
+      EXPECT_EQ(text.find("crashed"), std::string::npos) << text;
+      if (rank == reader) {
+        EXPECT_EQ(e.code(), ErrorCode::system) << text;
+        EXPECT_NE(text.find("could not be read"), std::string::npos) << text;
+      }
+    }
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  if (exits[1].exit_code == 2) GTEST_SKIP() << "cross-memory attach could not be denied one way";
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShmCrossMemoryWorld, ::testing::Values(2, 3));
+
+}  // namespace
+}  // namespace arcoll::testing
