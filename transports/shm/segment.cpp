@@ -146,16 +146,17 @@ Segments::Segments(const TransportSetup& setup, bool single_copy)
                         rank, p);
     mapped.segment = map_shared(peer_fd.get(), bytes, rank, p);
     mapped.pidfd.reset(static_cast<int>(::syscall(SYS_pidfd_open, mapped.pid, 0)));
+    if (!reads) continue;
     std::int32_t probe = 0;
     iovec local{&probe, sizeof probe};
     iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, pid)), sizeof probe};
-    if (reads && (::process_vm_readv(mapped.pid, &local, 1, &remote, 1, 0) != sizeof probe ||
-                  probe != mapped.pid)) {
+    const ssize_t got = ::process_vm_readv(mapped.pid, &local, 1, &remote, 1, 0);
+    if (got != static_cast<ssize_t>(sizeof probe) || probe != mapped.pid) {
+      const std::string why = got < 0 ? std::strerror(errno) : "read another process";
       reads = false;
       if (cma_)
         log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
-                  " is not allowed (" + std::strerror(errno) +
-                  "); large messages are copied through shared memory");
+                  " is not allowed (" + why + "); large messages are copied through shared memory");
       cma_ = false;
     }
   }

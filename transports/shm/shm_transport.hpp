@@ -8,7 +8,9 @@
 // acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
 // the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
 // with no copy and no system call.
-// When cross-memory attach is denied, large messages fall back to fragments. Waiting polls
+// Where cross-memory attach is denied between any two ranks of the host, either way, every
+// rank sends large messages as fragments (segment.hpp); a read refused later fails the call.
+// Waiting polls
 // briefly, then sleeps on the doorbell futex in short slices so that a peer's death (seen
 // through its pidfd) is noticed.
 // This header: its peers, messages and the transport's class, shared by shm_transport.cpp
