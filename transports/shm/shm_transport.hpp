@@ -10,9 +10,8 @@
 // with no copy and no system call.
 // Where cross-memory attach is denied between any two ranks of the host, either way, every
 // rank sends large messages as fragments (segment.hpp); a read refused later fails the call.
-// Waiting polls
-// briefly, then sleeps on the doorbell futex in short slices so that a peer's death (seen
-// through its pidfd) is noticed.
+// Waiting polls briefly, then sleeps on the doorbell futex in short slices so that a peer's
+// death (seen through its pidfd) is noticed.
 // This header: its peers, messages and the transport's class, shared by shm_transport.cpp
 // (sending, waiting, peers' liveness) and shm_receive.cpp (delivering what the rings bring).
 #pragma once

@@ -62,12 +62,13 @@ bool denied_its_own_probe(const RankExit& e) {
 // Runs `world` ranks after `prepare` ran on rank 1 before its communicator was made (it
 // returns 2 when it could not do its part). Point-to-point messages above the size read
 // across processes, and all-reduces of buffers from arcoll::mem_alloc large enough to be read
-// in place, arrive whole between every pair, both ways. Returns the exits, none when rank 1
-// could not be prepared.
+// in place, arrive whole between every pair, both ways. Returns the exits, with what each
+// transport read in place (ARCOLL_LOG=debug), none when rank 1 could not be prepared.
 std::vector<RankExit> exchange_large_messages(int world, const std::function<int()>& prepare) {
   LocalLaunchOptions options;
   options.ranks = world;
   options.env["ARCOLL_ALGO"] = "halving_doubling";
+  options.env["ARCOLL_LOG"] = "debug";
   auto exits = launch(options, [&] {
     if (std::atoi(std::getenv("ARCOLL_RANK")) == 1)
       if (int code = prepare(); code != 0) return code;
@@ -102,13 +103,22 @@ bool denied_between_siblings(const std::vector<RankExit>& exits, bool rank1_deni
   return std::all_of(exits.begin(), exits.end(), denied_its_own_probe);
 }
 
-// Every rank ended well and says, or does not say, that it copies through shared memory.
+// Messages a rank's transport read in place from its peers' shared memory (0 when none).
+double read_in_place(const RankExit& e) {
+  return std::max(0.0, number_after(e.output, "messages read in place: "));
+}
+
+// Every rank ended well and says, or does not say, that it copies through shared memory;
+// where it copies, it read nothing in place.
 void expect_every_rank_says_it_copies(const std::vector<RankExit>& exits, bool copies) {
   for (const auto& e : exits) {
     EXPECT_TRUE(e.ok()) << describe(exits);
     const bool says =
         e.output.find("large messages are copied through shared memory") != std::string::npos;
     EXPECT_EQ(says, copies) << "rank " << e.rank << ":\n" << e.output;
+    if (copies) {
+      EXPECT_EQ(read_in_place(e), 0) << "rank " << e.rank;
+    }
   }
 }
 
@@ -127,7 +137,8 @@ TEST_P(ShmCrossMemoryWorld, ARankDeniedOneWayMakesEveryRankCopyThroughTheRings) 
 }
 
 // Rank 1 does not send large messages to be read from its memory (ARCOLL_SHM_SINGLE_COPY=0),
-// but may read its peers', so they do not turn sending that way off: no rank says it copies.
+// but may read its peers', so they do not turn sending that way off: no rank says it copies,
+// and rank 1 reads its peers' shared buffers in place (on 2 ranks, its peer reads nothing so).
 TEST_P(ShmCrossMemoryWorld, ARankThatSendsThroughTheRingsStillReadsItsPeers) {
   const auto exits = exchange_large_messages(GetParam(), [] {
     ::setenv("ARCOLL_SHM_SINGLE_COPY", "0", 1);
@@ -136,6 +147,11 @@ TEST_P(ShmCrossMemoryWorld, ARankThatSendsThroughTheRingsStillReadsItsPeers) {
   if (denied_between_siblings(exits, false))
     GTEST_SKIP() << "this host denies cross-memory attach between ranks";
   expect_every_rank_says_it_copies(exits, false);
+  ASSERT_EQ(exits.size(), static_cast<std::size_t>(GetParam()));
+  EXPECT_GT(read_in_place(exits[1]), 0) << exits[1].output;
+  if (GetParam() == 2) {
+    EXPECT_EQ(read_in_place(exits[0]), 0) << exits[0].output;
+  }
 }
 
 // Permission lost after the communicator was set up: the receiver that may not read its
