@@ -33,6 +33,23 @@ std::optional<long long> get_int(const char* name) {
 
 }  // namespace env
 
+std::optional<std::chrono::milliseconds> parse_timeout(std::string_view seconds) {
+  const std::string text(seconds);
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(value > 0) ||
+      !(value * 1000.0 <= static_cast<double>(kMaxTimeout.count())))
+    return std::nullopt;
+  // Rounded up: a fraction of a millisecond is not a zero timeout.
+  return std::chrono::milliseconds(static_cast<long long>(std::ceil(value * 1000.0)));
+}
+
+std::string timeout_problem(std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) return "the timeout must be positive";
+  if (timeout > kMaxTimeout) return "the timeout must be at most a week (604800 s)";
+  return {};
+}
+
 std::optional<std::size_t> parse_byte_size(std::string_view text) {
   std::size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
@@ -90,12 +107,12 @@ std::optional<std::size_t> env_byte_size(const char* name, const char* example,
 Options Options::from_env() {
   Options options;
   if (auto text = env::get("ARCOLL_TIMEOUT")) {
-    char* end = nullptr;
-    double seconds = std::strtod(text->c_str(), &end);
-    if (end == text->c_str() || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))
-      throw ConfigurationError(
-          "environment", "ARCOLL_TIMEOUT='" + *text + "' must be a positive number of seconds");
-    options.timeout = std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0));
+    const auto timeout = parse_timeout(*text);
+    if (!timeout)
+      throw ConfigurationError("environment", "ARCOLL_TIMEOUT='" + *text +
+                                                  "' must be a positive number of seconds, at "
+                                                  "most 604800 (a week)");
+    options.timeout = *timeout;
   }
   if (auto v = env::get("ARCOLL_ALGO")) options.algorithm = *v;
   if (auto v = env::get("ARCOLL_TRANSPORT")) options.transport = *v;

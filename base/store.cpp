@@ -141,6 +141,7 @@ struct Client {
   std::string peer;
   auth::Challenge challenge{};
   bool authenticated = false;
+  bool refused = false;  // told why; closed once it has read that
   std::string in;   // bytes received, not yet parsed
   std::string out;  // reply bytes not yet sent
 };
@@ -182,6 +183,10 @@ struct StoreServer::State {
 
   // Parses complete requests in client `id`; false when the client must be dropped.
   bool handle_input(int id, Client& c) {
+    if (c.refused) {
+      c.in.clear();
+      return true;
+    }
     if (!c.authenticated) {
       auth::Mac mac;
       if (c.in.size() < mac.size()) return true;
@@ -189,7 +194,14 @@ struct StoreServer::State {
       if (!auth::same(mac, auth::answer(token, "store", c.challenge))) {
         log::warn("rendezvous store: rejected connection from " + c.peer +
                   ": wrong or missing job token (ARCOLL_JOB_TOKEN)");
-        return false;
+        // Its first request reads why, instead of finding the connection gone.
+        c.out += reply_bytes(Status::refused,
+                             "wrong or missing job token (ARCOLL_JOB_TOKEN): this process is "
+                             "not of the job that store serves (two jobs on one master "
+                             "address and port?)");
+        c.refused = true;
+        c.in.clear();
+        return true;
       }
       c.in.erase(0, mac.size());
       c.authenticated = true;
@@ -204,6 +216,27 @@ struct StoreServer::State {
   void drop(int id) {
     table.drop(id);
     clients.erase(id);
+  }
+
+  // Writes what the socket takes now; false when the client is gone.
+  static bool send_some(Client& c) {
+    ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n > 0) c.out.erase(0, static_cast<std::size_t>(n));
+    return n > 0 || errno == EAGAIN || errno == EINTR;
+  }
+
+  // On stopping: the replies still unsent go out first, for a short while at most (a rank
+  // reading its last reply as rank 0 leaves gets it, not a lost connection).
+  void flush_replies() {
+    const auto deadline = net::Clock::now() + std::chrono::seconds(1);
+    while (net::Clock::now() < deadline) {
+      std::vector<pollfd> waiting;
+      for (auto& [id, c] : clients)
+        if (!c.out.empty() && send_some(c) && !c.out.empty())
+          waiting.push_back({c.fd.get(), POLLOUT, 0});
+      if (waiting.empty()) return;
+      ::poll(waiting.data(), waiting.size(), net::poll_timeout_ms(deadline));
+    }
   }
 };
 
@@ -248,7 +281,10 @@ void StoreServer::serve() {
       log::error(std::string("rendezvous store: poll(): ") + std::strerror(errno));
       return;
     }
-    if (fds[0].revents != 0) return;  // shutting down
+    if (fds[0].revents != 0) {  // shutting down
+      s.flush_replies();
+      return;
+    }
     if (fds[1].revents & POLLIN) s.accept_clients();
     for (std::size_t i = 2; i < fds.size(); ++i) {
       int id = ids[i - 2];
@@ -267,11 +303,8 @@ void StoreServer::serve() {
         }
       }
       if (keep && !c.out.empty() && (fds[i].revents & POLLOUT)) {
-        ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (n > 0)
-          c.out.erase(0, static_cast<std::size_t>(n));
-        else if (errno != EAGAIN && errno != EINTR)
-          keep = false;
+        keep = State::send_some(c);
+        if (keep && c.refused && c.out.empty()) ::shutdown(c.fd.get(), SHUT_WR);
       }
       if (!keep) s.drop(id);
     }
@@ -334,11 +367,15 @@ std::optional<std::string> StoreClient::round_trip(Type type, const std::string&
     if (!net::read_all(fd_.get(), &reply, sizeof reply, io_deadline, "rendezvous store"))
       return fail("reply");
     if (reply.magic != kMagic || reply.value_len > kMaxValue ||
-        reply.status > static_cast<std::uint8_t>(Status::missing))
+        reply.status > static_cast<std::uint8_t>(Status::refused))
       throw ProtocolError("rendezvous store", "malformed reply from " + endpoint_.str(), rank_, 0);
     std::string out(reply.value_len, '\0');
     if (!net::read_all(fd_.get(), out.data(), out.size(), io_deadline, "rendezvous store"))
       return fail("reply");
+    if (reply.status == static_cast<std::uint8_t>(Status::refused))
+      throw ConfigurationError("rendezvous store",
+                               "the store at " + endpoint_.str() + " refused this process: " + out,
+                               rank_, 0);
     if (reply.status == static_cast<std::uint8_t>(Status::missing)) return std::nullopt;
     return out;
   } catch (const PeerError& e) {

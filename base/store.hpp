@@ -6,8 +6,10 @@
 //            value_len u32, arg i64 (get: wait in ms; add: delta), key, value
 //   reply:   magic u32, status u8 (ok/missing), pad u8[3], value_len u32, value
 // Before its first request a client answers the server's challenge (base/auth.hpp) with the
-// job token; a wrong answer, or anything else malformed, is logged and the connection
-// dropped; the store keeps serving the job.
+// job token; a wrong answer is answered with a refusal (status refused, the reason as its
+// value) and the connection closed once it is read; anything else malformed is logged and the
+// connection dropped; the store keeps serving the job. Replies still unsent when the server
+// stops are flushed first (briefly), so that a rank's last request is answered.
 #pragma once
 
 #include <chrono>
@@ -32,7 +34,7 @@ inline constexpr std::uint16_t kVersion = 1;
 inline constexpr std::uint32_t kMaxKey = 1024;
 inline constexpr std::uint32_t kMaxValue = 16u << 20;
 enum class Type : std::uint8_t { set = 1, get = 2, add = 3 };
-enum class Status : std::uint8_t { ok = 0, missing = 1 };
+enum class Status : std::uint8_t { ok = 0, missing = 1, refused = 2 };
 
 struct RequestHeader {
   std::uint32_t magic;

@@ -1,6 +1,7 @@
 // What a collective call is, packed into 64 bits that travel in the header of each of its
 // messages. A receive takes a message only when the sender's signature equals its own, so
-// ranks that call different collectives, counts, types, ops, roots or algorithms at the same
+// ranks that call different collectives, counts, types, ops, roots, algorithms or wire formats
+// at the same
 // step get an error naming both calls instead of a hang or a misread buffer. Zero marks
 // point-to-point messages.
 #pragma once
@@ -20,8 +21,9 @@ struct CallSignature {
   DataType type = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   int algorithm = 0;        // index among the registered algorithms
-  int root = 0;             // kept modulo 512
-  std::uint64_t count = 0;  // kept modulo 2^40 (a trillion elements)
+  int root = 0;             // kept modulo 512 (the root check compares it whole)
+  std::uint64_t count = 0;  // kept modulo 2^38 (a quarter of a trillion elements)
+  DataType wire = DataType::f32;  // how f32 elements travel: f32, f16 or bf16
 };
 
 std::uint64_t pack(const CallSignature& call);

@@ -38,6 +38,8 @@ void check_algorithm(const std::string& name, int rank) {
 Options checked(const Options& options, int rank) {
   log::set_rank(rank);
   if (options.chunk_bytes == 0) throw InvalidArgument("communicator", "chunk_bytes must be > 0");
+  if (std::string why = timeout_problem(options.timeout); !why.empty())
+    throw InvalidArgument("communicator", why);
   if (options.sockets_per_peer < 1 || options.sockets_per_peer > 64)
     throw InvalidArgument("communicator", "sockets_per_peer must be within 1..64");
   if (options.channels < 1 || options.channels > kMaxChannels)
@@ -62,6 +64,11 @@ bool reduces(Collective collective) {
          collective == Collective::reduce;
 }
 
+bool rooted(Collective collective) {
+  return collective == Collective::broadcast || collective == Collective::reduce ||
+         collective == Collective::gather || collective == Collective::scatter;
+}
+
 bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
   const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
   return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
@@ -76,6 +83,17 @@ std::string describe(Collective collective, const CollectiveArgs& args) {
          " " + std::string(to_string(args.type));
 }
 
+// The transports of a rank that joined; a rank whose setup fails tells the others.
+std::unique_ptr<Engine> set_up_engine(const Rendezvous& rendezvous, const Options& options,
+                                      std::uint64_t corrupt_at) {
+  try {
+    return std::make_unique<Engine>(rendezvous, options, corrupt_at);
+  } catch (const Error& e) {
+    fail_join(rendezvous, e);
+    throw;
+  }
+}
+
 }  // namespace
 
 Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
@@ -85,8 +103,9 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
       tuning_(options_.tuning_file.empty() ? Tuning{} : load_tuning(options_.tuning_file)),
       rendezvous_(join(launch, options_, host_name_of(launch.rank, launch.world_size),
                        Clock::now() + options_.timeout)),
-      engine_(std::make_unique<Engine>(rendezvous_, options_, corrupt_at_)) {
+      engine_(set_up_engine(rendezvous_, options_, corrupt_at_)) {
   engine_->apply_tuning(tuning_);
+  finish_join(rendezvous_, Clock::now() + options_.timeout);
 }
 
 Communicator::Impl::~Impl() {
@@ -267,7 +286,8 @@ void Communicator::Impl::set_tuning(const Tuning& tuning) {
 }
 
 void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
-  if (timeout.count() <= 0) throw InvalidArgument("set_timeout", "the timeout must be positive", rank_);
+  if (std::string why = timeout_problem(timeout); !why.empty())
+    throw InvalidArgument("set_timeout", why, rank_);
   drain("set_timeout");
   std::lock_guard call(call_mutex_);
   options_.timeout = timeout;
@@ -347,7 +367,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   engine_->begin({.kind = to_string(collective),
                   .sequence = sequence_,
                   .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
-                                     args.root, args.count}),
+                                     args.root, args.count, wire}),
                   .wire = wire,
                   .chunk_bytes = chosen.plan.chunk_bytes,
                   .streaming_stores = bytes >= options_.streaming_bytes},
@@ -360,7 +380,11 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
       apply_error_feedback(args, wire);
       effective.send = args.recv;
     }
+    const bool checks_root = rooted(collective) && size > 1;
+    if (checks_root) engine_->post_root_check(args.root);
     (*chosen.fn)(*engine_, effective);
+    if (checks_root) engine_->finish_root_check();
+    engine_->end();
     // The rank that finished a segment holds it in f32, the others as it came off the wire:
     // one more rounding makes every rank's result the same.
     if (narrowed_allreduce) engine_->round_through_wire(args.recv, args.count, wire);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "base/crc32c.hpp"
 #include "base/env.hpp"
@@ -22,6 +23,9 @@ constexpr std::uint32_t kCollectiveTagBit = 0x80000000u;
 constexpr int kChannelShift = 24;
 constexpr std::uint32_t kSequenceMask = (1u << kChannelShift) - 1;
 static_assert(kMaxChannels <= 64, "channels must fit in bits 24..29 of a tag");
+// Bit 30 marks the engine's own messages of a collective (the root check), apart from every
+// channel of its algorithm.
+constexpr std::uint32_t kCheckTagBit = 0x40000000u;
 
 // While several transports serve a communicator, a wait sleeps on the one it waits for in
 // slices this long, polling the others between slices.
@@ -161,10 +165,67 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
              ? 0
              : kCollectiveTagBit | static_cast<std::uint32_t>(call.sequence & kSequenceMask);
   timeout_ = timeout;
+  in_collective_ = call.sequence != 0;
+  if (in_collective_) last_collective_ = call.sequence;
   deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
   unforwarded_.clear();
   if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature);
+}
+
+void Engine::end() {
+  for (const auto& t : transports_) {
+    const PeerFailedCall failed = t->peer_failed_call();
+    if (failed.call > call_.sequence) continue;
+    // The reason comes before the number (shm: in the ring; tcp: the frame that carried it).
+    t->progress(Clock::now(), Waiting::sleep);
+    if (auto failure = t->failure()) raise(failure);
+    throw PeerError(call_name(),
+                    "rank " + std::to_string(failed.rank) + " failed in collective #" +
+                        std::to_string(failed.call) + " (its reason did not arrive)",
+                    rank_, failed.rank);
+  }
+  in_collective_ = false;
+}
+
+void Engine::post_root_round(int round) {
+  const int distance = 1 << round;
+  const int to = (rank_ + distance) % size_, from = (rank_ + size_ - distance % size_) % size_;
+  const std::uint32_t tag = tag_ | kCheckTagBit | static_cast<std::uint32_t>(round) << kChannelShift;
+  roots_told_[static_cast<std::size_t>(round)] = roots_seen_;
+  root_sent_ = post(Request::Kind::send, to, &roots_told_[static_cast<std::size_t>(round)],
+                    sizeof(RootsSeen), tag, {});
+  root_received_ = post(Request::Kind::recv, from, &roots_heard_, sizeof roots_heard_, tag, {});
+}
+
+void Engine::post_root_check(int root) {
+  roots_seen_ = {root, rank_, root, rank_};
+  roots_told_.resize(32);
+  post_root_round(0);
+}
+
+void Engine::finish_root_check() {
+  for (int round = 0; (1 << round) < size_; ++round) {
+    if (round > 0) post_root_round(round);
+    const RequestPtr sent = std::move(root_sent_), received = std::move(root_received_);
+    wait(sent);
+    wait(received);
+    // Ties go to the lower rank: every rank ends naming the same two.
+    const RootsSeen& h = roots_heard_;
+    RootsSeen& s = roots_seen_;
+    if (h.lowest < s.lowest || (h.lowest == s.lowest && h.lowest_by < s.lowest_by))
+      std::tie(s.lowest, s.lowest_by) = std::pair(h.lowest, h.lowest_by);
+    if (h.highest > s.highest || (h.highest == s.highest && h.highest_by < s.highest_by))
+      std::tie(s.highest, s.highest_by) = std::pair(h.highest, h.highest_by);
+  }
+  const RootsSeen& s = roots_seen_;
+  if (s.lowest != s.highest)
+    throw InvalidArgument(call_name(),
+                          "call mismatch: rank " + std::to_string(s.lowest_by) + " names root " +
+                              std::to_string(s.lowest) + " where rank " +
+                              std::to_string(s.highest_by) + " names root " +
+                              std::to_string(s.highest) + ": every rank must name the same root",
+                          rank_, s.lowest_by == rank_ ? s.highest_by : s.lowest_by);
 }
 
 std::string Engine::call_name() const {
@@ -517,13 +578,13 @@ void Engine::fail(const Error& e, const std::string& operation) {
   for (const auto& t : transports_) {
     log::debug(operation + " failed; " + std::string(t->name()) + " transfers pending:\n" +
                t->pending_state());
-    t->abort(e.what());
+    t->abort(e.what(), failed_call());
   }
   throw_error(e.code(), operation, e.message(), rank_, e.peer());
 }
 
 void Engine::abort_links(const std::string& reason) {
-  for (const auto& t : transports_) t->abort(reason);
+  for (const auto& t : transports_) t->abort(reason, failed_call());
 }
 
 bool Engine::request_abort(const std::string& reason) {

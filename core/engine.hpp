@@ -75,6 +75,19 @@ class Engine final : public PointToPoint {
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
   };
   void begin(const Call& call, std::chrono::milliseconds timeout);
+  // A collective's last step once its messages are done: it fails after all where a peer
+  // said it failed this call (or an earlier one), so that no rank keeps a result that another
+  // rank's failed call denies it (an abort that reached this rank after the peer's data).
+  void end();
+  // Rooted collectives: the ranks agree on the root. A rank that names itself the root
+  // receives nothing else, so ranks that name different roots would each keep their own data,
+  // or wait for one another until the timeout. The check is a dissemination (round k: tell
+  // rank + 2^k the lowest and highest roots heard so far, hear rank - 2^k), so every rank
+  // hears from every other within log2(size) rounds and fails the call itself, naming two
+  // ranks that differ: one more message per round, not a whole exchange. Its first round is
+  // posted before the algorithm and waited for after it.
+  void post_root_check(int root);
+  void finish_root_check();
   // "allreduce #12", "send".
   std::string call_name() const;
   // A message of a point-to-point call (send, recv, sendrecv), with the user's tag.
@@ -121,6 +134,8 @@ class Engine final : public PointToPoint {
   RequestPtr make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                           std::uint32_t tag, std::optional<Request::Landing> landing);
   std::uint32_t collective_tag(int channel) const;
+  // The collective from which this rank fails: the one it is in, or the next.
+  std::uint64_t failed_call() const { return in_collective_ ? last_collective_ : last_collective_ + 1; }
   // Whether messages of a call on `wire` go straight to the transport: not staged (narrowed,
   // checksummed), so a transport that forwards() can send its reduced pieces on as they land.
   bool unstaged(DataType wire) const { return wire == DataType::f32 && !options_.checksum; }
@@ -163,7 +178,19 @@ class Engine final : public PointToPoint {
   bool quick_looks_ = true;
 
   Call call_;
+  std::uint64_t last_collective_ = 0;  // the sequence of the last collective begun
+  bool in_collective_ = false;         // begun and not ended
   std::uint32_t tag_ = 0;
+  // The root check: the lowest and highest roots heard so far, each with a rank naming it; what
+  // each round sent (kept until the next check), heard, and its messages.
+  struct RootsSeen {
+    std::int32_t lowest, lowest_by, highest, highest_by;
+  };
+  RootsSeen roots_seen_{};
+  RootsSeen roots_heard_{};
+  std::vector<RootsSeen> roots_told_;
+  RequestPtr root_sent_, root_received_;
+  void post_root_round(int round);
   net::Clock::time_point deadline_{};  // of the call, from its first blocking wait
   std::chrono::milliseconds timeout_{0};
 

@@ -29,6 +29,8 @@ const char* op_name(Op op) {
       return "barrier";
     case Op::finish:
       return "finish";
+    case Op::agree:
+      return "register";
   }
   return "?";
 }
@@ -113,6 +115,7 @@ void ParameterServer::Impl::register_tensor(std::uint64_t key, std::size_t count
     KeyInfo info;
     info.count = count;
     info.type = type;
+    info.registration = keys_.size() + 1;
     // Pieces go to the server with the fewest bytes so far (the lowest index on a tie): every
     // worker registers the same keys in the same order, so all assign alike.
     const std::size_t per_piece = piece_elements(options_.piece_bytes, type);
@@ -125,6 +128,9 @@ void ParameterServer::Impl::register_tensor(std::uint64_t key, std::size_t count
     }
     keys_[key] = std::move(info);
   }
+  // The workers agree on what they register before any piece is set up: a worker that
+  // registered another key would otherwise wait for its pieces until the timeout.
+  submit(Op::agree, key, nullptr, nullptr)->wait();
   submit(Op::init, key, worker_index_ == 0 ? initial : nullptr, nullptr)->wait();
 }
 
@@ -143,7 +149,7 @@ WorkPtr ParameterServer::Impl::submit(Op op, std::uint64_t key, const void* send
                             rank_);
     if (finishing_ && op != Op::finish)
       throw InvalidArgument(op_name(op), "this worker has finished", rank_);
-    if (op != Op::barrier && op != Op::finish && op != Op::init) {
+    if (op != Op::barrier && op != Op::finish && op != Op::init && op != Op::agree) {
       if (!keys_.count(key))
         throw InvalidArgument(op_name(op), "key " + std::to_string(key) + " is not registered",
                               rank_);
@@ -241,6 +247,16 @@ void ParameterServer::Impl::issue(Call call) {
         headers.emplace_back(s, h);
         spans.emplace_back(0, 0);
       }
+    } else if (op == Op::agree) {
+      const KeyInfo& info = keys_.at(call.key);
+      Header h;
+      h.op = static_cast<std::uint32_t>(op);
+      h.key = call.key;
+      h.clock = info.registration;
+      h.count = info.count;
+      h.type = static_cast<std::uint32_t>(info.type);
+      headers.emplace_back(servers_.front(), h);
+      spans.emplace_back(0, 0);
     } else {
       KeyInfo& info = keys_.at(call.key);
       if (op == Op::push || op == Op::push_pull) ++info.clock;
@@ -264,7 +280,8 @@ void ParameterServer::Impl::issue(Call call) {
   auto one_done = [remaining, work] {
     if (--*remaining == 0) work->complete(nullptr);
   };
-  const bool replies = op == Op::init || op == Op::pull || op == Op::push_pull || op == Op::barrier;
+  const bool replies = op == Op::init || op == Op::pull || op == Op::push_pull ||
+                      op == Op::barrier || op == Op::agree;
   auto acks = std::make_shared<std::vector<std::uint64_t>>(headers.size());
   for (std::size_t i = 0; i < headers.size(); ++i) {
     auto& [server, h] = headers[i];

@@ -42,7 +42,9 @@ inline constexpr std::uint32_t kPayloadTag = 2;
 inline constexpr std::uint32_t kReplyTagBase = 0x10000000;  // + the request's number, modulo 2^28
 inline constexpr const char* kOperation = "parameter server";
 
-enum class Op : std::uint32_t { init = 1, push, pull, push_pull, barrier, finish };
+// agree: a registration told to the first server, which answers once every worker's
+// registration of the same number is the same (key, count and type), else fails naming both.
+enum class Op : std::uint32_t { init = 1, push, pull, push_pull, barrier, finish, agree };
 
 // "register", "push", ...: how errors name an operation.
 const char* op_name(Op op);
@@ -51,7 +53,8 @@ struct Header {
   std::uint32_t op = 0;
   std::uint32_t piece = 0;
   std::uint64_t key = 0;
-  std::uint64_t clock = 0;        // push: this push's number (1, 2, ...); pull: pushes so far
+  std::uint64_t clock = 0;  // push: this push's number (1, 2, ...); pull: pushes so far;
+                            // agree: the registration's number (1, 2, ...)
   std::uint64_t count = 0;        // init: the key's elements
   std::uint32_t type = 0;         // init: its DataType
   std::uint32_t request = 0;      // the reply's tag, less kReplyTagBase
@@ -115,6 +118,7 @@ class ParameterServer::Impl {
   struct KeyInfo {
     std::size_t count = 0;
     DataType type = DataType::f32;
+    std::uint64_t registration = 0;  // this worker's n-th register_tensor, from 1
     std::vector<Piece> pieces;
     std::uint64_t clock = 0;  // this worker's pushes of the key
   };
@@ -214,6 +218,8 @@ class ParameterServer::Impl {
   std::map<std::pair<std::uint64_t, std::uint32_t>, PieceState> pieces_;
   // Server: the workers at each barrier (by its number), with the request to answer.
   std::map<std::uint64_t, std::vector<std::pair<int, std::uint32_t>>> barriers_;
+  // First server: the registrations of each number so far, (worker, its header) each.
+  std::map<std::uint64_t, std::vector<std::pair<int, Header>>> agreements_;
   std::uint64_t barrier_count_ = 0;  // worker: barriers issued
   Clock::time_point last_progress_ = Clock::now();
   std::atomic<bool> waiting_in_transports_{false};  // the loop may sleep there (see submit)

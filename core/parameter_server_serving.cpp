@@ -17,7 +17,7 @@ void ParameterServer::Impl::post_header_receive(int worker) {
 void ParameterServer::Impl::handle_header(int worker) {
   Client& c = clients_[worker];
   const Header& h = c.header;
-  if (h.op < static_cast<std::uint32_t>(Op::init) || h.op > static_cast<std::uint32_t>(Op::finish))
+  if (h.op < static_cast<std::uint32_t>(Op::init) || h.op > static_cast<std::uint32_t>(Op::agree))
     throw ProtocolError(
         kOperation,
         "rank " + std::to_string(worker) + " sent an unknown operation " + std::to_string(h.op),
@@ -111,6 +111,35 @@ void ParameterServer::Impl::apply(int worker, const Header& h, const Bytes& payl
       for (auto [w, request] : arrived)
         reply(w, request, std::make_shared<Bytes>(sizeof(std::uint64_t)), "barrier");
       barriers_.erase(h.clock);
+    }
+    return;
+  }
+  if (op == Op::agree) {
+    if (h.type > static_cast<std::uint32_t>(DataType::i64))
+      throw ProtocolError(kOperation, "rank " + std::to_string(worker) + " sent an unknown type",
+                          rank_, worker);
+    auto& arrived = agreements_[h.clock];
+    if (!arrived.empty()) {
+      const auto& [first, theirs] = arrived.front();
+      if (theirs.key != h.key || theirs.count != h.count || theirs.type != h.type) {
+        auto registered = [](int rank, const Header& r) {
+          return "rank " + std::to_string(rank) + " registers key " + std::to_string(r.key) +
+                 " of " + std::to_string(r.count) + " " +
+                 std::string(to_string(static_cast<DataType>(r.type)));
+        };
+        throw InvalidArgument("register",
+                              "registration #" + std::to_string(h.clock) + ": " +
+                                  registered(worker, h) + " where " + registered(first, theirs) +
+                                  ": every worker must register the same keys, counts and types "
+                                  "in the same order",
+                              rank_, worker);
+      }
+    }
+    arrived.emplace_back(worker, h);
+    if (arrived.size() == workers_.size()) {
+      for (const auto& [w, header] : arrived)
+        reply(w, header.request, std::make_shared<Bytes>(sizeof(std::uint64_t)), "register");
+      agreements_.erase(h.clock);
     }
     return;
   }

@@ -33,24 +33,30 @@ const std::string kFailedToJoin =
     "\x01"
     "failed: ";
 
-// The settings that shape messages, which every rank must share; rank 0's are published and
-// the others compare theirs.
-std::vector<std::pair<std::string, std::string>> shared_settings(const Options& o) {
-  return {{"ARCOLL_CHECKSUM", o.checksum ? "1" : "0"},
+// Joining ends with this key: "" once every rank has joined, else why not.
+const std::string kJoinedKey = "joined/all";
+// Two processes of one rank: who they are.
+const std::string kDuplicateKey = "joined/duplicate";
+
+// The settings that shape messages, and the world size, which every rank must share; rank 0's
+// are published and the others compare theirs.
+std::vector<std::pair<std::string, std::string>> shared_settings(const Options& o, int size) {
+  return {{"world size", std::to_string(size)},
+          {"ARCOLL_CHECKSUM", o.checksum ? "1" : "0"},
           {"ARCOLL_WIRE", std::string(to_string(o.wire))},
           {"ARCOLL_CHUNK_BYTES", std::to_string(o.chunk_bytes)},
           {"ARCOLL_CHANNELS", std::to_string(o.channels)}};
 }
 
-void check_shared_settings(StoreClient& store, const Options& options, int rank,
+void check_shared_settings(StoreClient& store, const Options& options, int rank, int size,
                            Clock::time_point deadline) {
   std::string mine;
-  for (const auto& [name, value] : shared_settings(options)) mine += name + "=" + value + "\n";
+  for (const auto& [name, value] : shared_settings(options, size)) mine += name + "=" + value + "\n";
   if (rank == 0) store.set("settings", mine);
   auto theirs = store.get("settings", deadline);
   if (!theirs) throw TimeoutError("rendezvous", "rank 0 did not publish its settings", rank, 0);
   if (*theirs == mine) return;
-  for (const auto& [name, value] : shared_settings(options)) {
+  for (const auto& [name, value] : shared_settings(options, size)) {
     const std::string key = name + "=";
     const std::size_t at = theirs->find(key);
     const std::string other =
@@ -63,6 +69,34 @@ void check_shared_settings(StoreClient& store, const Options& options, int rank,
                                    " on rank 0: every rank must use the same",
                                rank, 0);
   }
+}
+
+// "host h, pid 123": the process behind a rank, in messages about two of them.
+std::string this_process(const std::string& host) {
+  return "host " + host + ", pid " + std::to_string(::getpid());
+}
+
+// Without job tokens that tell them apart, the ranks of two jobs started on one master address
+// reach the same store: the first process of each rank number has it, a second one is refused,
+// told why, and marks the job, whose ranks still joining then fail naming both processes
+// rather than run with a stranger among them.
+void claim_rank(StoreClient& store, int rank, const std::string& host) {
+  const std::string key = "claim/" + std::to_string(rank);
+  if (store.add(key, 1) == 1) {
+    store.set(key + "/by", this_process(host));
+    return;
+  }
+  const auto first = store.get(key + "/by", Clock::now() + std::chrono::seconds(1));
+  const std::string both = "rank " + std::to_string(rank) + " (" + first.value_or("?") +
+                           ", and " + this_process(host) + ")";
+  store.set(kDuplicateKey, both);
+  throw ConfigurationError(
+      "rendezvous",
+      "another process already joined as rank " + std::to_string(rank) + " (" +
+          first.value_or("?") +
+          "): are two jobs using the same master address and port? Give each its own port, or "
+          "its own job token (ARCOLL_JOB_TOKEN)",
+      rank);
 }
 
 // Every rank's host name, and into `r.numa_of` the NUMA node each runs on.
@@ -176,6 +210,7 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
       master = r.server->endpoint();
     }
     r.store = std::make_unique<StoreClient>(master, deadline, r.rank, launch.job_token);
+    claim_rank(*r.store, r.rank, host);
     if (r.rank == 0 && launch.job_token.empty())
       log::warn(
           "no job token (ARCOLL_JOB_TOKEN): connections to this job are checked for being "
@@ -190,7 +225,7 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
     if (!job) throw TimeoutError("rendezvous", "rank 0 did not publish the job id", r.rank, 0);
     r.job_id = std::stoull(*job);
     try {
-      check_shared_settings(*r.store, options, r.rank, deadline);
+      check_shared_settings(*r.store, options, r.rank, r.size, deadline);
     } catch (const Error& e) {
       // In place of this rank's host name: the others stop waiting for it, naming the cause.
       r.store->set("node/" + std::to_string(r.rank), kFailedToJoin + e.what());
@@ -220,6 +255,53 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
   });
   r.oversubscribed = on_machine > ::sysconf(_SC_NPROCESSORS_ONLN);
   return r;
+}
+
+namespace {
+
+// Rank 0 keeps its store until every other rank has read how joining ended (a rank that
+// failed to join counts as having read it).
+void release_store(const Rendezvous& r, Clock::time_point deadline) {
+  StoreClient& store = *r.store;
+  if (r.rank != 0) {
+    if (store.add("joined/read", 1) == r.size - 1) store.set("joined/read/all", "");
+  } else if (r.size > 1 && !store.get("joined/read/all", deadline)) {
+    throw TimeoutError("rendezvous", "not every rank read that all had joined", r.rank);
+  }
+}
+
+}  // namespace
+
+void fail_join(const Rendezvous& r, const Error& e) noexcept {
+  if (!r.store) return;
+  try {
+    r.store->set(kJoinedKey, kFailedToJoin + "rank " + std::to_string(r.rank) + ": " + e.what());
+    release_store(r, Clock::now() + std::chrono::seconds(2));
+  } catch (const Error&) {
+  }
+}
+
+void finish_join(const Rendezvous& r, Clock::time_point deadline) {
+  if (!r.store) return;
+  StoreClient& store = *r.store;
+  if (store.add("joined/count", 1) == r.size) store.set(kJoinedKey, "");
+  const auto joined = store.get(kJoinedKey, deadline);
+  if (!joined)
+    throw TimeoutError("rendezvous",
+                       "not every rank finished joining (setting up its transports) within the "
+                       "timeout",
+                       r.rank);
+  const auto both = store.get(kDuplicateKey, Clock::now());
+  release_store(r, deadline);
+  if (joined->starts_with(kFailedToJoin))
+    throw PeerError("rendezvous", "a rank could not join: " + joined->substr(kFailedToJoin.size()),
+                    r.rank);
+  if (both)
+    throw ConfigurationError("rendezvous",
+                             "two processes joined this job as " + *both +
+                                 ": are two jobs using the same master address and port? Give "
+                                 "each its own port, or its own job token (ARCOLL_JOB_TOKEN)",
+                             r.rank);
 }
 
 }  // namespace arcoll

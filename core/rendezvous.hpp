@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
 #include "base/socket.hpp"
@@ -48,6 +49,14 @@ std::string host_name_of(int rank, int size);
 // `host`. Throws naming the ranks that did not come or could not join.
 Rendezvous join(const LaunchInfo& launch, const Options& options, const std::string& host,
                 net::Clock::time_point deadline);
+
+// Joining ends together: no rank leaves its constructor before every rank has set up its
+// transports (one that returned and exited at once took its store, rank 0's, or its segment
+// and listener from a rank still setting up), and rank 0's store serves until every rank has
+// read that. A rank whose setup failed says so with fail_join(), and the others fail naming
+// it instead of waiting out `deadline`; a second process of one rank fails them too.
+void finish_join(const Rendezvous& rendezvous, net::Clock::time_point deadline);
+void fail_join(const Rendezvous& rendezvous, const Error& error) noexcept;
 
 // "60 s": a timeout as messages give it.
 std::string seconds_text(std::chrono::milliseconds timeout);

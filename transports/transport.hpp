@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -38,6 +39,13 @@ struct TransportSetup {
   net::Clock::time_point deadline;         // for connection setup
   std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
   bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)
+};
+
+// A peer's word that it failed, from collective `call` on (see Transport::abort).
+struct PeerFailedCall {
+  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
+  std::uint64_t call = kNone;
+  int rank = -1;
 };
 
 // How a progress() that finds nothing to do waits: polling for the busy-poll time first (a
@@ -87,8 +95,13 @@ class Transport {
   virtual std::exception_ptr failure() const = 0;
   // One line per peer with pending work, for diagnosing a stuck job (ARCOLL_LOG=debug).
   virtual std::string pending_state() const = 0;
-  // Tells every peer, best effort and without blocking, that this rank is failing.
-  virtual void abort(const std::string& reason) noexcept = 0;
+  // Tells every peer, best effort and without blocking, that this rank is failing, from the
+  // collective numbered `failed_call` on (the one it is in, or the next it would have made).
+  virtual void abort(const std::string& reason, std::uint64_t failed_call) noexcept = 0;
+  // The earliest collective a peer said it failed (abort()), where known: a call of that
+  // number or later must fail here too, even where every message it needed had arrived, so
+  // that the ranks agree on whether it happened. Read at the end of every collective: cheap.
+  virtual PeerFailedCall peer_failed_call() const = 0;
   // Whether post() takes receives with a Request::forward, sending each landed piece on itself
   // (written into the send as it is reduced, with no second pass over the result).
   virtual bool forwards() const { return false; }

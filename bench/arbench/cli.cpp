@@ -25,7 +25,7 @@ std::size_t parse_size(const char* flag, const std::string& text) {
   auto bytes = arcoll::parse_byte_size(text);
   if (!bytes)
     throw UsageError(std::string(flag) + ": invalid size " + quoted(text) +
-                     " (bytes, or a number with a K, M or G suffix such as 64K)");
+                     " (bytes, or a number with a K, M, G or T suffix such as 64K)");
   return *bytes;
 }
 

@@ -27,7 +27,7 @@ class UsageError : public std::runtime_error {
 };
 
 std::string quoted(const std::string& text);
-// Bytes, or a number with a K, M or G suffix.
+// Bytes, or a number with a K, M, G or T suffix.
 std::size_t parse_size(const char* flag, const std::string& text);
 long long parse_integer(const char* flag, const std::string& text, long long min, long long max);
 std::vector<std::string> split_list(const std::string& text);

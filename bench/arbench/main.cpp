@@ -37,9 +37,9 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   auto add = [&](const char* names, std::string& value, const char* type, const char* help) {
     return app.add_option(names, value, help)->type_name(type);
   };
-  add("-b,--minbytes", flags.min_bytes, "SIZE", "Smallest size in bytes (K/M/G suffixes)")
+  add("-b,--minbytes", flags.min_bytes, "SIZE", "Smallest size in bytes (K/M/G/T suffixes)")
       ->capture_default_str();
-  add("-e,--maxbytes", flags.max_bytes, "SIZE", "Largest size in bytes (K/M/G suffixes)")
+  add("-e,--maxbytes", flags.max_bytes, "SIZE", "Largest size in bytes (K/M/G/T suffixes)")
       ->capture_default_str();
   step_options[0] = add("-f,--stepfactor", flags.step_factor, "N",
                         "Multiply the size by N each step (1: add -i instead)")

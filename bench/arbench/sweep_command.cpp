@@ -116,6 +116,13 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (plan.min_bytes > plan.max_bytes)
     throw UsageError("-b/--minbytes " + flags.min_bytes + " is larger than -e/--maxbytes " +
                      flags.max_bytes);
+  // A rank holds a send and a receive buffer of the largest size: past this host's memory the
+  // run would print its header and then die allocating them.
+  if (const std::uint64_t memory = arcoll::host_info().memory_bytes;
+      memory > 0 && plan.max_bytes > memory / 2)
+    throw UsageError("-e/--maxbytes " + flags.max_bytes + ": a rank's two buffers of " +
+                     format_bytes(double(plan.max_bytes)) + " do not fit in this host's " +
+                     format_bytes(double(memory)) + " of memory");
 
   // nccl-tests: a factor above 1 multiplies, otherwise the step (default 1M) adds.
   const auto factor =
@@ -241,13 +248,11 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
     plan.options.sockets_per_peer =
         static_cast<int>(parse_integer("--sockets", flags.sockets, 1, 64));
   if (!flags.timeout.empty()) {
-    char* end = nullptr;
-    const double seconds = std::strtod(flags.timeout.c_str(), &end);
-    if (end == flags.timeout.c_str() || *end != '\0' || !(seconds > 0) || !std::isfinite(seconds))
+    const auto timeout = arcoll::parse_timeout(flags.timeout);
+    if (!timeout)
       throw UsageError("--timeout: " + quoted(flags.timeout) +
-                       " is not a positive number of seconds");
-    plan.options.timeout =
-        std::chrono::milliseconds(static_cast<long long>(std::ceil(seconds * 1000)));
+                       " is not a positive number of seconds of at most 604800 (a week)");
+    plan.options.timeout = *timeout;
   }
   plan.json_path = flags.json;
   plan.csv_path = flags.csv;

@@ -202,6 +202,12 @@ Plan make_plan(const Flags& flags) {
   if (synthetic && base.steps_per_epoch <= base.warmup_iterations)
     throw UsageError("--steps must exceed the " + std::to_string(base.warmup_iterations) +
                      " untimed warm-up iterations of synthetic data");
+  if (!synthetic && base.steps_per_epoch > 0 &&
+      static_cast<long long>(base.steps_per_epoch) * base.epochs <= kUntimedIterations)
+    throw UsageError("--steps " + flags.steps + " over " + std::to_string(base.epochs) +
+                     " epoch(s) leaves nothing to time: the first " +
+                     std::to_string(kUntimedIterations) +
+                     " iterations are untimed warm-up; give more steps or epochs");
   for (const auto& policy : policies)
     for (const auto& algorithm : algorithms)
       for (const Wire& wire : wires)

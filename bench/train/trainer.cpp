@@ -21,8 +21,6 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Iterations at the start of a run that warm caches and oneDNN's kernels: not timed.
-constexpr int kUntimedIterations = 5;
 // LARC's trust coefficient, clipping mode (a layer's rate never exceeds the global one).
 constexpr double kLarsTrust = 0.02;
 

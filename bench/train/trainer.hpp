@@ -44,6 +44,9 @@ struct TrainConfig {
   std::string label() const;  // "buckets auto f32 b32 lr0.05 none w0"
 };
 
+// Real data: iterations at the start of a run that warm caches and oneDNN's kernels, not timed.
+inline constexpr int kUntimedIterations = 5;
+
 struct EpochPoint {
   int epoch = 0;
   double train_seconds = 0;  // training time so far (evaluation excluded)

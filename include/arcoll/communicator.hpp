@@ -39,7 +39,8 @@ struct AllreducePrediction {
 
 class Communicator {
  public:
-  // Joins the job described by `launch` (rendezvous through rank 0's store).
+  // Joins the job described by `launch` (rendezvous through rank 0's store). Returns once
+  // every rank has set up its transports, so a rank may leave as soon as its calls return.
   Communicator(const LaunchInfo& launch, const Options& options);
   // Joins the job described by the environment: detect_launch() and Options::from_env().
   static std::unique_ptr<Communicator> from_env();
@@ -103,7 +104,10 @@ class Communicator {
   // Gives up on this job: every other rank's call in progress (or next call) fails promptly,
   // naming this rank and `reason`, instead of waiting for this rank until its timeout, and
   // every later call on this communicator fails. May be called from another thread while a
-  // call of this rank blocks (a watchdog): that call then fails within milliseconds.
+  // call of this rank blocks (a watchdog): that call then fails within milliseconds. The ranks
+  // agree on the collective given up on: every other rank fails it too, even where all its
+  // messages had arrived (one that enters it later finds this rank's data waiting, and still
+  // fails); only a rank whose call completed before the abort reached it keeps its result.
   void abort(const std::string& reason = "no reason given");
 
   // Buffers that overlap other than in a call's in-place form are an error.

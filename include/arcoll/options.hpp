@@ -13,7 +13,8 @@
 namespace arcoll {
 
 struct Options {
-  // Deadline for every blocking wait (ARCOLL_TIMEOUT, seconds, fractions allowed).
+  // Deadline for every blocking wait (ARCOLL_TIMEOUT, seconds, fractions allowed; at most
+  // kMaxTimeout).
   std::chrono::milliseconds timeout{60'000};
   // Algorithm for collectives (ARCOLL_ALGO); "auto" lets the library choose.
   std::string algorithm = "auto";
@@ -69,7 +70,15 @@ struct Options {
   static Options from_env();
 };
 
-// "512", "64K", "1M", "2G" (powers of 1024; an optional trailing "B"/"iB" is accepted).
+// The longest timeout, a week: deadlines far beyond it would overflow the clock.
+inline constexpr std::chrono::milliseconds kMaxTimeout{7LL * 24 * 3600 * 1000};
+// Seconds as ARCOLL_TIMEOUT and arbench's --timeout give them ("60", "0.5"): nullopt unless a
+// positive number of at most kMaxTimeout.
+std::optional<std::chrono::milliseconds> parse_timeout(std::string_view seconds);
+// Why `timeout` cannot be one ("must be positive"), or empty when it can.
+std::string timeout_problem(std::chrono::milliseconds timeout);
+
+// "512", "64K", "1M", "2G", "1T" (powers of 1024; an optional trailing "B"/"iB" is accepted).
 // nullopt when malformed or out of range.
 std::optional<std::size_t> parse_byte_size(std::string_view text);
 

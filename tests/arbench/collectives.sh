@@ -82,5 +82,13 @@ if errors:
 PY
 
 expect_usage_error_of "--coll: unknown name 'allgatherv'" "$arbench" --np 2 --coll allgatherv -b 8 -e 8
+# Buffers past this host's memory are refused before the header, not a bad_alloc mid-run;
+# timeouts past a week (which would overflow the clock) likewise.
+expect_usage_error_of "do not fit in this host's" "$arbench" --np 2 -b 8 -e 1T
+expect_usage_error_of "K, M, G or T suffix" "$arbench" --np 2 -b 8 -e 1P
+expect_usage_error_of "--timeout: '1e10' is not a positive number of seconds of at most 604800" \
+  "$arbench" --np 2 -b 8 -e 8 --timeout 1e10
+expect_usage_error_of "ARCOLL_TIMEOUT='1e10' must be a positive number of seconds" \
+  env ARCOLL_TIMEOUT=1e10 "$arbench" --np 2 -b 8 -e 8
 expect_usage_error_of "takes --coll allreduce only" "$arbench" --np 2 --coll allgather --algo all -b 8 -e 8
 echo "collectives: ok"

@@ -2,7 +2,7 @@
 # The parameter server through arbench: --algo ps checked against the reference for every type
 # (a share in every worker, and dedicated --ps-servers ranks), its cost model in --algo and
 # plan, arbench train with ps-bsp (the all-reduce's weights), ps-asp and ps-ssp, colocated and
-# dedicated, the emulated cluster's server hosts, and bad flags refused.
+# dedicated, and bad flags refused (server hosts of their own: parameter_server_cluster.sh).
 # Usage: parameter_server.sh ARBENCH
 set -euo pipefail
 arbench=$1
@@ -48,16 +48,6 @@ for r in runs:
 dedicated = json.load(open(sys.argv[2]))["runs"]
 assert [r["backend"] for r in dedicated] == ["ps-bsp", "ps-ssp:0"], dedicated
 PY
-
-# Server hosts of their own on the emulated cluster (skipped where hosts cannot be emulated).
-if ((EUID == 0)); then
-  code=0
-  "$source_dir/scripts/cluster.sh" --quiet --hosts 2 --ranks-per-host 1 --server-hosts 1 -- \
-    "$arbench" --ps-servers 1 --algo ps -b 64K -e 1M -f 4 -n 3 -w 1 >"$work/cluster.txt" 2>&1 || code=$?
-  ((code == 0 || code == 77)) || fail "server hosts on the cluster: $(cat "$work/cluster.txt")"
-  ((code == 77)) || grep -q "Out of bounds values : 0 OK" "$work/cluster.txt" ||
-    fail "server hosts' results: $(cat "$work/cluster.txt")"
-fi
 
 expect_usage_error_of "--ps-servers serves --algo ps" "$arbench" --np 2 --ps-servers 1 -b 8 -e 8
 expect_usage_error_of "--ps-piece must be larger than 0 bytes" "$arbench" --np 2 --algo ps --ps-piece 0

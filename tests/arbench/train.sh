@@ -85,6 +85,9 @@ grep -q "6,624,904\|6624904" "$work/profile.txt" || fail "the profile lost param
 
 # 4. A missing and a corrupt data set: exit 2 naming the file; so does a bad --test-images.
 expect_usage_error_of "--test-images: '0' is outside 1.." "$arbench" train --np 2 --test-images 0
+# Steps that are all untimed warm-up would report 0 ms per iteration as if measured.
+expect_usage_error_of "--steps 3 over 1 epoch(s) leaves nothing to time" \
+  "$arbench" train --np 2 --steps 3 --epochs 1
 expect_usage_error_of "--test-images: alexnet trains on synthetic batches" \
   "$arbench" train --np 2 --model alexnet --test-images 100
 expect_usage_error_of "$work/none/train-images-idx3-ubyte.gz: not found" \
@@ -100,7 +103,7 @@ expect_usage_error_of "$work/corrupt/train-images-idx3-ubyte.gz" \
 port=$($python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 for r in 0 1; do
   ARCOLL_RANK=$r ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ARCOLL_MASTER_PORT=$port \
-    "$arbench" train --backends arcoll --steps 5 --epochs 1 --batch $((32 + 32 * r)) \
+    "$arbench" train --backends arcoll --steps 6 --epochs 1 --batch $((32 + 32 * r)) \
     >"$work/mismatch.$r.out" 2>"$work/mismatch.$r.err" &
   pids[$r]=$!
 done

@@ -2,6 +2,9 @@
 // double-precision reference, for many world sizes, counts, types and operators.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -204,6 +207,32 @@ TEST_P(CollectiveWorld, ReduceGatherScatterAlltoall) {
       }
     }
   });
+}
+
+// A barrier holds every rank until all have entered it: ranks arrive one after another (each
+// later than the last), count themselves in memory they all share, and after the barrier each
+// must see every rank counted; blocking and non-blocking, several in a row. A barrier that
+// let a rank through early would show a count short (the delays only make that likely; the
+// assertion holds whatever the timing).
+TEST_P(CollectiveWorld, BarrierHoldsEveryRankUntilAllHaveEntered) {
+  constexpr int kRounds = 3;
+  auto* arrived = static_cast<std::atomic<int>*>(::mmap(nullptr, sizeof(std::atomic<int>) * kRounds,
+                                                        PROT_READ | PROT_WRITE,
+                                                        MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(arrived, MAP_FAILED);
+  for (int round = 0; round < kRounds; ++round) new (&arrived[round]) std::atomic<int>(0);
+  run_ranks(GetParam(), [&](Communicator& comm) {
+    for (int round = 0; round < kRounds; ++round) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * comm.rank()));
+      arrived[round].fetch_add(1);
+      if (round == 1)
+        comm.ibarrier()->wait();
+      else
+        comm.barrier();
+      EXPECT_EQ(arrived[round].load(), comm.size()) << "round " << round << ", rank " << comm.rank();
+    }
+  });
+  ::munmap(arrived, sizeof(std::atomic<int>) * kRounds);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectiveWorld, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8));

@@ -496,8 +496,9 @@ TEST_P(Faults, MismatchedCountsAreReportedNamingBothSides) {
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, Faults, ::testing::Values("ring", "tree", "hierarchical"));
 
-// Settings that shape messages must agree: a rank that differs fails at the rendezvous naming
-// the setting, instead of misreading messages later.
+// Settings that shape messages, and the world size, must agree: a rank that differs fails at
+// the rendezvous naming the setting, instead of misreading messages later (or, for the world
+// size, waiting out the timeout for a rank that never comes).
 TEST(Settings, ARankWithOtherMessageSettingsFailsAtTheRendezvous) {
   struct Differing {
     const char* name;
@@ -507,7 +508,8 @@ TEST(Settings, ARankWithOtherMessageSettingsFailsAtTheRendezvous) {
   for (const Differing& d :
        {Differing{"ARCOLL_CHECKSUM", "1", "ARCOLL_CHECKSUM is 1 on this rank but 0 on rank 0"},
         Differing{"ARCOLL_CHUNK_BYTES", "1M",
-                  "ARCOLL_CHUNK_BYTES is 1048576 on this rank but 524288 on rank 0"}}) {
+                  "ARCOLL_CHUNK_BYTES is 1048576 on this rank but 524288 on rank 0"},
+        Differing{"ARCOLL_WORLD_SIZE", "4", "world size is 4 on this rank but 3 on rank 0"}}) {
     LocalLaunchOptions options;
     options.ranks = 3;
     options.env = {{"ARCOLL_TIMEOUT", "20"}};

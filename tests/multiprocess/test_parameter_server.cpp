@@ -90,8 +90,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, BspWorld,
                                            Layout{8, 1}),
                          layout_name);
 
-// Separate pushes and pulls, non-blocking, many outstanding: every worker pushes its values
-// several times, then a barrier; the state is exactly the sum of every push.
+// Separate pushes and pulls, non-blocking, many outstanding: every worker pushes several
+// times, each push a value of its own (1 + worker * pushes + push, times a factor per
+// element), then a barrier; the state is exactly the sum of every push, so that a push lost,
+// or applied twice, or both for two pushes, shows.
 class AsynchronousWorld : public ::testing::TestWithParam<Layout> {};
 
 void check_exact_sum(const Layout& layout, Consistency consistency) {
@@ -106,32 +108,38 @@ void check_exact_sum(const Layout& layout, Consistency consistency) {
     }
     constexpr int kPushes = 6;
     const int workers = ps.worker_count();
+    auto value = [](int worker, int push) { return double(1 + worker * kPushes + push); };
     for (DataType type : {DataType::i64, DataType::f32, DataType::i32}) {
       for (std::size_t count : {std::size_t(1), std::size_t(97), std::size_t(1000)}) {
         const std::uint64_t key = static_cast<std::uint64_t>(type) * 100000 + count;
         ps.register_tensor(key, count, type);
-        // Worker w pushes (w + 1) * (i + 1) at element i, kPushes times.
-        std::vector<unsigned char> mine(count * size_of(type));
-        for (std::size_t i = 0; i < count; ++i)
-          store(mine.data(), type, i, double((ps.worker_index() + 1) * int(i % 7 + 1)));
+        const std::size_t bytes = count * size_of(type);
+        std::vector<std::vector<unsigned char>> pushed(kPushes, std::vector<unsigned char>(bytes));
+        std::vector<std::vector<unsigned char>> pulled(kPushes, std::vector<unsigned char>(bytes));
         std::vector<WorkPtr> works;
-        std::vector<std::vector<unsigned char>> pulled(kPushes, std::vector<unsigned char>(mine.size()));
         for (int p = 0; p < kPushes; ++p) {
+          auto& mine = pushed[static_cast<std::size_t>(p)];
+          for (std::size_t i = 0; i < count; ++i)
+            store(mine.data(), type, i, value(ps.worker_index(), p) * double(i % 7 + 1));
           works.push_back(ps.ipush(key, mine.data()));
           works.push_back(ps.ipull(key, pulled[static_cast<std::size_t>(p)].data()));
         }
         for (const WorkPtr& w : works) w->wait();
         ps.barrier();
-        std::vector<unsigned char> state(mine.size());
+        std::vector<unsigned char> state(bytes);
         ps.pull(key, state.data());
-        const double all = double(workers) * (workers + 1) / 2 * kPushes;
+        double all = 0;
+        for (int w = 0; w < workers; ++w)
+          for (int p = 0; p < kPushes; ++p) all += value(w, p);
         for (std::size_t i = 0; i < count; ++i)
           ASSERT_EQ(load(state.data(), type, i), all * double(i % 7 + 1))
               << to_string(type) << " count " << count << " element " << i;
         // Each pull saw at least this worker's own pushes before it, never more than all.
+        double own = 0;
         for (int p = 0; p < kPushes; ++p) {
+          own += value(ps.worker_index(), p);
           const double seen = load(pulled[static_cast<std::size_t>(p)].data(), type, 0);
-          EXPECT_GE(seen, double(ps.worker_index() + 1) * (p + 1)) << p;
+          EXPECT_GE(seen, own) << p;
           EXPECT_LE(seen, all) << p;
         }
         ps.barrier();  // no worker pushes the next key's... nothing of this one is left
@@ -180,21 +188,31 @@ TEST(ParameterServer, SspKeepsEveryWorkerWithinItsStalenessOfTheSlowest) {
     }
     // A fast worker cannot end before the slow one has made kSteps - staleness steps.
     EXPECT_GE(Clock::now() - start, kSlowStep * (kSteps - options.staleness - 1));
+    // Once all are done, every worker's pushes are there exactly.
+    ps.barrier();
+    ps.pull(1, pulled.data());
+    for (int w = 0; w < workers; ++w) EXPECT_EQ(pulled[static_cast<std::size_t>(w)], kSteps) << w;
     ps.finish();
   });
+}
+
+// The sgd rule on a dedicated server (rank 3 of 4), keys cut into small pieces.
+ParameterServerOptions sgd_on_rank_3(Consistency consistency, double momentum) {
+  ParameterServerOptions options;
+  options.server_ranks = {3};
+  options.consistency = consistency;
+  options.rule = ServerRule::sgd;
+  options.learning_rate = 0.5;
+  options.momentum = momentum;
+  options.piece_bytes = 64;
+  return options;
 }
 
 // The classic parameter server: bsp with the sgd rule holds weights that move by the mean
 // gradient, with momentum, exactly as a local computation in f32.
 TEST(ParameterServer, SgdRuleStepsTheWeightsByTheMeanGradient) {
   run_ranks(4, [](Communicator& comm) {
-    ParameterServerOptions options;
-    options.server_ranks = {3};
-    options.rule = ServerRule::sgd;
-    options.learning_rate = 0.5;
-    options.momentum = 0.5;
-    options.piece_bytes = 64;
-    ParameterServer ps(comm, options);
+    ParameterServer ps(comm, sgd_on_rank_3(Consistency::bsp, 0.5));
     if (!ps.is_worker()) {
       ps.serve();
       return;
@@ -292,6 +310,76 @@ TEST(ParameterServer, AnIdleServerLeavesTheCoreAloneAndWakesForTheNextCall) {
     for (double v : pulled) ASSERT_EQ(v, sum);
     ps.finish();
   });
+}
+
+// ASP with the sgd rule (no momentum): each push steps the weights as it arrives, in whatever
+// order, so the end is exactly the start less the learning rate times every push (values
+// exact in f32: small integers, a rate of a power of two).
+TEST(ParameterServer, AspSgdRuleAppliesEveryPushOnce) {
+  run_ranks(4, [](Communicator& comm) {
+    ParameterServer ps(comm, sgd_on_rank_3(Consistency::asp, 0.0));
+    if (!ps.is_worker()) {
+      ps.serve();
+      return;
+    }
+    constexpr std::size_t kCount = 101;
+    constexpr int kPushes = 5;
+    std::vector<float> initial(kCount, 1000.0f);
+    ps.register_tensor(7, kCount, DataType::f32, initial.data());
+    std::vector<std::vector<float>> gradients(kPushes, std::vector<float>(kCount));
+    std::vector<WorkPtr> works;
+    for (int p = 0; p < kPushes; ++p) {
+      for (std::size_t i = 0; i < kCount; ++i)
+        gradients[p][i] = float((1 + ps.worker_index() * kPushes + p) * int(i % 3 + 1));
+      works.push_back(ps.ipush(7, gradients[p].data()));
+    }
+    for (const WorkPtr& w : works) w->wait();
+    ps.barrier();
+    std::vector<float> weights(kCount);
+    ps.pull(7, weights.data());
+    double pushed = 0;
+    for (int w = 0; w < ps.worker_count(); ++w)
+      for (int p = 0; p < kPushes; ++p) pushed += 1 + w * kPushes + p;
+    for (std::size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(weights[i], float(1000.0 - 0.5 * pushed * double(i % 3 + 1))) << i;
+    ps.finish();
+  });
+}
+
+// Workers that register different keys, counts or types fail at once, every rank naming both
+// registrations, instead of waiting for pieces that never come.
+TEST(ParameterServer, RegistrationsThatDisagreeFailNamingBoth) {
+  for (const int servers : {0, 1}) {
+    LocalLaunchOptions options;
+    options.ranks = 3;
+    options.env = {{"ARCOLL_TIMEOUT", "60"}};
+    options.failure_grace = std::chrono::seconds(50);
+    auto exits = launch(options, [&] {
+      auto comm = Communicator::from_env();
+      ParameterServerOptions ps_options;
+      if (servers == 1) ps_options.server_ranks = {2};
+      try {
+        ParameterServer ps(*comm, ps_options);
+        if (!ps.is_worker()) {
+          ps.serve();
+          return 3;
+        }
+        ps.register_tensor(5, 10, DataType::f32);
+        ps.register_tensor(ps.worker_index() == 1 ? 9 : 6, 10, DataType::f32);
+      } catch (const Error& e) {
+        std::printf("error: %s\n", e.what());
+        return 0;
+      }
+      return 3;
+    });
+    for (const auto& e : exits) {
+      EXPECT_TRUE(e.ok()) << describe(exits);
+      EXPECT_LT(e.seconds, 20.0) << describe(exits);
+      EXPECT_NE(e.output.find("registration #2"), std::string::npos) << e.output;
+      EXPECT_NE(e.output.find("registers key 9"), std::string::npos) << e.output;
+      EXPECT_NE(e.output.find("registers key 6"), std::string::npos) << e.output;
+    }
+  }
 }
 
 // Bad use is refused at once, on the rank that made it.

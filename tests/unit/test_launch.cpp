@@ -163,6 +163,13 @@ TEST_F(CleanEnvironment, OptionsFromEnvironment) {
   EXPECT_EQ(Options::from_env().streaming_bytes, std::size_t{4} << 20);
   set("ARCOLL_TIMEOUT", "-1");
   EXPECT_THROW(Options::from_env(), ConfigurationError);
+  // Past a week the deadline would overflow the clock: refused, not failing later.
+  set("ARCOLL_TIMEOUT", "1e10");
+  EXPECT_THROW(Options::from_env(), ConfigurationError);
+  set("ARCOLL_TIMEOUT", "604800");
+  EXPECT_EQ(Options::from_env().timeout, kMaxTimeout);
+  set("ARCOLL_TIMEOUT", "0.0001");
+  EXPECT_EQ(Options::from_env().timeout.count(), 1);  // a fraction is not a zero timeout
   set("ARCOLL_TIMEOUT", "1");
   set("ARCOLL_CHUNK_BYTES", "12Q");
   EXPECT_THROW(Options::from_env(), ConfigurationError);

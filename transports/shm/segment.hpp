@@ -36,7 +36,12 @@ struct SegmentHeader {
   std::atomic<std::uint32_t> sleeping;
   std::int32_t pid;
   char pad[52];
+  // The collective from which the owner failed (0: none), written once when it aborts: peers
+  // read it at the end of every call, so it has a line of its own that nothing else writes.
+  alignas(64) std::atomic<std::uint64_t> failed_call;
+  char pad1[56];
 };
+static_assert(sizeof(SegmentHeader) == 128);
 
 // The ring `writer` writes into, in a segment.
 Ring* ring_of(void* segment, int writer);

@@ -364,7 +364,7 @@ void ShmTransport::fail_peer(int, const std::exception_ptr& error) {
   }
 }
 
-void ShmTransport::abort(const std::string& reason) noexcept {
+void ShmTransport::abort(const std::string& reason, std::uint64_t failed_call) noexcept {
   if (aborted_ || peer_ranks_.empty()) return;
   aborted_ = true;
   const std::string text = reason.substr(0, 4096);
@@ -377,6 +377,18 @@ void ShmTransport::abort(const std::string& reason) noexcept {
     p.outgoing.push_back(std::move(out));
     push_outgoing(r);
   }
+  // After the reasons: a peer that reads the number finds the reason in its ring.
+  header_of(own())->failed_call.store(failed_call, std::memory_order_release);
+}
+
+PeerFailedCall ShmTransport::peer_failed_call() const {
+  PeerFailedCall earliest;
+  for (int r : peer_ranks_) {
+    const std::uint64_t call =
+        header_of(segments_.peer(r).segment.get())->failed_call.load(std::memory_order_acquire);
+    if (call != 0 && call < earliest.call) earliest = {call, r};
+  }
+  return earliest;
 }
 
 std::string ShmTransport::pending_state() const {

@@ -42,6 +42,7 @@ void TcpTransport::fail_peer(int peer, const std::exception_ptr& error) {
   for (Socket* s : p.sockets) {
     if (s->closed) continue;
     s->closed = true;
+    s->cut = !s->queue.empty() && s->queue.front().written > 0;
     epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
     for (auto& out : s->queue)
       if (out.request && !out.request->done) {
@@ -54,7 +55,7 @@ void TcpTransport::fail_peer(int peer, const std::exception_ptr& error) {
   p.incoming.clear();
 }
 
-void TcpTransport::abort(const std::string& reason) noexcept {
+void TcpTransport::abort(const std::string& reason, std::uint64_t failed_call) noexcept {
   if (aborted_) return;
   aborted_ = true;
   std::string text = reason.substr(0, kMaxAbortText);
@@ -62,12 +63,16 @@ void TcpTransport::abort(const std::string& reason) noexcept {
   // reason is next on it, even when the peer reads the others no further.
   std::vector<Socket*> telling;
   for (Socket& s : sockets_) {
-    if (s.closed || s.goodbye || s.fd.get() < 0) continue;
+    // A peer failed here for what it sent (a call mismatch) is told too: its connection is
+    // sound, and it would otherwise see only this rank vanish.
+    if (s.broken || s.cut || s.goodbye || s.fd.get() < 0) continue;
+    s.closed = false;
     // A frame half written cannot be cut: it is finished, what follows it is dropped.
     const bool mid_frame = !s.queue.empty() && s.queue.front().written > 0;
     s.queue.erase(s.queue.begin() + (mid_frame ? 1 : 0), s.queue.end());
     OutFrame& out = s.queue.emplace_back();
-    out.header = make_control_header(FrameKind::abort, static_cast<std::uint32_t>(text.size()));
+    out.header = make_control_header(FrameKind::abort, static_cast<std::uint32_t>(text.size()),
+                                     failed_call);
     out.control_payload = text;
     telling.push_back(&s);
   }

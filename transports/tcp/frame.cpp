@@ -11,9 +11,9 @@ FrameHeader make_data_header(std::uint32_t tag, std::uint64_t signature, std::ui
                      signature};
 }
 
-FrameHeader make_control_header(FrameKind kind, std::uint32_t length) {
-  return FrameHeader{
-      kFrameMagic, kVersion, static_cast<std::uint8_t>(kind), 0, 0, length, 0, length, 0, 0};
+FrameHeader make_control_header(FrameKind kind, std::uint32_t length, std::uint64_t failed_call) {
+  return FrameHeader{kFrameMagic, kVersion, static_cast<std::uint8_t>(kind), 0, 0, length, 0,
+                     length,      failed_call, 0};
 }
 
 Hello make_hello(int rank, int world_size, int socket_index, std::uint64_t job_id) {
@@ -43,6 +43,7 @@ std::string validate(const FrameHeader& h) {
       return {};
     case FrameKind::goodbye:
       if (h.signature != 0) return "call signature on a control frame";
+      if (h.offset != 0) return "failed call on a goodbye frame";
       if (h.length != 0) return "goodbye frame with a payload";
       return {};
   }

@@ -58,7 +58,9 @@ struct HelloExpectation {
 FrameHeader make_data_header(std::uint32_t tag, std::uint64_t signature, std::uint64_t sequence,
                              std::uint64_t message_bytes, std::uint64_t offset,
                              std::uint32_t length);
-FrameHeader make_control_header(FrameKind kind, std::uint32_t length);
+// An abort frame's `offset` carries the collective from which its sender failed.
+FrameHeader make_control_header(FrameKind kind, std::uint32_t length,
+                                std::uint64_t failed_call = 0);
 Hello make_hello(int rank, int world_size, int socket_index, std::uint64_t job_id);
 
 // Empty when acceptable, else the reason to reject.

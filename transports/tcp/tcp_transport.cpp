@@ -58,7 +58,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
     wait_for_higher_ranks(setup.deadline);
   } catch (const Error& e) {
     // Peers already connected learn why this rank gives up, instead of seeing it vanish.
-    abort(e.what());
+    abort(e.what(), 1);
     throw;
   }
 }
@@ -406,6 +406,7 @@ void TcpTransport::finish_frame(Socket& s) {
     return;
   }
   if (kind == FrameKind::abort) {
+    if (h.offset != 0 && h.offset < peer_failed_call_.call) peer_failed_call_ = {h.offset, s.peer};
     fail_peer(s.peer, ErrorCode::peer_failure,
               "rank " + std::to_string(s.peer) + " aborted: " + s.control_payload);
     return;

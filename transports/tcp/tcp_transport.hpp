@@ -65,6 +65,8 @@ struct Socket {
   bool goodbye = false;
   bool closed = false;
   bool broken = false;  // the connection failed; its peer is being failed
+  // Failed with a frame half written (closed, the connection still sound): nothing may follow.
+  bool cut = false;
   // After a failure: data frames are read and dropped, to reach what the peer said last.
   bool discarding = false;
   bool dropping_frame = false;
@@ -94,7 +96,8 @@ class TcpTransport final : public Transport {
   void progress(Clock::time_point until, Waiting waiting) override;
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
-  void abort(const std::string& reason) noexcept override;
+  void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
+  PeerFailedCall peer_failed_call() const override { return peer_failed_call_; }
   std::string pending_state() const override;
 
  private:
@@ -138,6 +141,7 @@ class TcpTransport final : public Transport {
   std::vector<char> landing_piece_;  // see kLandingPieceBytes
   std::list<Socket> sockets_;        // stable addresses
   std::exception_ptr failure_;
+  PeerFailedCall peer_failed_call_;  // the earliest an abort frame named
   bool aborted_ = false;
 };
 

@@ -210,8 +210,10 @@ TEST_F(ShmBoards, ARankInAnotherCallIsNamedWithBothCalls) {
   }
   EXPECT_TRUE(named_both) << describe(exits);
 
-  // The same calls in another order: rank 0's broadcast ends once sent, and its all-reduce
-  // meets rank 1's on the boards, one call apart.
+  // The same calls in another order: rank 0's broadcast waits for rank 1 to agree on its
+  // root, and rank 1's all-reduce finds rank 0 in the broadcast: both fail in call #1, naming
+  // both calls (before the root check, rank 0's broadcast ended once sent and the all-reduces
+  // met one call apart).
   auto reordered = launch(options(2, "20"), [&] {
     auto comm = Communicator::from_env();
     float value = 1.0f;
@@ -231,7 +233,9 @@ TEST_F(ShmBoards, ARankInAnotherCallIsNamedWithBothCalls) {
   bool named = false;
   for (const auto& e : reordered) {
     EXPECT_TRUE(e.ok()) << describe(reordered);
-    named = named || e.output.find("its part is of call #") != std::string::npos;
+    EXPECT_NE(e.output.find(" #1 on rank"), std::string::npos) << e.output;
+    named = named || (e.output.find("broadcast of 1 f32") != std::string::npos &&
+                      e.output.find("allreduce of 1 f32") != std::string::npos);
   }
   EXPECT_TRUE(named) << describe(reordered);
 }
