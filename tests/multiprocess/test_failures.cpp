@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -27,29 +26,6 @@ namespace arcoll::testing {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Shared-memory segments of arcoll jobs present now.
-std::set<std::string> arcoll_segments() {
-  std::set<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
-    if (entry.path().filename().string().rfind("arcoll-", 0) == 0)
-      names.insert(entry.path().filename().string());
-  return names;
-}
-
-// Segments present now but not `before` that stay for 2 s: a job's segments are unlinked once
-// mapped, so those of jobs still starting (other tests running alongside) go away soon.
-std::set<std::string> leaked_segments(const std::set<std::string>& before) {
-  std::set<std::string> left;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    left.clear();
-    for (const auto& name : arcoll_segments())
-      if (before.count(name) == 0) left.insert(name);
-    if (left.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return left;
-}
 
 // Runs large allreduces (4 MiB: the single-copy path of shm) until one throws; prints the
 // error and how long detection took.

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "arcoll/error.hpp"
@@ -64,6 +65,26 @@ int open_descriptors() {
 
 int thread_count() {
   return directory_entries("/proc/self/task");
+}
+
+std::set<std::string> arcoll_segments() {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    if (entry.path().filename().string().rfind("arcoll-", 0) == 0)
+      names.insert(entry.path().filename().string());
+  return names;
+}
+
+std::set<std::string> leaked_segments(const std::set<std::string>& before) {
+  std::set<std::string> left;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    left.clear();
+    for (const auto& name : arcoll_segments())
+      if (before.count(name) == 0) left.insert(name);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return left;
 }
 
 std::string describe(const std::vector<RankExit>& exits) {

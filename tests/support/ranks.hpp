@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,12 @@ std::optional<std::string> forced_transport();
 // it is destroyed, after a failure too.
 int open_descriptors();
 int thread_count();
+
+// Shared-memory segments of arcoll jobs in /dev/shm now (their names).
+std::set<std::string> arcoll_segments();
+// Segments present now but not `before` that stay for 2 s: a job's segments are unlinked once
+// mapped, so those of jobs still starting (other tests running alongside) go away soon.
+std::set<std::string> leaked_segments(const std::set<std::string>& before);
 
 // Seconds since `start`.
 double seconds_since(std::chrono::steady_clock::time_point start);

@@ -1,5 +1,6 @@
 #include "transports/shm/segment.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +11,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,11 +52,41 @@ void reserve(int fd, const TransportSetup& setup) {
   }
 }
 
+constexpr const char* kSegmentPrefix = "arcoll-";
+
 std::string segment_name(std::uint64_t job, int rank) {
   char name[64];
-  std::snprintf(name, sizeof name, "/arcoll-%016llx-%d", static_cast<unsigned long long>(job),
-                rank);
+  std::snprintf(name, sizeof name, "/%s%016llx-%d", kSegmentPrefix,
+                static_cast<unsigned long long>(job), rank);
   return name;
+}
+
+// Process `pid` as /proc/<pid>/stat gives it: its state (field 3: 'Z' for a zombie) and when
+// it started (field 22, clock ticks after boot); nullopt when there is no such process.
+struct ProcessStat {
+  char state = '?';
+  std::uint64_t start = 0;
+};
+std::optional<ProcessStat> process_stat(int pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(file, stat)) return std::nullopt;
+  // After the command, which may hold spaces and parentheses.
+  const std::size_t after = stat.rfind(')');
+  if (after == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(after + 1));
+  ProcessStat result;
+  std::string field;
+  for (int n = 3; n <= 22 && fields >> field; ++n) {
+    if (n == 3) result.state = field[0];
+    if (n == 22) result.start = std::strtoull(field.c_str(), nullptr, 10);
+  }
+  return result;
+}
+
+std::uint64_t own_pid_namespace() {
+  struct stat ns {};
+  return ::stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<std::uint64_t>(ns.st_ino) : 0;
 }
 
 // Removes the name of our segment when setup ends, however it ends: once every rank has mapped
@@ -76,6 +110,51 @@ Mapping map_shared(int fd, std::size_t bytes, int rank, int peer) {
 }
 
 }  // namespace
+
+SegmentOwner this_process() {
+  SegmentOwner owner;
+  owner.pid = ::getpid();
+  owner.start = process_stat(owner.pid).value_or(ProcessStat{}).start;
+  owner.pid_namespace = own_pid_namespace();
+  return owner;
+}
+
+bool has_ended(const SegmentOwner& owner) {
+  if (owner.pid <= 0 || owner.pid_namespace == 0 || owner.pid_namespace != own_pid_namespace())
+    return false;
+  const auto process = process_stat(owner.pid);
+  // Gone, dead but not yet reaped, or its pid reused by another process.
+  return !process || process->state == 'Z' || process->state == 'X' ||
+         (owner.start != 0 && process->start != owner.start);
+}
+
+int remove_abandoned_segments(std::chrono::seconds unowned_age) {
+  int removed = 0;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (!name.starts_with(kSegmentPrefix)) continue;
+    net::Fd fd(::openat(::dirfd(dir), name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    struct stat info {};
+    if (!fd || ::fstat(fd.get(), &info) != 0) continue;
+    SegmentOwner owner;
+    const bool read = ::pread(fd.get(), &owner, sizeof owner, offsetof(SegmentHeader, owner)) ==
+                      static_cast<ssize_t>(sizeof owner);
+    const bool owned = read && owner.pid > 0;
+    const auto age = std::chrono::system_clock::now() -
+                     std::chrono::system_clock::from_time_t(info.st_mtime);
+    if (owned ? !has_ended(owner) : age < unowned_age) continue;
+    if (::shm_unlink(("/" + name).c_str()) == 0) {
+      ++removed;
+      log::debug("shm: removed " + name + ", left by " +
+                 (owned ? "process " + std::to_string(owner.pid) + ", which has ended"
+                        : std::string("a process that never finished creating it")));
+    }
+  }
+  ::closedir(dir);
+  return removed;
+}
 
 Ring* ring_of(void* segment, int writer) {
   return reinterpret_cast<Ring*>(static_cast<char*>(segment) + sizeof(SegmentHeader)) + writer;
@@ -108,6 +187,17 @@ Mapping::~Mapping() {
 Segments::Segments(const TransportSetup& setup, bool single_copy)
     : peers_(static_cast<std::size_t>(setup.size)), cma_(single_copy) {
   if (setup.peers.empty()) return;
+  remove_abandoned_segments();
+  try {
+    set_up(setup);
+  } catch (const Error&) {
+    // A peer that died while setting up left its segment: it goes now, not at the next start.
+    remove_abandoned_segments();
+    throw;
+  }
+}
+
+void Segments::set_up(const TransportSetup& setup) {
   const int rank = setup.rank;
   const std::size_t bytes = segment_bytes(setup.size);
   const std::string own_name = segment_name(setup.job_id, rank);
@@ -122,7 +212,7 @@ Segments::Segments(const TransportSetup& setup, bool single_copy)
   }
   reserve(fd.get(), setup);
   own_ = map_shared(fd.get(), bytes, rank, Error::kNoRank);
-  header_of(own())->pid = ::getpid();
+  header_of(own())->owner = this_process();
   bool reads = true;  // whether this rank may read every peer's memory (probed below)
   // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
   // our address space (to probe whether cross-memory reads are allowed).
@@ -149,7 +239,9 @@ Segments::Segments(const TransportSetup& setup, bool single_copy)
     if (!reads) continue;
     std::int32_t probe = 0;
     iovec local{&probe, sizeof probe};
-    iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, pid)), sizeof probe};
+    iovec remote{reinterpret_cast<void*>(address + offsetof(SegmentHeader, owner) +
+                                         offsetof(SegmentOwner, pid)),
+                 sizeof probe};
     const ssize_t got = ::process_vm_readv(mapped.pid, &local, 1, &remote, 1, 0);
     if (got != static_cast<ssize_t>(sizeof probe) || probe != mapped.pid) {
       const std::string why = got < 0 ? std::strerror(errno) : "read another process";

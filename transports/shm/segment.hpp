@@ -3,10 +3,13 @@
 // peer's. Setting them up: create ours, announce it through the store, map the peers', probe
 // whether cross-memory attach may read their memory, and unlink the names once every rank has
 // mapped every segment, so that a crash leaves nothing in /dev/shm. What travels in the rings
-// is the transport's business (shm_transport.cpp).
+// is the transport's business (shm_transport.cpp). A segment whose owner died before its name
+// went (killed, or ended by an exception nobody caught, which runs no destructor) is removed by
+// the survivors that see it die during setup, or by the next job's start on the host.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -31,11 +34,27 @@ struct alignas(64) Ring {
   char data[kRingBytes];
 };
 
+// The process that owns a segment: its pid, when it started (clock ticks after boot) and its
+// pid namespace (an inode): together they tell a live owner from a pid reused since.
+struct SegmentOwner {
+  std::int32_t pid = 0;
+  std::uint32_t unused = 0;
+  std::uint64_t start = 0;
+  std::uint64_t pid_namespace = 0;
+};
+SegmentOwner this_process();
+// Whether `owner` has ended: false where it cannot be told (another pid namespace, a container
+// sharing /dev/shm; no pid yet).
+bool has_ended(const SegmentOwner& owner);
+// Unlinks the segments in /dev/shm whose owner has ended, and those that never got an owner
+// and are older than `unowned_age`; returns how many.
+int remove_abandoned_segments(std::chrono::seconds unowned_age = std::chrono::minutes(10));
+
 struct SegmentHeader {
   std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
-  std::int32_t pid;
-  char pad[52];
+  SegmentOwner owner;
+  char pad[32];
   // The collective from which the owner failed (0: none), written once when it aborts: peers
   // read it at the end of every call, so it has a line of its own that nothing else writes.
   alignas(64) std::atomic<std::uint64_t> failed_call;
@@ -87,6 +106,8 @@ class Segments {
   bool cma() const { return cma_; }
 
  private:
+  void set_up(const TransportSetup& setup);
+
   Mapping own_;
   std::vector<PeerSegment> peers_;  // by rank
   bool cma_;
