@@ -35,12 +35,19 @@ else()
   arcoll_report("MPI" "absent" "no MPI C library found; under mpirun set ARCOLL_MASTER_ADDR; no arbench --backend mpi")
 endif()
 
-# Optional components detected now, used by later parts of arcoll.
+# Transports whose library is missing are left out of the build (ARCOLL_TRANSPORTS_ABSENT):
+# their folder compiles nothing, registers nothing, and its tests are not registered.
+set(ARCOLL_TRANSPORTS_ABSENT "")
 find_package(ucx CONFIG QUIET)
 if(ucx_FOUND)
-  arcoll_report("UCX" "found" "${ucx_VERSION}; no UCX transport in this build yet")
+  set(ARCOLL_WITH_UCX ON)
+  get_target_property(ARCOLL_UCP_LIBRARY ucx::ucp IMPORTED_LOCATION)
+  get_target_property(ARCOLL_UCS_LIBRARY ucx::ucs IMPORTED_LOCATION)
+  arcoll_report("UCX" "used" "${ucx_VERSION} (the ucx transport)")
 else()
-  arcoll_report("UCX" "absent" "libucx-dev not installed")
+  set(ARCOLL_WITH_UCX OFF)
+  list(APPEND ARCOLL_TRANSPORTS_ABSENT ucx)
+  arcoll_report("UCX" "absent" "libucx-dev not installed: no ucx transport")
 endif()
 
 if(PkgConfig_FOUND)

@@ -8,12 +8,14 @@ namespace {
 
 constexpr std::size_t kLine = 64;
 
-// At the board's start: the collective its owner is in. The signature is written first and
-// read after the sequence, each way with ordering, so that a reader that sees a sequence
-// number reads at least that call's signature.
+// At the board's start: the collective its owner is in, and the signature and root of its last
+// two calls, by sequence number modulo 2. They are written first and read after the sequence,
+// each way with ordering, so that a reader that sees a sequence number reads at least that
+// call's entry.
 struct CurrentCall {
   std::atomic<std::uint64_t> sequence;
-  std::atomic<std::uint64_t> signature;
+  std::atomic<std::uint64_t> signature[2];
+  std::atomic<std::int64_t> root[2];
 };
 
 // At a post's start, the part following in the same cache line: a part of up to 32 bytes
@@ -59,10 +61,35 @@ const std::byte* CallBoards::slot_of(int rank, std::uint64_t exchange) const {
   return board_[static_cast<std::size_t>(rank)] + kLine + (exchange % 2) * slot_bytes_;
 }
 
-void CallBoards::enter(std::uint64_t sequence, std::uint64_t signature) {
+void CallBoards::enter(std::uint64_t sequence, std::uint64_t signature, int root) {
   auto* current = reinterpret_cast<CurrentCall*>(boards_.own_board());
-  current->signature.store(signature, std::memory_order_release);
+  current->signature[sequence % 2].store(signature, std::memory_order_release);
+  current->root[sequence % 2].store(root, std::memory_order_release);
   current->sequence.store(sequence, std::memory_order_release);
+  entered_sequence_ = sequence;
+  entered_signature_ = signature;
+  entered_root_ = root;
+  entered_seen_ = 0;
+}
+
+int CallBoards::first_not_entered_alike(std::optional<Disagreement>& other, int& other_root) {
+  const std::uint64_t n = entered_sequence_;
+  for (; entered_seen_ < size_; ++entered_seen_) {
+    const auto* current =
+        reinterpret_cast<const CurrentCall*>(board_[static_cast<std::size_t>(entered_seen_)]);
+    const std::uint64_t in = current->sequence.load(std::memory_order_acquire);
+    if (in < n) return entered_seen_;
+    const std::uint64_t theirs = current->signature[n % 2].load(std::memory_order_acquire);
+    const auto root = static_cast<int>(current->root[n % 2].load(std::memory_order_acquire));
+    // Two calls ahead cannot be (see the header); were it so, the entry read is not this call's.
+    if (current->sequence.load(std::memory_order_acquire) > n + 1) continue;
+    if (theirs != entered_signature_ || root != entered_root_) {
+      other = Disagreement{entered_seen_, theirs, n, false};
+      other_root = root;
+      return entered_seen_;
+    }
+  }
+  return -1;
 }
 
 void CallBoards::post(const void* data, std::size_t bytes, std::uint64_t sequence,
@@ -106,7 +133,7 @@ std::optional<CallBoards::Disagreement> CallBoards::disagreement() const {
     const PostHeader* h = header(slot_of(r, exchange_));
     const auto* current = reinterpret_cast<const CurrentCall*>(board_[static_cast<std::size_t>(r)]);
     const std::uint64_t in = current->sequence.load(std::memory_order_acquire);
-    const std::uint64_t theirs = current->signature.load(std::memory_order_acquire);
+    const std::uint64_t theirs = current->signature[in % 2].load(std::memory_order_acquire);
     if (in < sequence_ || (in == sequence_ && theirs == signature_)) continue;  // on its way
     // Another call at this step, or a later one reached without posting a part of this one.
     // Unless it posted meanwhile (then the signature read may be of its next call), or moved

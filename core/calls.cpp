@@ -368,6 +368,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .sequence = sequence_,
                   .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
                                      args.root, args.count, wire}),
+                  .root = args.root,
                   .wire = wire,
                   .chunk_bytes = chosen.plan.chunk_bytes,
                   .streaming_stores = bytes >= options_.streaming_bytes},

@@ -166,11 +166,12 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
              : kCollectiveTagBit | static_cast<std::uint32_t>(call.sequence & kSequenceMask);
   timeout_ = timeout;
   in_collective_ = call.sequence != 0;
+  root_check_open_ = false;
   if (in_collective_) last_collective_ = call.sequence;
   deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
   unforwarded_.clear();
-  if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature);
+  if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature, call.root);
 }
 
 void Engine::end() {
@@ -199,12 +200,18 @@ void Engine::post_root_round(int round) {
 }
 
 void Engine::post_root_check(int root) {
+  // Every rank's board says which call it entered, with which root: looked at by waits that
+  // block meanwhile (ranks that each name themselves the root of a gather, or of a large
+  // broadcast, wait for one another), and at the end.
+  root_check_open_ = boards_ != nullptr;
+  if (boards_) return;
   roots_seen_ = {root, rank_, root, rank_};
   roots_told_.resize(32);
   post_root_round(0);
 }
 
 void Engine::finish_root_check() {
+  if (boards_) return finish_root_check_on_boards();
   for (int round = 0; (1 << round) < size_; ++round) {
     if (round > 0) post_root_round(round);
     const RequestPtr sent = std::move(root_sent_), received = std::move(root_received_);
@@ -226,6 +233,30 @@ void Engine::finish_root_check() {
                               std::to_string(s.highest_by) + " names root " +
                               std::to_string(s.highest) + ": every rank must name the same root",
                           rank_, s.lowest_by == rank_ ? s.highest_by : s.lowest_by);
+}
+
+int Engine::root_check_on_boards() {
+  std::optional<CallBoards::Disagreement> other;
+  int other_root = 0;
+  const int missing = boards_->first_not_entered_alike(other, other_root);
+  if (other)
+    throw InvalidArgument(call_name(),
+                          describe_mismatch(other->rank, other->signature, call_.signature,
+                                            other_root == call_.root
+                                                ? "on the shared boards"
+                                                : "on the shared boards: it names root " +
+                                                      std::to_string(other_root) +
+                                                      ", this rank root " +
+                                                      std::to_string(call_.root)),
+                          rank_, other->rank);
+  return missing;
+}
+
+void Engine::finish_root_check_on_boards() {
+  int missing = 0;
+  await_on_boards([&] { return (missing = root_check_on_boards()) < 0; }, [&] { return missing; },
+                  [] {}, "entering this call");
+  root_check_open_ = false;
 }
 
 std::string Engine::call_name() const {
@@ -415,6 +446,7 @@ template <class WaitingFor>
 void Engine::check_blocked(int peer, const WaitingFor& waiting_for) {
   if (auto failure = transport_failure()) raise(failure);
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
+  if (root_check_open_) root_check_on_boards();
   const Clock::time_point now = Clock::now();
   if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
   if (now < deadline_) return;
@@ -478,28 +510,31 @@ std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
                           describe_mismatch(other->rank, other->signature, call_.signature, where),
                           rank_, other->rank);
   };
+  await_on_boards([this] { return boards_->all_posted(); },
+                  [this] { return boards_->first_missing(); }, throw_if_in_other_call,
+                  "posting its part on the shared boards");
+  return boards_->parts();
+}
+
+template <class Ready, class Missing, class ThrowIfOther>
+void Engine::await_on_boards(Ready ready, Missing first_missing, ThrowIfOther throw_if_other,
+                             const char* awaited) {
   constexpr int kQuickLooks = 256;
-  bool posted = boards_->all_posted();
-  for (int look = 0; !posted && quick_looks_ && look < kQuickLooks; ++look)
-    posted = boards_->all_posted();
+  bool done = ready();
+  for (int look = 0; !done && quick_looks_ && look < kQuickLooks; ++look) done = ready();
   // A peer's call is looked at only once a wait took a while: reading it costs a cache line.
-  for (bool first = true; !posted; first = false, posted = boards_->all_posted()) {
-    const int missing = boards_->first_missing();
-    check_blocked(missing, [&] {
-      return "rank " + std::to_string(missing) + "'s part on the shared boards";
-    });
+  for (bool first = true; !done; first = false, done = ready()) {
+    const int missing = first_missing();
+    check_blocked(missing, [&] { return "rank " + std::to_string(missing) + " " + awaited; });
     if (boards_->shared().departed(missing))
       throw PeerError(call_name(),
-                      "rank " + std::to_string(missing) +
-                          " destroyed its communicator before posting its part on the shared "
-                          "boards",
+                      "rank " + std::to_string(missing) + " destroyed its communicator before " +
+                          awaited,
                       rank_, missing);
-    if (!first) throw_if_in_other_call();
-    boards_->shared().await_boards([this] { return boards_->all_posted(); },
-                                   std::min(deadline_, Clock::now() + kAbortCheckSlice));
+    if (!first) throw_if_other();
+    boards_->shared().await_boards(ready, std::min(deadline_, Clock::now() + kAbortCheckSlice));
   }
-  throw_if_in_other_call();
-  return boards_->parts();
+  throw_if_other();
 }
 
 void Engine::progress(Clock::time_point until, Waiting waiting) {

@@ -70,6 +70,7 @@ class Engine final : public PointToPoint {
     std::string_view kind;          // "allreduce", "send"
     std::uint64_t sequence = 0;     // collectives count from 1; 0: point-to-point, unnumbered
     std::uint64_t signature = 0;    // core/call_signature.hpp; 0 for point-to-point
+    int root = 0;                   // of a rooted collective, whole
     DataType wire = DataType::f32;  // f32 elements travel as this (f32: as they are)
     std::size_t chunk_bytes = 0;
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
@@ -191,6 +192,19 @@ class Engine final : public PointToPoint {
   std::vector<RootsSeen> roots_told_;
   RequestPtr root_sent_, root_received_;
   void post_root_round(int round);
+  // The root check where every rank shares the boards: each rank's board says which call it
+  // entered, with its signature and root; the check reads them, no message. One look: throws
+  // naming a rank that entered the call otherwise, else returns the first rank not yet seen
+  // in it (-1: none); the finish waits for all.
+  int root_check_on_boards();
+  void finish_root_check_on_boards();
+  bool root_check_open_ = false;  // posted on the boards, not finished
+  // Waits on the boards until `ready()`, within the call's deadline, watching for aborts and
+  // for peers gone (`first_missing()`: the rank waited for, which has yet to do `awaited`) or
+  // in another call (`throw_if_other()`, looked at once a wait took a while, and at the end).
+  template <class Ready, class Missing, class ThrowIfOther>
+  void await_on_boards(Ready ready, Missing first_missing, ThrowIfOther throw_if_other,
+                       const char* awaited);
   net::Clock::time_point deadline_{};  // of the call, from its first blocking wait
   std::chrono::milliseconds timeout_{0};
 

@@ -14,7 +14,7 @@
 namespace arcoll {
 namespace {
 
-TEST(TransportRegistry, EveryFolderIsARegisteredTransport) {
+TEST(TransportRegistry, EveryBuiltFolderIsARegisteredTransport) {
   std::vector<std::string> folders;
   std::istringstream list(ARCOLL_TRANSPORT_FOLDERS);
   for (std::string name; std::getline(list, name, ',');) folders.push_back(name);

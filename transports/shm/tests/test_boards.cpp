@@ -98,7 +98,7 @@ TEST_F(ShmBoards, ALateRankIsWaitedForThenNamedAtTheDeadline) {
     EXPECT_TRUE(e.ok()) << describe(exits);
     if (e.rank == kLate) continue;
     EXPECT_NE(e.output.find("allreduce #3"), std::string::npos) << e.output;
-    EXPECT_NE(e.output.find("rank 1's part on the shared boards"), std::string::npos) << e.output;
+    EXPECT_NE(e.output.find("waiting for rank 1 posting its part on the shared boards"), std::string::npos) << e.output;
     const double waited = number_after(e.output, "after ");
     EXPECT_GT(waited, 0.35) << e.output;
     EXPECT_LT(waited, 1.4) << e.output;  // before rank 1 came

@@ -31,7 +31,8 @@ using shm::SegmentOwner;
 class Leftovers : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (forced_transport() == "tcp") GTEST_SKIP() << "no shared memory on the tcp run";
+    if (forced_transport().value_or("shm") != "shm")
+      GTEST_SKIP() << "no shm transport on the " << *forced_transport() << " run";
   }
 };
 
@@ -101,7 +102,8 @@ TEST_F(Leftovers, ThoseOfOwnersThatEndedGoAtTheNextStartAndNoOthers) {
 class DyingWhileJoining : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    if (forced_transport() == "tcp") GTEST_SKIP() << "no shared memory on the tcp run";
+    if (forced_transport().value_or("shm") != "shm")
+      GTEST_SKIP() << "no shm transport on the " << *forced_transport() << " run";
   }
 };
 

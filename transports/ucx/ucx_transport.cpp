@@ -1,0 +1,767 @@
+// UCX transport (ucx_transport.hpp): setting up the worker and endpoints, sending, receiving
+// in order through the shared Matching, waiting on the worker's event fd, failing and leaving.
+#include "transports/ucx/ucx_transport.hpp"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "arcoll/error.hpp"
+#include "base/log.hpp"
+#include "base/store.hpp"
+#include "transports/common/landing.hpp"
+#include "transports/common/peer_process.hpp"
+
+namespace arcoll::ucx {
+
+class Context {
+ public:
+  // The process's context, made by the first communicator that needs one.
+  static std::shared_ptr<Context> shared(int rank) {
+    static std::mutex mutex;
+    static std::weak_ptr<Context> cached;
+    std::lock_guard lock(mutex);
+    if (auto existing = cached.lock()) return existing;
+    auto made = std::make_shared<Context>(rank);
+    cached = made;
+    return made;
+  }
+  explicit Context(int rank) {
+    ucp_config_t* config = nullptr;  // UCX_* variables of the environment
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read", rank);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    const ucs_status_t status = ucp_init(&params, config, &handle);
+    ucp_config_release(config);
+    check(status, "ucp_init", rank);
+  }
+  ~Context() { ucp_cleanup(handle); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  static void check(ucs_status_t status, const char* what, int rank) {
+    if (status != UCS_OK)
+      throw SystemError("ucx setup", std::string(what) + ": " + ucs_status_string(status), rank);
+  }
+
+  ucp_context_h handle = nullptr;
+};
+
+namespace {
+
+// How long leaving may take: goodbyes and closing the endpoints (a stuck peer does not hold
+// this rank up longer), and an abort's reasons.
+constexpr auto kLeaveTime = std::chrono::seconds(2);
+constexpr auto kAbortFlushTime = std::chrono::milliseconds(200);
+// How long an abort lets transfers in flight end (see abort()).
+constexpr auto kTransfersEndTime = std::chrono::seconds(1);
+// A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
+constexpr auto kSleepSlice = std::chrono::milliseconds(5);
+
+ucs_status_t on_message(void* arg, const void* header, std::size_t header_length, void* data,
+                        std::size_t length, const ucp_am_recv_param_t* param) {
+  auto* handler = static_cast<std::pair<UcxTransport*, AmId>*>(arg);
+  if (header_length != sizeof(Header)) {
+    log::warn("ucx: dropped an active message with a header of " + std::to_string(header_length) +
+              " B (not an arcoll rank's)");
+    return UCS_OK;
+  }
+  Header h;
+  std::memcpy(&h, header, sizeof h);
+  return handler->first->arrived(handler->second, h, data, length,
+                                 (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+}
+
+void on_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  static_cast<UcxTransport*>(arg)->peer_lost(ep, status);
+}
+
+// A request freed before it completes calls nothing back: each is freed here, in its callback.
+void on_sent(void* request, ucs_status_t status, void* record) {
+  auto* sending = static_cast<std::pair<UcxTransport*, void*>*>(record);
+  sending->first->send_done(sending->second, status);
+  ucp_request_free(request);
+}
+
+void on_fetched(void* request, ucs_status_t status, std::size_t /*length*/, void* message) {
+  std::unique_ptr<std::pair<UcxTransport*, UcxMessage*>> fetching(
+      static_cast<std::pair<UcxTransport*, UcxMessage*>*>(message));
+  fetching->first->fetch_done(fetching->second, status);
+  ucp_request_free(request);
+}
+
+std::string key_of(int rank) {
+  return "ucx/" + std::to_string(rank);
+}
+
+}  // namespace
+
+// The callbacks' arguments: the transport and the record the callback is about.
+struct UcxTransport::Sending {
+  Header header{};
+  RequestPtr request;
+  int peer = 0;
+  std::string text;  // an abort's reason
+  std::pair<UcxTransport*, void*> callback{nullptr, nullptr};
+  void* handle = nullptr;  // UCX's request, until its callback
+};
+
+UcxTransport::UcxTransport(const TransportSetup& setup)
+    : rank_(setup.rank),
+      peer_ranks_(setup.peers),
+      busy_poll_(setup.busy_poll),
+      poll_yields_(setup.poll_yields),
+      context_(Context::shared(setup.rank)),
+      peers_(static_cast<std::size_t>(setup.size)),
+      matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }) {
+  ucp_worker_params_t worker{};
+  worker.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // The engine serves a communicator from one thread at a time (the caller's or its progress
+  // thread's, under its call lock); wake() comes from others, and ucp_worker_signal allows it.
+  worker.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  Context::check(ucp_worker_create(context_->handle, &worker, &worker_), "ucp_worker_create",
+                 rank_);
+  try {
+    Context::check(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd", rank_);
+    for (AmId id : {kData, kAbort, kGoodbye, kHello}) {
+      handlers_[id - kData] = {this, id};
+      ucp_am_handler_param_t handler{};
+      handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                           UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+      handler.id = id;
+      handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+      handler.cb = &on_message;
+      handler.arg = &handlers_[id - kData];
+      Context::check(ucp_worker_set_am_recv_handler(worker_, &handler),
+                     "ucp_worker_set_am_recv_handler", rank_);
+    }
+    if (peer_ranks_.empty()) return;
+    ucp_address_t* address = nullptr;
+    std::size_t length = 0;
+    Context::check(ucp_worker_get_address(worker_, &address, &length), "ucp_worker_get_address",
+                   rank_);
+    std::string mine = transport::this_process_identity() + '\n';
+    mine.append(reinterpret_cast<const char*>(address), length);
+    ucp_worker_release_address(worker_, address);
+    setup.store->set(key_of(rank_), mine);
+    for (int p : peer_ranks_) {
+      const auto theirs = setup.store->get(key_of(p), setup.deadline);
+      if (!theirs)
+        throw TimeoutError("ucx setup",
+                           "rank " + std::to_string(p) + " did not publish its UCX address", rank_,
+                           p);
+      const std::size_t end = theirs->find('\n');
+      if (end == std::string::npos || end + 1 >= theirs->size())
+        throw ProtocolError("ucx setup", "malformed UCX address", rank_, p);
+      Peer& peer = peers_[static_cast<std::size_t>(p)];
+      peer.pidfd = transport::watch_if_local(theirs->substr(0, end));
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(theirs->data() + end + 1);
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = &on_error;
+      ep.err_handler.arg = this;
+      Context::check(ucp_ep_create(worker_, &ep, &peer.ep), "ucp_ep_create", rank_);
+    }
+    greet_peers(setup.deadline);
+  } catch (...) {
+    aborted_ = true;  // no goodbyes: nobody is told anything yet
+    shut_down();
+    throw;
+  }
+}
+
+void UcxTransport::greet_peers(Clock::time_point deadline) {
+  for (int r : peer_ranks_) {
+    auto record = std::make_unique<Sending>();
+    record->header = {peers_[static_cast<std::size_t>(r)].next_send++, 0, 0, 0, rank_};
+    record->peer = r;
+    send(std::move(record), kHello, nullptr, 0, UCP_AM_SEND_FLAG_EAGER);
+  }
+  auto greeted = [&] {
+    return sending_.empty() && std::all_of(peer_ranks_.begin(), peer_ranks_.end(), [&](int r) {
+             return peers_[static_cast<std::size_t>(r)].hello;
+           });
+  };
+  while (!greeted()) {
+    if (failure_) std::rethrow_exception(failure_);
+    if (Clock::now() >= deadline) {
+      int missing = -1;
+      for (int r : peer_ranks_)
+        if (!peers_[static_cast<std::size_t>(r)].hello && missing < 0) missing = r;
+      throw TimeoutError("ucx setup",
+                         "no word from rank " + std::to_string(missing) +
+                             " over UCX before the timeout: can UCX reach it (UCX_TLS, "
+                             "UCX_NET_DEVICES)?",
+                         rank_, missing);
+    }
+    progress(std::min(deadline, Clock::now() + kSleepSlice), Waiting::poll_first);
+  }
+}
+
+UcxTransport::~UcxTransport() {
+  shut_down();
+}
+
+// ---- sending --------------------------------------------------------------------------------
+
+void UcxTransport::post(const RequestPtr& request) {
+  if (!std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), request->peer))
+    throw InvalidArgument("ucx", "no connection to rank " + std::to_string(request->peer), rank_);
+  if (failure_ || aborted_) {
+    request->error = failure_ ? failure_
+                              : make_error(ErrorCode::peer_failure, "ucx",
+                                           "this rank gave up (abort)", rank_, request->peer);
+    request->done = true;
+    return;
+  }
+  if (request->kind == Request::Kind::recv) return post_recv(request);
+  Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  auto record = std::make_unique<Sending>();
+  record->header = {p.next_send++, request->signature, 0, request->tag, rank_};
+  record->request = request;
+  record->peer = request->peer;
+  send(std::move(record), kData, request->buffer, request->bytes, 0);
+}
+
+void UcxTransport::send(std::unique_ptr<Sending> record, AmId id, const void* buffer,
+                        std::size_t bytes, std::uint32_t flags) {
+  record->callback = {this, record.get()};
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &on_sent;
+  param.user_data = &record->callback;
+  param.flags = flags;
+  const int peer = record->peer;
+  const ucs_status_ptr_t status =
+      ucp_am_send_nbx(peers_[static_cast<std::size_t>(peer)].ep, id, &record->header,
+                      sizeof(Header), buffer, bytes, &param);
+  if (status == nullptr) {  // sent at once
+    if (record->request) {
+      record->request->transferred = bytes;
+      record->request->done = true;
+    }
+    return;
+  }
+  if (UCS_PTR_IS_ERR(status)) {
+    if (record->request) {
+      record->request->error =
+          make_error(ErrorCode::peer_failure, "ucx",
+                     "sending to rank " + std::to_string(peer) +
+                         " failed: " + ucs_status_string(UCS_PTR_STATUS(status)),
+                     rank_, peer);
+      record->request->done = true;
+    }
+    return;
+  }
+  record->handle = status;
+  Sending* key = record.get();
+  sending_.emplace(key, std::move(record));
+}
+
+void UcxTransport::send_done(void* record, ucs_status_t status) {
+  auto it = sending_.find(static_cast<Sending*>(record));
+  if (it == sending_.end()) return;
+  std::unique_ptr<Sending> sent = std::move(it->second);
+  sending_.erase(it);
+  if (!sent->request || sent->request->done) return;
+  if (status == UCS_OK) {
+    sent->request->transferred = sent->request->bytes;
+    sent->request->done = true;
+    return;
+  }
+  // Failed with its connection: judged (and the request with it) once what the peer sent
+  // before, an abort's reason perhaps, is read.
+  connection_lost(sent->peer, status);
+  pending_failures_.push_back(std::move(sent->request));
+}
+
+// ---- receiving ------------------------------------------------------------------------------
+
+void UcxTransport::post_recv(const RequestPtr& request) {
+  Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  std::shared_ptr<UcxMessage> message = matching_.post(request);
+  if (!message) {
+    if (p.goodbye && !request->done)
+      fail_peer(request->peer, ErrorCode::peer_failure,
+                "rank " + std::to_string(request->peer) +
+                    " destroyed its communicator before sending " + request->describe());
+    return;
+  }
+  if (message->descriptor != nullptr) {
+    to_fetch_.push_back(message);
+    return;
+  }
+  matching_.deliver(*message, 0, message->kept.data(), message->kept.size());
+  std::vector<char>().swap(message->kept);
+}
+
+ucs_status_t UcxTransport::arrived(AmId id, const Header& header, void* data, std::size_t length,
+                                   bool rendezvous) {
+  const int from = header.from;
+  if (!std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), from)) {
+    log::warn("ucx: dropped an active message from rank " + std::to_string(from) +
+              ", not a peer of rank " + std::to_string(rank_));
+    return UCS_OK;
+  }
+  Peer& p = peers_[static_cast<std::size_t>(from)];
+  if (p.failed) return UCS_OK;
+  if (header.sequence != p.next_receive) {
+    if (header.sequence < p.next_receive || p.early.count(header.sequence) != 0) {
+      fail_peer(from, ErrorCode::protocol,
+                "rank " + std::to_string(from) + " sent message " +
+                    std::to_string(header.sequence) + " twice");
+      return UCS_OK;
+    }
+    Early early{id, header, {}, rendezvous ? data : nullptr, length};
+    if (!rendezvous) early.bytes.assign(static_cast<char*>(data), static_cast<char*>(data) + length);
+    p.early.emplace(header.sequence, std::move(early));
+    return rendezvous ? UCS_INPROGRESS : UCS_OK;
+  }
+  bool kept = false;
+  handle(from, id, header, data, length, rendezvous, kept);
+  ++p.next_receive;
+  // What came ahead of its turn and is due now.
+  for (auto it = p.early.find(p.next_receive); it != p.early.end() && !p.failed;
+       it = p.early.find(p.next_receive)) {
+    Early early = std::move(it->second);
+    p.early.erase(it);
+    bool kept_early = false;
+    const bool described = early.descriptor != nullptr;
+    handle(from, early.id, early.header, described ? early.descriptor : early.bytes.data(),
+           early.length, described, kept_early);
+    if (described && !kept_early) release(early.descriptor);
+    ++p.next_receive;
+  }
+  return kept ? UCS_INPROGRESS : UCS_OK;
+}
+
+void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
+                          bool rendezvous, bool& kept) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (id == kHello) {
+    p.hello = true;
+    return;
+  }
+  if (id == kGoodbye) {
+    p.goodbye = true;
+    if (const Request* waiting = matching_.first_posted(peer))
+      fail_peer(peer, ErrorCode::peer_failure,
+                "rank " + std::to_string(peer) + " destroyed its communicator before sending " +
+                    waiting->describe());
+    return;
+  }
+  if (id == kAbort) {
+    const std::string text =
+        rendezvous ? std::string("(its reason did not come)")
+                   : std::string(static_cast<const char*>(data), std::min<std::size_t>(length, 4096));
+    if (header.failed_call != 0 && header.failed_call < peer_failed_call_.call)
+      peer_failed_call_ = {header.failed_call, peer};
+    fail_peer(peer, ErrorCode::peer_failure, "rank " + std::to_string(peer) + " aborted: " + text);
+    return;
+  }
+  if (!rendezvous) {
+    // Straight into a receive waiting for it; else kept until one is posted.
+    if (matching_.arrive_whole(peer, header.tag, header.signature, length, [&](Request& receive) {
+          // UCX's buffer follows its headers and ours: reductions read whole elements, so
+          // bytes not aligned for them are copied first.
+          if (transport::lands_as_copy(receive) || reinterpret_cast<std::uintptr_t>(data) % 8 == 0)
+            return transport::land(receive, 0, data, length);
+          aligned_.assign(static_cast<char*>(data), static_cast<char*>(data) + length);
+          transport::land(receive, 0, aligned_.data(), length);
+        }))
+      return;
+    auto message = std::make_shared<UcxMessage>();
+    message->tag = header.tag;
+    message->signature = header.signature;
+    message->bytes = length;
+    message->kept.assign(static_cast<char*>(data), static_cast<char*>(data) + length);
+    matching_.arrive(peer, message, /*in_place=*/true);
+    return;
+  }
+  auto message = std::make_shared<UcxMessage>();
+  message->tag = header.tag;
+  message->signature = header.signature;
+  message->bytes = length;
+  message->descriptor = data;
+  switch (matching_.arrive(peer, message, /*in_place=*/true)) {
+    case transport::Matching<UcxMessage>::Arrival::matched:
+      kept = true;
+      to_fetch_.push_back(message);
+      break;
+    case transport::Matching<UcxMessage>::Arrival::held:
+      kept = true;
+      held_.push_back(message);
+      break;
+    default:  // a mismatch failed the peer; UCX drops the descriptor
+      break;
+  }
+}
+
+// Rendezvous messages whose receive is posted are fetched only after the worker has delivered
+// what came with them: an abort that followed a message must stop it being fetched (the
+// sender's buffer went back to its caller), and it is read in the same progress when it had
+// come.
+void UcxTransport::start_fetches() {
+  std::vector<std::shared_ptr<UcxMessage>> due;
+  due.swap(to_fetch_);
+  for (const auto& message : due) {
+    if (!message->request || message->request->done || failure_) {
+      release(std::exchange(message->descriptor, nullptr));
+      continue;
+    }
+    fetch(message);
+  }
+}
+
+// A rendezvous message whose receive is posted: UCX moves its bytes, into the receive's buffer
+// when they land as a copy.
+void UcxTransport::fetch(const std::shared_ptr<UcxMessage>& message) {
+  Request& receive = *message->request;
+  void* into = receive.buffer;
+  if (!transport::lands_as_copy(receive)) {
+    message->staging.resize(message->bytes);
+    into = message->staging.data();
+  }
+  fetching_[message.get()] = message;
+  auto* callback = new std::pair<UcxTransport*, UcxMessage*>(this, message.get());
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.recv_am = &on_fetched;
+  param.user_data = callback;
+  const ucs_status_ptr_t status = ucp_am_recv_data_nbx(
+      worker_, std::exchange(message->descriptor, nullptr), into, message->bytes, &param);
+  if (status != nullptr && !UCS_PTR_IS_ERR(status)) {
+    message->handle = status;  // its callback frees it, and `callback`
+    return;
+  }
+  delete callback;
+  fetch_done(message.get(), status == nullptr ? UCS_OK : UCS_PTR_STATUS(status));
+}
+
+void UcxTransport::fetch_done(UcxMessage* fetched, ucs_status_t status) {
+  auto it = fetching_.find(fetched);
+  if (it == fetching_.end()) return;
+  std::shared_ptr<UcxMessage> message = std::move(it->second);
+  fetching_.erase(it);
+  if (!message->request || message->request->done) return;
+  if (status != UCS_OK) {  // judged as a lost connection (see send_done)
+    connection_lost(message->request->peer, status);
+    pending_failures_.push_back(message->request);
+    return;
+  }
+  if (message->staging.empty()) {
+    matching_.delivered(*message, message->bytes);
+    return;
+  }
+  matching_.deliver(*message, 0, message->staging.data(), message->bytes);
+  std::vector<char>().swap(message->staging);
+}
+
+// ---- waiting --------------------------------------------------------------------------------
+
+// One turn of the worker, and what follows from it: lost peers judged, matched rendezvous
+// messages fetched. Whether anything moved.
+bool UcxTransport::turn() {
+  bool moved = ucp_worker_progress(worker_) != 0;
+  judge_lost_peers();
+  if (!to_fetch_.empty()) {
+    start_fetches();
+    moved = true;
+  }
+  return moved;
+}
+
+void UcxTransport::progress(Clock::time_point until, Waiting waiting) {
+  check_peers_alive();
+  if (turn()) return;
+  if (waiting == Waiting::poll_first) {
+    const auto stop = std::min(until, Clock::now() + busy_poll_);
+    while (Clock::now() < stop) {
+      if (turn()) return;
+      if (poll_yields_) sched_yield();
+    }
+  }
+  const auto now = Clock::now();
+  if (now >= until) return;
+  if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) {  // events came meanwhile
+    turn();
+    return;
+  }
+  std::vector<pollfd> fds{{event_fd_, POLLIN, 0}};
+  for (int p : peer_ranks_) {
+    const Peer& peer = peers_[static_cast<std::size_t>(p)];
+    if (peer.pidfd && !peer.failed) fds.push_back({peer.pidfd.get(), POLLIN, 0});
+  }
+  const auto sleep = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::min<Clock::duration>(until - now, kSleepSlice));
+  ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(1, sleep.count())));
+  turn();
+  check_peers_alive();
+}
+
+void UcxTransport::wake() noexcept {
+  if (worker_ != nullptr) ucp_worker_signal(worker_);
+}
+
+// ---- failing and leaving --------------------------------------------------------------------
+
+int UcxTransport::peer_of(ucp_ep_h ep) const {
+  for (int p : peer_ranks_)
+    if (peers_[static_cast<std::size_t>(p)].ep == ep) return p;
+  return -1;
+}
+
+// Called back from within the worker's progress: what the peer said last (an abort's reason)
+// may still be on its way, so the loss is judged once progress has read what came.
+void UcxTransport::peer_lost(ucp_ep_h ep, ucs_status_t status) {
+  if (const int peer = peer_of(ep); peer >= 0) connection_lost(peer, status);
+}
+
+void UcxTransport::connection_lost(int peer, ucs_status_t status) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.lost = true;
+  if (p.lost_status == UCS_OK) p.lost_status = status;
+}
+
+void UcxTransport::judge_lost_peers() {
+  for (int r : peer_ranks_) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
+    if (!p.lost || p.lost_status == UCS_OK || p.failed) continue;
+    for (int drained = 0; drained < 100 && !p.failed && ucp_worker_progress(worker_) != 0;)
+      ++drained;
+    const ucs_status_t status = std::exchange(p.lost_status, UCS_OK);
+    // After its goodbye, a closed connection is the peer leaving, unless we wait for it.
+    if (p.failed || (p.goodbye && matching_.idle(r))) continue;
+    fail_peer(r, ErrorCode::peer_failure,
+              "rank " + std::to_string(r) + " is gone: the connection was lost (UCX: " +
+                  ucs_status_string(status) + "); it exited, crashed or was killed");
+  }
+  if (!failure_) return;
+  for (const RequestPtr& request : pending_failures_)
+    if (!request->done) {
+      request->error = failure_;
+      request->done = true;
+    }
+  pending_failures_.clear();
+}
+
+void UcxTransport::check_peers_alive() {
+  for (int r : peer_ranks_) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
+    if (!p.pidfd || p.failed || !transport::has_ended(p.pidfd)) continue;
+    ucp_worker_progress(worker_);  // what it said last, a goodbye or an abort, counts
+    if (p.failed) continue;
+    if (p.goodbye && matching_.idle(r)) {
+      p.pidfd.reset();
+      continue;
+    }
+    p.lost = true;
+    fail_peer(r, ErrorCode::peer_failure,
+              "rank " + std::to_string(r) +
+                  " is gone: its process ended without saying goodbye; it exited, crashed or "
+                  "was killed");
+  }
+}
+
+void UcxTransport::fail_peer(int peer, ErrorCode code, const std::string& message) {
+  fail_peer(peer, make_error(code, "ucx", message, rank_, peer));
+}
+
+// One peer's failure fails the transport: every transfer in flight, to any peer, ends now, so
+// that nothing lands in a buffer its failed call gave back (a message from a healthy peer that
+// comes later is held, not landed).
+void UcxTransport::fail_peer(int peer, const std::exception_ptr& error) {
+  if (!failure_) failure_ = error;
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.failed = true;
+  for (auto& [sequence, early] : p.early)
+    if (early.descriptor != nullptr) release(early.descriptor);
+  p.early.clear();
+  fail_transfers(failure_);
+}
+
+void UcxTransport::fail_transfers(const std::exception_ptr& error) {
+  for (int r : peer_ranks_) matching_.fail(r, error);
+  for (auto& [key, sending] : sending_)
+    if (sending->request && !sending->request->done) {
+      sending->request->error = error;
+      sending->request->done = true;
+    }
+}
+
+void UcxTransport::release(void* descriptor) noexcept {
+  if (descriptor != nullptr) ucp_am_data_release(worker_, descriptor);
+}
+
+void UcxTransport::abort(const std::string& reason, std::uint64_t failed_call) noexcept {
+  if (aborted_ || peer_ranks_.empty()) return;
+  aborted_ = true;
+  fail_transfers(failure_ ? failure_
+                          : make_error(ErrorCode::peer_failure, "ucx",
+                                       "this rank gave up: " + reason, rank_));
+  try {
+    for (int r : peer_ranks_) {
+      Peer& p = peers_[static_cast<std::size_t>(r)];
+      if (p.lost || p.ep == nullptr) continue;
+      auto record = std::make_unique<Sending>();
+      record->header = {p.next_send++, 0, failed_call, 0, rank_};
+      record->peer = r;
+      record->text = reason.substr(0, 4096);
+      const std::string& text = record->text;
+      send(std::move(record), kAbort, text.data(), text.size(), UCP_AM_SEND_FLAG_EAGER);
+    }
+  } catch (...) {
+  }
+  const auto deadline = Clock::now() + kAbortFlushTime;
+  drain_sends(deadline, /*reasons_only=*/true);
+  // The failed call's buffers go back to its caller: UCX must read and write them no more.
+  // Transfers in flight are let end first (a peer inside a call moves its side; one that fails
+  // too ends them), within a bound. Where one has not ended by then (a peer asleep in its own
+  // code after it asked for a message), the worker is never moved again: the transport goes
+  // without a turn of it (shut_down()), so UCX touches no buffer. A peer that has not fetched
+  // a message yet reads the reason first (start_fetches()).
+  auto transfers_in_flight = [&] {
+    return std::any_of(peer_ranks_.begin(), peer_ranks_.end(), [&](int r) { return busy(r); });
+  };
+  const auto bound = Clock::now() + kTransfersEndTime;
+  while (transfers_in_flight() && Clock::now() < bound) {
+    if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+    judge_lost_peers();
+  }
+  frozen_ = transfers_in_flight();
+}
+
+bool UcxTransport::busy(int peer) const {
+  return std::any_of(sending_.begin(), sending_.end(),
+                     [&](const auto& s) { return s.second->peer == peer && s.second->request; }) ||
+         std::any_of(fetching_.begin(), fetching_.end(), [&](const auto& f) {
+           return f.second->request && f.second->request->peer == peer;
+         });
+}
+
+void UcxTransport::drain_sends(Clock::time_point deadline, bool reasons_only) noexcept {
+  auto pending = [&] {
+    return std::any_of(sending_.begin(), sending_.end(), [&](const auto& s) {
+      return !reasons_only || !s.second->text.empty();
+    });
+  };
+  while (pending() && Clock::now() < deadline) {
+    if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
+  }
+}
+
+void UcxTransport::close_endpoints(Clock::time_point deadline) noexcept {
+  std::vector<ucs_status_ptr_t> closing;
+  bool forced = false;
+  for (int r : peer_ranks_) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
+    if (p.ep == nullptr) continue;
+    const bool force = p.lost || busy(r);
+    forced = forced || force;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    const ucs_status_ptr_t status = ucp_ep_close_nbx(std::exchange(p.ep, nullptr), &param);
+    if (status != nullptr && !UCS_PTR_IS_ERR(status)) closing.push_back(status);
+  }
+  while ((!closing.empty() || (forced && (!sending_.empty() || !fetching_.empty()))) &&
+         Clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+    std::erase_if(closing, [](ucs_status_ptr_t request) {
+      if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
+      ucp_request_free(request);
+      return true;
+    });
+  }
+  // Closes that did not finish are given up: UCX must have every request back before its
+  // worker goes.
+  for (ucs_status_ptr_t request : closing) {
+    ucp_request_cancel(worker_, request);
+    ucp_request_free(request);
+  }
+}
+
+void UcxTransport::shut_down() noexcept {
+  if (worker_ == nullptr) return;
+  try {
+    if (!aborted_)
+      for (int r : peer_ranks_) {
+        Peer& p = peers_[static_cast<std::size_t>(r)];
+        if (p.lost || p.ep == nullptr) continue;
+        auto record = std::make_unique<Sending>();
+        record->header = {p.next_send++, 0, 0, 0, rank_};
+        record->peer = r;
+        send(std::move(record), kGoodbye, nullptr, 0, UCP_AM_SEND_FLAG_EAGER);
+      }
+  } catch (...) {
+  }
+  if (frozen_) {  // see abort(): no turn of the worker
+    for (int r : peer_ranks_) {
+      Peer& p = peers_[static_cast<std::size_t>(r)];
+      if (p.ep == nullptr) continue;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      const ucs_status_ptr_t status = ucp_ep_close_nbx(std::exchange(p.ep, nullptr), &param);
+      if (status != nullptr && !UCS_PTR_IS_ERR(status)) ucp_request_free(status);
+    }
+  } else {
+    // After an abort peers may not be listening: their endpoints are not waited for long.
+    const auto deadline = Clock::now() + (aborted_ ? kAbortFlushTime : kLeaveTime);
+    drain_sends(deadline, /*reasons_only=*/false);
+    close_endpoints(deadline);
+  }
+  // Transfers still in flight end with the worker: their callbacks (which free them) come from
+  // its destruction. Descriptors of messages never fetched go back to UCX.
+  if (!frozen_) {
+    for (const auto& weak : held_)
+      if (auto message = weak.lock()) release(std::exchange(message->descriptor, nullptr));
+    for (const auto& message : to_fetch_) release(std::exchange(message->descriptor, nullptr));
+    for (int r : peer_ranks_)
+      for (auto& [sequence, early] : peers_[static_cast<std::size_t>(r)].early)
+        release(std::exchange(early.descriptor, nullptr));
+  }
+  // The records go after the worker: its destruction may still call back with them.
+  ucp_worker_destroy(std::exchange(worker_, nullptr));
+  sending_.clear();
+  fetching_.clear();
+}
+
+std::string UcxTransport::pending_state() const {
+  std::string text;
+  for (int r : peer_ranks_) {
+    const Peer& p = peers_[static_cast<std::size_t>(r)];
+    const auto sends = std::count_if(sending_.begin(), sending_.end(),
+                                     [&](const auto& s) { return s.second->peer == r; });
+    if (matching_.idle(r) && sends == 0 && p.early.empty()) continue;
+    text += "rank " + std::to_string(r) + ": " + matching_.pending_state(r) + ", " +
+            std::to_string(sends) + " sends in flight, " + std::to_string(p.early.size()) +
+            " messages ahead of their turn\n";
+  }
+  return text;
+}
+
+namespace {
+
+// Reaches any host; routed to only when asked for (ARCOLL_TRANSPORT=ucx): over this build's
+// shared memory and TCP, arcoll's own shm and tcp are faster. Its costs are those of UCX's
+// TCP between two emulated hosts (ucx_perftest: about 3.6 us, 1.8 GB/s).
+const TransportRegistrar kUcxRegistration{{
+    .name = "ucx",
+    .summary = "UCX active messages on one UCP worker (UCX_TLS, UCX_NET_DEVICES pass through)",
+    .reach = Reach::any_host,
+    .preference = 5,
+    .default_costs = {.latency_us = 3.6, .bandwidth_gbs = 1.8, .reduce_gbs = 5.6},
+    .create = [](const TransportSetup& setup) { return std::make_unique<UcxTransport>(setup); }}};
+
+}  // namespace
+}  // namespace arcoll::ucx

@@ -1,0 +1,168 @@
+// UCX transport: UCP active messages on one worker per communicator, over whatever UCX finds
+// (InfiniBand and RoCE verbs, its shared memory and cma, TCP; UCX_TLS and UCX_NET_DEVICES pass
+// through).
+//
+// Active messages, not tag matching: every message carries arcoll's header (the call's
+// signature, the tag, a per-peer sequence number) and meets its receive through the shared
+// Matching, so a message of another call fails both sides naming both calls before any byte
+// lands, exactly as over shm and tcp; with UCP's tag matching a message of another call would
+// wait unmatched until the timeout, or be cut to the wrong size. Eager messages land from
+// UCX's buffer as they arrive (reduced on arrival), or are kept until their receive is posted;
+// rendezvous messages are fetched by the receiver once matched, straight into the user's
+// buffer when they land as a copy (UCX moves them zero-copy where its transport can), else
+// into a staging buffer that is then reduced. UCX may deliver a peer's messages out of order
+// across its lanes: the sequence number puts them back in order.
+//
+// A dead peer: UCX's endpoint error handler names it (connections lost); a peer on the same
+// machine is also watched through a pidfd, since UCX's shared memory does not notice a death.
+// Waiting polls the worker for the busy-poll time, then arms it and sleeps on its event fd (and
+// the pidfds) until the deadline.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "transports/common/matching.hpp"
+#include "transports/transport.hpp"
+
+namespace arcoll::ucx {
+
+using net::Clock;
+
+// The kinds of active message, by UCX id.
+enum AmId : unsigned { kData = 1, kAbort = 2, kGoodbye = 3, kHello = 4 };
+
+// Ahead of every active message's bytes.
+struct Header {
+  std::uint64_t sequence;     // on this peer pair, from 0, across every kind
+  std::uint64_t signature;    // data: its call's (core/call_signature.hpp)
+  std::uint64_t failed_call;  // abort: the collective its sender gave up on
+  std::uint32_t tag;          // data
+  std::int32_t from;          // the sender's rank
+};
+
+// A message being received: kept bytes of an eager one that came before its receive, or the
+// descriptor of a rendezvous one, fetched once matched.
+struct UcxMessage : transport::Incoming {
+  void* descriptor = nullptr;  // rendezvous: UCX's, until fetched or released
+  std::vector<char> kept;      // eager, before its receive
+  std::vector<char> staging;   // fetched here when its receive lands as more than a copy
+  void* handle = nullptr;      // UCX's request while fetching
+};
+
+// UCX's context, shared by the communicators of a process (creating one loads every UCX
+// transport: tens of milliseconds).
+class Context;
+
+class UcxTransport final : public Transport {
+ public:
+  explicit UcxTransport(const TransportSetup& setup);
+  ~UcxTransport() override;
+
+  std::string_view name() const override { return "ucx"; }
+  void post(const RequestPtr& request) override;
+  void progress(Clock::time_point until, Waiting waiting) override;
+  void wake() noexcept override;
+  std::exception_ptr failure() const override { return failure_; }
+  void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
+  PeerFailedCall peer_failed_call() const override { return peer_failed_call_; }
+  std::string pending_state() const override;
+
+  // For UCX's callbacks.
+  ucs_status_t arrived(AmId id, const Header& header, void* data, std::size_t length,
+                       bool rendezvous);
+  void peer_lost(ucp_ep_h ep, ucs_status_t status);
+  void send_done(void* record, ucs_status_t status);
+  void fetch_done(UcxMessage* message, ucs_status_t status);
+
+ private:
+  // What came ahead of its turn (UCX reordered it), kept until it is due.
+  struct Early {
+    AmId id;
+    Header header;
+    std::vector<char> bytes;     // eager
+    void* descriptor = nullptr;  // rendezvous
+    std::size_t length = 0;
+  };
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    net::Fd pidfd;  // same machine: readable once it has ended
+    std::uint64_t next_send = 0, next_receive = 0;
+    std::map<std::uint64_t, Early> early;
+    bool hello = false;  // its first message: the endpoints both ways are up
+    bool goodbye = false;
+    bool failed = false;  // for any reason: nothing more is taken from it
+    bool lost = false;    // its connection: nothing more can be said to it
+    ucs_status_t lost_status = UCS_OK;  // why, until judged (judge_lost_peers)
+  };
+  // A send in flight: its header (which UCX reads until the send completes) and request.
+  struct Sending;
+
+  void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
+              bool rendezvous, bool& kept);
+  void fetch(const std::shared_ptr<UcxMessage>& message);
+  void start_fetches();
+  bool turn();
+  void post_recv(const RequestPtr& request);
+  void send(std::unique_ptr<Sending> record, AmId id, const void* buffer, std::size_t bytes,
+            std::uint32_t flags);
+  int peer_of(ucp_ep_h ep) const;
+  void check_peers_alive();
+  // A connection UCX reported lost (its error handler, or a transfer that failed): the peer is
+  // judged by judge_lost_peers(), once what it sent before is read.
+  void connection_lost(int peer, ucs_status_t status);
+  void judge_lost_peers();
+  void fail_peer(int peer, const std::exception_ptr& error);
+  void fail_peer(int peer, ErrorCode code, const std::string& message);
+  // Ends every receive posted and send in flight with `error`.
+  void fail_transfers(const std::exception_ptr& error);
+  void release(void* descriptor) noexcept;
+  // Progresses the worker until nothing is in flight from this rank (`reasons_only`: no abort's
+  // reason), or `deadline`.
+  void drain_sends(Clock::time_point deadline, bool reasons_only) noexcept;
+  // Closes the endpoints, flushing each first unless its peer was lost or it has a transfer in
+  // flight (closed at once, which ends it); then waits until the closes, and the transfers
+  // they end, are done.
+  void close_endpoints(Clock::time_point deadline) noexcept;
+  // Whether a send of data to `peer`, or a fetch from it, is in flight.
+  bool busy(int peer) const;
+  // Setup's last step: a hello each way with every peer, so that UCX's connections are up
+  // before any call (closing an endpoint whose wireup is under way trips UCX 1.13).
+  void greet_peers(Clock::time_point deadline);
+  // Says goodbye (unless aborted), closes every endpoint and the worker.
+  void shut_down() noexcept;
+
+  int rank_;
+  std::vector<int> peer_ranks_;
+  std::chrono::microseconds busy_poll_;
+  bool poll_yields_;
+  std::shared_ptr<Context> context_;
+  ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;
+  std::vector<Peer> peers_;
+  transport::Matching<UcxMessage> matching_;
+  std::map<Sending*, std::unique_ptr<Sending>> sending_;
+  std::map<UcxMessage*, std::shared_ptr<UcxMessage>> fetching_;
+  std::vector<RequestPtr> pending_failures_;  // transfers that failed, until judged
+  std::vector<std::shared_ptr<UcxMessage>> to_fetch_;  // matched, fetched after progress
+  std::vector<char> aligned_;  // an eager message reduced from, when UCX's bytes are not aligned
+  // Rendezvous messages held before their receive: their descriptors go back when closing.
+  std::vector<std::weak_ptr<UcxMessage>> held_;
+  std::exception_ptr failure_;
+  PeerFailedCall peer_failed_call_;
+  bool aborted_ = false;
+  // Aborted with a transfer still in flight: the worker must not move again (abort()).
+  bool frozen_ = false;
+  // What UCX calls the active-message handlers back with, by id.
+  std::pair<UcxTransport*, AmId> handlers_[4];
+};
+
+}  // namespace arcoll::ucx
