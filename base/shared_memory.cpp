@@ -22,6 +22,9 @@ struct Table {
   // by_base's size, read without the lock: a process that never allocates shared memory pays
   // no lock on its sends.
   std::atomic<std::size_t> regions{0};
+  std::mutex listeners_mutex;  // taken alone: a listener may call find()
+  std::map<int, std::function<void(const Region&)>> listeners;
+  int next_listener = 1;
 };
 
 Table& table() {
@@ -70,6 +73,11 @@ void release(void* pointer) {
     t.by_base.erase(it);
     t.regions.store(t.by_base.size(), std::memory_order_relaxed);
   }
+  {
+    Table& t = table();
+    std::lock_guard lock(t.listeners_mutex);
+    for (const auto& [id, listener] : t.listeners) listener(region);
+  }
   ::munmap(const_cast<char*>(region.base), region.bytes);
   ::close(region.fd);
 }
@@ -86,6 +94,20 @@ std::optional<Region> find(const void* pointer, std::size_t bytes) {
   const auto base = reinterpret_cast<std::uintptr_t>(r.base);
   if (at + bytes > base + r.bytes) return std::nullopt;
   return r;
+}
+
+int add_release_listener(std::function<void(const Region&)> listener) {
+  Table& t = table();
+  std::lock_guard lock(t.listeners_mutex);
+  const int id = t.next_listener++;
+  t.listeners.emplace(id, std::move(listener));
+  return id;
+}
+
+void remove_release_listener(int id) {
+  Table& t = table();
+  std::lock_guard lock(t.listeners_mutex);
+  t.listeners.erase(id);
 }
 
 }  // namespace arcoll::shared_memory

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 namespace arcoll::shared_memory {
@@ -25,5 +26,11 @@ void* allocate(std::size_t bytes);
 void release(void* pointer);
 // The region holding all of [pointer, pointer + bytes), if any.
 std::optional<Region> find(const void* pointer, std::size_t bytes);
+
+// Called with each region release() is about to unmap, before it does (a transport's cache of
+// memory registered with its device drops the region's registration then, the allocator's
+// hook that keeps a key from outliving its memory). Returns an id for remove_release_listener.
+int add_release_listener(std::function<void(const Region&)> listener);
+void remove_release_listener(int id);
 
 }  // namespace arcoll::shared_memory

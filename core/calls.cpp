@@ -112,6 +112,18 @@ Communicator::Impl::~Impl() {
   if (const std::size_t pending = queue_.pending(); pending > 0)
     abort("the communicator was destroyed with " + std::to_string(pending) +
           " call(s) not completed");
+  {
+    std::lock_guard call(call_mutex_);
+    std::lock_guard lock(ended_mutex_);
+    for (InFlight& f : in_flight_)
+      ended_.emplace_back(std::move(f.work),
+                          make_error(ErrorCode::peer_failure, f.operation,
+                                     "the communicator was destroyed before it completed", rank_,
+                                     f.request->peer));
+    in_flight_.clear();
+    any_ended_.store(true, std::memory_order_release);
+  }
+  end_transfers();
 }
 
 // ---- checks ------------------------------------------------------------------------------
@@ -184,23 +196,15 @@ void Communicator::Impl::check_transfer(const char* operation, const Transfer& t
   if (tag < 0) throw InvalidArgument(operation, "tags must be >= 0", rank_);
 }
 
-template <class Name>
-void Communicator::Impl::check_usable(const Name& operation) const {
-  if (broken_.empty() && engine_->abort_requested())
-    throw PeerError(operation(), engine_->abort_text() + "; destroy this communicator", rank_);
-  if (!broken_.empty())
-    throw PeerError(operation(),
-                    "this communicator can no longer be used after an earlier failure (" +
-                        broken_ + "); destroy it and create a new one",
-                    rank_);
-}
-
 // ---- issuing -----------------------------------------------------------------------------
 
 // A blocking call runs on the caller's thread when nothing is queued, as fast as before there
 // was a queue; else it takes its turn on the progress thread and the caller waits for it.
 void Communicator::Impl::execute(Collective collective, const CollectiveArgs& args) {
-  if (queue_.idle()) return run(collective, args);
+  if (queue_.idle()) {
+    EndTransfersOnExit ended{*this};
+    return run(collective, args);
+  }
   refuse_on_progress_thread(describe(collective, args));
   submit(collective, args)->wait();
 }
@@ -223,13 +227,18 @@ void Communicator::Impl::drain(const char* operation) {
 }
 
 WorkPtr Communicator::Impl::submit(Collective collective, const CollectiveArgs& args) {
-  return queue_.submit(describe(collective, args),
-                       [this, collective, args] { run(collective, args); });
+  return queue_.submit(describe(collective, args), [this, collective, args] {
+    EndTransfersOnExit ended{*this};
+    run(collective, args);
+  });
 }
 
 void Communicator::Impl::execute_coalesced(std::vector<Buffer> buffers, DataType type,
                                            ReduceOp op) {
-  if (queue_.idle()) return run_coalesced(buffers, type, op);
+  if (queue_.idle()) {
+    EndTransfersOnExit ended{*this};
+    return run_coalesced(buffers, type, op);
+  }
   refuse_on_progress_thread("coalesced allreduce");
   submit_coalesced(std::move(buffers), type, op)->wait();
 }
@@ -239,13 +248,17 @@ WorkPtr Communicator::Impl::submit_coalesced(std::vector<Buffer> buffers, DataTy
   std::string description =
       "coalesced allreduce of " + std::to_string(buffers.size()) + " buffers";
   return queue_.submit(std::move(description), [this, buffers = std::move(buffers), type, op] {
+    EndTransfersOnExit ended{*this};
     run_coalesced(buffers, type, op);
   });
 }
 
 void Communicator::Impl::execute_transfers(const char* operation, std::vector<Transfer> transfers,
                                            int tag) {
-  if (queue_.idle()) return run_transfers(operation, transfers, tag);
+  if (queue_.idle()) {
+    EndTransfersOnExit ended{*this};
+    return run_transfers(operation, transfers, tag);
+  }
   refuse_on_progress_thread(operation);
   submit_transfers(operation, std::move(transfers), tag)->wait();
 }
@@ -253,6 +266,7 @@ void Communicator::Impl::execute_transfers(const char* operation, std::vector<Tr
 WorkPtr Communicator::Impl::submit_transfers(const char* operation,
                                              std::vector<Transfer> transfers, int tag) {
   return queue_.submit(operation, [this, operation, transfers = std::move(transfers), tag] {
+    EndTransfersOnExit ended{*this};
     run_transfers(operation, transfers, tag);
   });
 }
@@ -352,6 +366,7 @@ void Communicator::Impl::abort(const std::string& reason) {
 
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
   std::lock_guard call(call_mutex_);
+  SettleOnExit settle{*this};
   check_usable([&] {
     return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1);
   });
@@ -427,6 +442,7 @@ void Communicator::Impl::run_coalesced(const std::vector<Buffer>& buffers, DataT
 void Communicator::Impl::run_transfers(const char* operation, const std::vector<Transfer>& transfers,
                                        int tag) {
   std::lock_guard call(call_mutex_);
+  SettleOnExit settle{*this};
   check_usable([&] { return std::string(operation); });
   engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
   try {

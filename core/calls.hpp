@@ -5,6 +5,7 @@
 // cause instead of waiting.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,6 +44,14 @@ class Communicator::Impl {
   };
   void execute_transfers(const char* operation, std::vector<Transfer> transfers, int tag);
   WorkPtr submit_transfers(const char* operation, std::vector<Transfer> transfers, int tag);
+  // A non-blocking send or receive follows MPI's progress rule (core/transfers.cpp): posted at
+  // once, or after the calls queued ahead of it, it completes as whatever its caller does next
+  // moves the engine (a later call's waits, a wait or test of its Work), never queued behind a
+  // call that waits for it. Collectives keep their order.
+  WorkPtr post_transfer(const char* operation, Transfer transfer, int tag);
+  // Moves the engine for the transfers in flight until `until` at most, unless another
+  // thread's call does it meanwhile; completes the Works of those that ended.
+  void move_transfers(const Work& waiting, std::chrono::steady_clock::time_point until);
 
   // Checks of a call's arguments, before it is issued: InvalidArgument naming `operation`.
   // `blocks` blocks of `count` elements each.
@@ -95,6 +104,35 @@ class Communicator::Impl {
   [[noreturn]] void fail(const Error& e, const std::string& operation);
   void apply_error_feedback(const CollectiveArgs& args, DataType wire);
 
+  // A non-blocking transfer between its posting and its end.
+  struct InFlight {
+    RequestPtr request;
+    std::shared_ptr<QueuedWork> work;
+    std::string operation;  // "send of 64 B to rank 3 (tag 7)"
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void post_in_flight(const char* operation, const Transfer& transfer, int tag,
+                      std::shared_ptr<QueuedWork> work);  // under call_mutex_
+  // Under call_mutex_: the transfers that ended (or failed, or passed their deadline) leave
+  // in_flight_ for ended_, whose Works end_transfers() completes once the lock is released
+  // (their callbacks may issue calls).
+  void settle_transfers();
+  void end_transfers();
+  std::vector<InFlight> in_flight_;
+  std::mutex ended_mutex_;
+  std::vector<std::pair<std::shared_ptr<QueuedWork>, std::exception_ptr>> ended_;
+  std::atomic<bool> any_ended_{false};  // ended_ is not empty: read without the lock
+  // Settles the transfers in flight as a call ends, under call_mutex_.
+  struct SettleOnExit {
+    Impl& impl;
+    ~SettleOnExit() { impl.settle_transfers(); }
+  };
+  // Completes their Works once the call has released call_mutex_.
+  struct EndTransfersOnExit {
+    Impl& impl;
+    ~EndTransfersOnExit() { impl.end_transfers(); }
+  };
+
   // Error feedback: the rounding residual of the last all-reduce of each (buffer, count).
   std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
   std::unordered_map<std::size_t, PlannedCall> auto_plans_;  // by all-reduce bytes
@@ -109,5 +147,17 @@ class Communicator::Impl {
   // Destroyed first: the progress thread's calls use everything above.
   WorkQueue queue_;
 };
+
+// A communicator broken by an earlier failure, or aborted, refuses every call, naming it.
+template <class Name>
+void Communicator::Impl::check_usable(const Name& operation) const {
+  if (broken_.empty() && engine_->abort_requested())
+    throw PeerError(operation(), engine_->abort_text() + "; destroy this communicator", rank_);
+  if (!broken_.empty())
+    throw PeerError(operation(),
+                    "this communicator can no longer be used after an earlier failure (" +
+                        broken_ + "); destroy it and create a new one",
+                    rank_);
+}
 
 }  // namespace arcoll

@@ -187,10 +187,18 @@ std::unique_ptr<Communicator> Communicator::from_env() {
 Communicator::~Communicator() = default;
 
 std::unique_ptr<Communicator> Communicator::duplicate() {
-  return split(0);
+  return split(0, impl_->options_);
+}
+
+std::unique_ptr<Communicator> Communicator::duplicate(const Options& options) {
+  return split(0, options);
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color) {
+  return split(color, impl_->options_);
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, const Options& options) {
   const int n = size();
   std::vector<std::int32_t> colors(static_cast<std::size_t>(n));
   const std::int32_t mine = color < 0 ? -1 : color;
@@ -229,7 +237,7 @@ std::unique_ptr<Communicator> Communicator::split(int color) {
     launch.master_addr = host;
     launch.job_token = token;
   }
-  return std::make_unique<Communicator>(launch, impl_->options_);
+  return std::make_unique<Communicator>(launch, options);
 }
 
 int Communicator::rank() const {
@@ -290,6 +298,10 @@ std::string Communicator::transport_to(int peer) const {
 
 std::vector<std::string> Communicator::allreduce_algorithms() {
   return algorithm_names(Collective::allreduce);
+}
+
+std::vector<std::string> Communicator::transports() {
+  return TransportRegistry::instance().names();
 }
 
 void Communicator::set_algorithm(const std::string& name) {
@@ -466,13 +478,13 @@ void Communicator::recv(void* buffer, std::size_t bytes, int peer, int tag) {
 }
 
 WorkPtr Communicator::isend(const void* buffer, std::size_t bytes, int peer, int tag) {
-  return impl_->submit_transfers(
-      "send", transfer(*impl_, "send", Request::Kind::send, buffer, bytes, peer, tag), tag);
+  return impl_->post_transfer(
+      "send", transfer(*impl_, "send", Request::Kind::send, buffer, bytes, peer, tag).front(), tag);
 }
 
 WorkPtr Communicator::irecv(void* buffer, std::size_t bytes, int peer, int tag) {
-  return impl_->submit_transfers(
-      "recv", transfer(*impl_, "recv", Request::Kind::recv, buffer, bytes, peer, tag), tag);
+  return impl_->post_transfer(
+      "recv", transfer(*impl_, "recv", Request::Kind::recv, buffer, bytes, peer, tag).front(), tag);
 }
 
 void Communicator::sendrecv(const void* send_buffer, std::size_t send_bytes, int destination,

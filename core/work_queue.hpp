@@ -1,6 +1,9 @@
 // A communicator's non-blocking calls: run one after another, in the order they were issued,
 // on a thread of their own that starts with the first of them (as MPI's and NCCL's calls are
-// ordered per communicator), each completing its Work (arcoll/work.hpp).
+// ordered per communicator), each completing its Work (arcoll/work.hpp). A call whose Work is
+// waited for while it is next in line runs on the waiting thread instead: a call issued and
+// waited for at once (torch's blocking calls are issued so) then costs no hand-off to the
+// progress thread and back, which costs more than a small call itself.
 #pragma once
 
 #include <atomic>
@@ -17,17 +20,17 @@
 
 namespace arcoll {
 
+class WorkQueue;
+
 // The Work of a queued call (or of a parameter server's operation): done, with or without an
 // error, once; waited for by any number of threads.
 class QueuedWork final : public Work {
  public:
-  explicit QueuedWork(std::string description) : description_(std::move(description)) {}
+  explicit QueuedWork(std::string description, WorkQueue* queue = nullptr)
+      : description_(std::move(description)), queue_(queue) {}
 
-  void wait() override {
-    std::unique_lock lock(mutex_);
-    completed_.wait(lock, [&] { return done_; });
-    if (error_) std::rethrow_exception(error_);
-  }
+  // Runs the call on this thread when it is next in line and nothing runs (WorkQueue::run_here).
+  void wait() override;
   bool wait_for(std::chrono::milliseconds timeout) override {
     std::unique_lock lock(mutex_);
     if (!completed_.wait_for(lock, timeout, [&] { return done_; })) return false;
@@ -68,6 +71,7 @@ class QueuedWork final : public Work {
 
  private:
   const std::string description_;
+  WorkQueue* const queue_;  // the queue it waits in; null for other Works
   mutable std::mutex mutex_;
   std::condition_variable completed_;
   bool done_ = false;
@@ -95,14 +99,25 @@ class WorkQueue {
   // Whether the caller is this queue's thread (a completion callback): waiting there for
   // queued work would wait for itself.
   bool on_its_thread() const;
+  // The thread that waits for `work` runs it, when it is next in line and no call runs (the
+  // progress thread, woken at the same moment, has not taken it yet: a caller that waits at
+  // once usually comes first): true then, once it has run and its Work has completed
+  // (callbacks on this thread).
+  bool run_here(const QueuedWork& work);
 
  private:
+  struct Queued {
+    std::shared_ptr<QueuedWork> work;
+    std::function<void()> call;
+  };
   void serve();
+  void run(Queued next);  // with running_ set; clears it
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;     // the thread: work queued, or stop
+  std::condition_variable wake_;     // the thread: work queued, a call ended, or stop
   std::condition_variable drained_;  // drain(): nothing pending
-  std::deque<std::pair<std::shared_ptr<QueuedWork>, std::function<void()>>> queue_;
+  std::deque<Queued> queue_;
+  bool running_ = false;  // a call runs, on the thread or on a waiter's
   std::atomic<std::size_t> pending_{0};  // changed under mutex_, read without it by idle()
   bool stopping_ = false;
   std::thread thread_;  // started by the first submit

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of arcoll from Debian packages.
 # Idempotent: prints nothing and touches nothing when all of them are already installed.
+# --torch: the required ones and what the torch backend needs only (the Debian 13 root of
+# scripts/debian13.sh, which builds and tests nothing else).
 set -euo pipefail
 
 required=(
@@ -24,6 +26,12 @@ optional=(
   python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp dataset-fashion-mnist
   zlib1g-dev
 )
+if [ "${1:-}" = "--torch" ]; then
+  optional=(python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp iproute2)
+elif [ $# -gt 0 ]; then
+  echo "usage: $0 [--torch]" >&2
+  exit 2
+fi
 
 missing=()
 for package in "${required[@]}" "${optional[@]}"; do

@@ -100,8 +100,10 @@ class Transport {
   virtual void abort(const std::string& reason, std::uint64_t failed_call) noexcept = 0;
   // The earliest collective a peer said it failed (abort()), where known: a call of that
   // number or later must fail here too, even where every message it needed had arrived, so
-  // that the ranks agree on whether it happened. Read at the end of every collective: cheap.
-  virtual PeerFailedCall peer_failed_call() const = 0;
+  // that the ranks agree on whether it happened. Read at the end of every collective: cheap. A
+  // transport that hears notices only while it is moved takes in what has arrived first (a call
+  // can end on messages that came before the notice, without a turn of the transport).
+  virtual PeerFailedCall peer_failed_call() = 0;
   // Whether post() takes receives with a Request::forward, sending each landed piece on itself
   // (written into the send as it is reduced, with no second pass over the result).
   virtual bool forwards() const { return false; }
@@ -126,6 +128,9 @@ struct TransportInfo {
   // What the cost model assumes of its links until they are measured (arbench tune).
   TransportCosts default_costs;
   std::function<std::unique_ptr<Transport>(const TransportSetup&)> create;
+  // Whether this host can carry it (an RDMA device is there): auto routes only to transports
+  // that can; a forced one fails at setup saying why. Null: always.
+  std::function<bool()> available;
 };
 
 using TransportRegistry = Registry<TransportInfo>;
@@ -133,7 +138,7 @@ using TransportRegistrar = Registrar<TransportInfo>;
 
 // The transport that carries messages between two ranks on the same host or on different
 // hosts: `forced` (Options::transport) unless it is "auto", else the most preferred that
-// reaches them. Throws InvalidArgument naming the known transports when `forced` is unknown.
+// reaches them and is available here. Throws InvalidArgument naming the known transports when `forced` is unknown.
 const TransportInfo& transport_for(bool same_host, const std::string& forced = "auto");
 
 }  // namespace arcoll

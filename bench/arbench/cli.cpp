@@ -157,10 +157,14 @@ std::vector<std::string> split_blanks(const std::string& text) {
   return words;
 }
 
-std::string mpirun_args_or_default(const std::string& given, const std::string& transport) {
+std::string mpirun_args_or_default(const std::string& given, const std::string& transports) {
   if (!given.empty()) return given;
-  return transport == "tcp" ? "--mca pml ob1 --mca btl self,tcp"
-                            : "--mca pml ob1 --mca btl self,vader,tcp";
+  const auto list = split_list(transports);
+  // Open MPI over UCX beside arcoll over UCX; over arcoll's tcp, its own sockets alone.
+  if (std::find(list.begin(), list.end(), "ucx") != list.end())
+    return "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any";
+  return transports == "tcp" ? "--mca pml ob1 --mca btl self,tcp"
+                             : "--mca pml ob1 --mca btl self,vader,tcp";
 }
 
 int reexec_under_mpirun(const std::string& mpirun_args, int ranks, int argc,

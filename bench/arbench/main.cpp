@@ -85,7 +85,9 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   add("--tuning", flags.tuning, "FILE",
       "Link costs for --algo auto's cost model, as written by `arbench tune` (default: "
       "ARCOLL_TUNING_FILE or built-in)");
-  add("--transport", flags.transport, "NAME", "Transport (default: ARCOLL_TRANSPORT or auto)");
+  add("--transport", flags.transport, "LIST",
+      "Transport, or several side by side in one table (shm,ucx: the first is arcoll's, each "
+      "other one a backend arcoll:<name>; default: ARCOLL_TRANSPORT or auto)");
   add("--chunk", flags.chunk, "SIZE",
       "Pipeline chunk in bytes, K/M suffixes (default: ARCOLL_CHUNK_BYTES or 512K)");
   add("--sockets", flags.sockets, "N",

@@ -239,7 +239,23 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   } catch (const arcoll::Error& e) {
     throw UsageError(e.what());
   }
-  if (!flags.transport.empty()) plan.options.transport = flags.transport;
+  // Several transports: the first is arcoll's, each other one runs beside it as arcoll:<name>,
+  // a communicator of its own over the same ranks.
+  std::vector<std::string> other_transports;
+  if (!flags.transport.empty()) {
+    const auto transports = split_list(flags.transport);
+    const auto known = arcoll::Communicator::transports();
+    for (const std::string& transport : transports)
+      if (transport != "auto" && std::find(known.begin(), known.end(), transport) == known.end()) {
+        std::string names = "auto";
+        for (const std::string& name : known) names += ", " + name;
+        throw UsageError("--transport: unknown transport '" + transport + "' (known: " + names +
+                         ")");
+      }
+    if (transports.empty()) throw UsageError("--transport: no transport named");
+    plan.options.transport = transports.front();
+    other_transports.assign(transports.begin() + 1, transports.end());
+  }
   if (!flags.chunk.empty()) {
     plan.options.chunk_bytes = parse_size("--chunk", flags.chunk);
     if (plan.options.chunk_bytes == 0) throw UsageError("--chunk: the chunk must not be empty");
@@ -291,7 +307,17 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   } else {
     plan.backends = {flags.backend};
   }
+  if (!other_transports.empty()) {
+    if (plan.backends.front() != "arcoll" || !plan.algorithms.empty())
+      throw UsageError("--transport with several names compares arcoll over each: it takes no "
+                       "--backend or --algo list beside it");
+    plan.compare = true;
+    for (std::size_t i = 0; i < other_transports.size(); ++i)
+      plan.backends.insert(plan.backends.begin() + 1 + static_cast<std::ptrdiff_t>(i),
+                           kArcollOver + other_transports[i]);
+  }
   for (const std::string& name : plan.backends) {
+    if (name.starts_with(kArcollOver)) continue;
     try {
       check_backend_built(name);
     } catch (const BackendUsageError& e) {
@@ -398,7 +424,13 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
   for (const std::string& name :
        plan.algorithms.empty() ? plan.backends : std::vector<std::string>{}) {
     try {
-      owned.push_back(make_backend(name, comm, plan.backend_options));
+      if (name.starts_with(kArcollOver)) {
+        arcoll::Options options = comm.options();
+        options.transport = name.substr(std::string(kArcollOver).size());
+        owned.push_back(make_arcoll_backend_over(comm, options));
+      } else {
+        owned.push_back(make_backend(name, comm, plan.backend_options));
+      }
       backends.push_back(owned.back().get());
     } catch (const BackendUnavailable& e) {
       if (!plan.compare) {  // the one backend asked for cannot run here: nothing to measure

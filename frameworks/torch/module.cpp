@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "arcoll/communicator.hpp"
 #include "arcoll/types.hpp"
 #include "frameworks/torch/process_group.hpp"
 
@@ -18,7 +19,8 @@ PYBIND11_MODULE(arcoll_torch, m) {
   // The base class must be known before ours derives from it.
   py::module_::import("torch.distributed");
 
-  py::class_<ProcessGroupArcoll, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupArcoll>>(
+  py::class_<ProcessGroupArcoll, arcoll::torch_backend::TorchBackend,
+             c10::intrusive_ptr<ProcessGroupArcoll>>(
       m, "ProcessGroupArcoll",
       "A torch.distributed process group whose collectives are arcoll's non-blocking calls.")
       .def_property_readonly(
@@ -68,9 +70,33 @@ PYBIND11_MODULE(arcoll_torch, m) {
       "all-reduce algorithm, a 16-bit wire format for float32 reductions with optional error "
       "feedback, CRC32C checks of every message, and a Chrome trace of every call per rank.");
 
+  m.def("transports", &arcoll::Communicator::transports,
+        "The transports of this build (ARCOLL_TRANSPORT's choices besides \"auto\").");
+
   m.def("_create", &arcoll::torch_backend::create, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
-  py::module_::import("torch.distributed")
-      .attr("Backend")
-      .attr("register_backend")("arcoll", m.attr("_create"));
+  py::object backend = py::module_::import("torch.distributed").attr("Backend");
+  py::object parameters = py::module_::import("inspect")
+                              .attr("signature")(backend.attr("register_backend"))
+                              .attr("parameters");
+  if (parameters.contains("devices")) {
+    // torch 2.x: a backend for CPU tensors (unsaid, torch warns at every init and assumes CUDA
+    // too), made from the extended options (the group's name and global ranks come with them).
+    m.def(
+        "_create_extended",
+        [](py::object options, py::object /*backend_options*/) {
+          auto store = options.attr("store").cast<c10::intrusive_ptr<c10d::Store>>();
+          const int rank = options.attr("group_rank").cast<int>();
+          const int size = options.attr("group_size").cast<int>();
+          const auto timeout = options.attr("timeout").cast<std::chrono::milliseconds>();
+          py::gil_scoped_release released;
+          return arcoll::torch_backend::create(store, rank, size, timeout);
+        },
+        py::arg("options"), py::arg("backend_options"));
+    backend.attr("register_backend")("arcoll", m.attr("_create_extended"),
+                                     py::arg("extended_api") = true,
+                                     py::arg("devices") = std::vector<std::string>{"cpu"});
+  } else {
+    backend.attr("register_backend")("arcoll", m.attr("_create"));
+  }
 }

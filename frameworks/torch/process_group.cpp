@@ -5,6 +5,8 @@
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
+#include "base/log.hpp"
 #include "base/socket.hpp"
 
 namespace arcoll::torch_backend {
@@ -106,13 +109,39 @@ std::string random_token() {
   return text.str();
 }
 
-// Where the others reach rank 0: ARCOLL_MASTER_ADDR or torch's MASTER_ADDR when set, else this
-// host's name.
-std::string rank0_host() {
-  for (const char* name : {"ARCOLL_MASTER_ADDR", "MASTER_ADDR"})
-    if (const char* value = std::getenv(name); value != nullptr && *value != '\0') return value;
-  char host[256] = {};
-  return ::gethostname(host, sizeof host - 1) == 0 ? host : "127.0.0.1";
+// The host of torch's TCPStore under the prefixes torch puts around it; empty for other stores.
+std::string tcp_store_host(c10::intrusive_ptr<c10d::Store> store) {
+  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get()))
+    store = prefixed->getUnderlyingStore();
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(store.get());
+  return tcp != nullptr ? tcp->getHost() : std::string();
+}
+
+// Where the others reach rank 0: the address of this host's interface that reaches the master
+// (ARCOLL_MASTER_ADDR, the host of torch's TCPStore, or MASTER_ADDR, which the others reach
+// too), else of its first interface that is up. Never this host's own name: containers often
+// cannot resolve it.
+std::string rank0_address(const c10::intrusive_ptr<c10d::Store>& store) {
+  std::vector<std::pair<std::string, std::string>> masters;  // (what names it, host)
+  if (const char* value = std::getenv("ARCOLL_MASTER_ADDR"); value != nullptr && *value != '\0')
+    masters.emplace_back("ARCOLL_MASTER_ADDR", value);
+  if (std::string host = tcp_store_host(store); !host.empty())
+    masters.emplace_back("torch's TCPStore", host);
+  if (const char* value = std::getenv("MASTER_ADDR"); value != nullptr && *value != '\0')
+    masters.emplace_back("MASTER_ADDR", value);
+  for (const auto& [source, host] : masters) {
+    try {
+      std::string address = net::address_reaching(host);
+      log::debug("torch backend: rendezvous at " + address + ", the interface reaching " + host +
+                 " (" + source + ")");
+      return address;
+    } catch (const std::exception& e) {
+      log::debug("torch backend: " + source + " '" + host + "' unusable: " + e.what());
+    }
+  }
+  std::string address = net::first_external_address();
+  log::debug("torch backend: rendezvous at " + address + ", this host's first interface (no master address)");
+  return address;
 }
 
 Options options_for(std::chrono::milliseconds timeout) {
@@ -199,6 +228,20 @@ class ArcollWork final : public c10d::Work {
   // and another for the future.)
   bool wait(std::chrono::milliseconds timeout) override {
     const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+    // The call may run on this thread (a queued call next in line: no hand-off to the progress
+    // thread and back) or complete as this thread moves its messages (a send or receive, MPI's
+    // progress rule): its callback then completes this Work here, with its error. A call
+    // waited for with a timeout of its own is left to the progress thread, so that the
+    // timeout holds.
+    const bool transfer =
+        retrieveOpType() == c10d::OpType::SEND || retrieveOpType() == c10d::OpType::RECV;
+    try {
+      if (timeout == kNoTimeout)
+        work_->wait();
+      else if (transfer)
+        (void)work_->wait_for(limit);
+    } catch (...) {
+    }
     std::unique_lock lock(mutex_);
     if (!cv_.wait_for(lock, limit, [&] { return completed_; })) {
       lock.unlock();
@@ -234,7 +277,7 @@ class ArcollWork final : public c10d::Work {
 
 ProcessGroupArcoll::ProcessGroupArcoll(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                        int size, std::chrono::milliseconds timeout)
-    : ProcessGroup(rank, size), timeout_(timeout) {
+    : TorchBackend(rank, size), timeout_(timeout) {
   const arcoll::Options options = options_for(timeout);
   LaunchInfo launch;
   launch.rank = rank;
@@ -246,7 +289,7 @@ ProcessGroupArcoll::ProcessGroupArcoll(const c10::intrusive_ptr<c10d::Store>& st
       // others learn it, and the job token, from torch's store.
       net::Fd listener = net::listen_on("0.0.0.0", 0);
       const int port = net::local_endpoint(listener.get()).port;
-      const std::string value = rank0_host() + " " + std::to_string(port) + " " + random_token();
+      const std::string value = rank0_address(store) + " " + std::to_string(port) + " " + random_token();
       store->set(kRendezvousKey, std::vector<uint8_t>(value.begin(), value.end()));
       launch.store_listen_fd = listener.release();
     }
@@ -566,9 +609,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupArcoll::recv(std::vector<at::Tensor>&
   return wrap(c10d::OpType::RECV, comm_->irecv(t.data_ptr(), t.nbytes(), src_rank, tag), tensors);
 }
 
-c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
-                                              int rank, int size,
-                                              std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                        int size, std::chrono::milliseconds timeout) {
   return c10::make_intrusive<ProcessGroupArcoll>(store, rank, size, timeout);
 }
 

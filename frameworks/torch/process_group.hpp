@@ -8,6 +8,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 
 #include <chrono>
 #include <memory>
@@ -35,7 +39,15 @@ BackendSettings& settings();
 
 class Timeline;
 
-class ProcessGroupArcoll final : public c10d::ProcessGroup {
+// torch 2.x holds a Backend per device in its ProcessGroup (arcoll's: "cpu"); torch 1.13 takes a
+// ProcessGroup itself. The calls are the same.
+#if TORCH_VERSION_MAJOR >= 2
+using TorchBackend = c10d::Backend;
+#else
+using TorchBackend = c10d::ProcessGroup;
+#endif
+
+class ProcessGroupArcoll final : public TorchBackend {
  public:
   // Joins the group's ranks through `store` (collective; blocks until all have joined or
   // `timeout` passed).
@@ -101,7 +113,7 @@ class ProcessGroupArcoll final : public c10d::ProcessGroup {
 };
 
 // The creator torch.distributed calls for init_process_group("arcoll", ...).
-c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<TorchBackend> create(const c10::intrusive_ptr<c10d::Store>& store,
                                               int rank, int size,
                                               std::chrono::milliseconds timeout);
 

@@ -51,6 +51,9 @@ class Communicator {
   // MPI_Comm_dup): for a library or a thread that needs its own. Collective: every rank calls
   // it, between the same calls; it carries this one's options and meets through its ranks.
   std::unique_ptr<Communicator> duplicate();
+  // As duplicate(), with other settings (another transport, say: arbench measures several side
+  // by side so); every rank passes the same.
+  std::unique_ptr<Communicator> duplicate(const Options& options);
   // The ranks that give the same `color` (>= 0) form a new communicator, ranked in this one's
   // order (as MPI_Comm_split); a negative color joins none and gets null. Collective, like
   // duplicate().
@@ -74,6 +77,8 @@ class Communicator {
 
   // All-reduce algorithms this library has (the choices of Options::algorithm besides "auto").
   static std::vector<std::string> allreduce_algorithms();
+  // Transports this build has (the choices of Options::transport besides "auto").
+  static std::vector<std::string> transports();
   // Changes the algorithm of the collectives that follow ("auto" or a name); every rank must
   // make the same change between the same calls.
   void set_algorithm(const std::string& name);
@@ -181,8 +186,10 @@ class Communicator {
   // buffer for both (as MPI_Sendrecv_replace), what goes out is what it held before.
   void sendrecv(const void* send_buffer, std::size_t send_bytes, int destination, void* recv_buffer,
                 std::size_t recv_bytes, int source, int tag = 0);
-  // Non-blocking forms, run in order with the collectives: a large send completes once its
-  // receive is posted, so a pair that must overlap (an exchange) takes a sendrecv.
+  // Non-blocking forms, under MPI's progress rule: posted at once (after the calls queued ahead
+  // of them), they complete as whatever this rank does next moves its messages: a later call
+  // (a blocking recv or send among them), or a wait or test of their Work. So `isend` then
+  // `recv`, or `irecv` then `send`, both ways, completes at any size.
   WorkPtr isend(const void* buffer, std::size_t bytes, int peer, int tag = 0);
   WorkPtr irecv(void* buffer, std::size_t bytes, int peer, int tag = 0);
 
@@ -190,6 +197,7 @@ class Communicator {
 
  private:
   friend class ParameterServer;  // runs its own loop on a duplicate's message engine
+  std::unique_ptr<Communicator> split(int color, const Options& options);
   std::unique_ptr<Impl> impl_;
 };
 

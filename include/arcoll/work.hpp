@@ -28,8 +28,9 @@ class Work {
   // The call's error once it has failed; null while it runs or after it succeeded.
   virtual std::exception_ptr exception() const = 0;
   // Runs `callback` once the call has completed, on the thread that completed it (the
-  // communicator's progress thread; at once on this thread when it has completed already).
-  // A callback must not block on this communicator's calls.
+  // communicator's progress thread, or the thread that waited for the call and ran it; at once
+  // on this thread when it has completed already). A callback must not block on this
+  // communicator's calls.
   virtual void on_completion(std::function<void(const Work&)> callback) = 0;
   // What the call is: "allreduce of 1024 f32", "barrier".
   virtual const std::string& description() const = 0;

@@ -7,12 +7,28 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "arcoll/error.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::testing {
+namespace {
+
+// A run's variables (tests/CMakeLists.txt: ARCOLL_TEST_ENVIRONMENT="A=1 B=2"), set as the test
+// program starts, before any rank is forked.
+const bool kRunEnvironmentSet = [] {
+  if (const char* run = std::getenv("ARCOLL_TEST_ENVIRONMENT")) {
+    std::istringstream settings(run);
+    for (std::string setting; settings >> setting;)
+      if (const auto eq = setting.find('='); eq != std::string::npos)
+        ::setenv(setting.substr(0, eq).c_str(), setting.substr(eq + 1).c_str(), 1);
+  }
+  return true;
+}();
+
+}  // namespace
 
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body) {
   LocalLaunchOptions o = options;

@@ -33,8 +33,8 @@ def init_method(kind, workdir):
     return "file://" + os.path.join(workdir, "rendezvous")
 
 
-def _entry(rank, size, method, body, args):
-    dist.init_process_group("arcoll", init_method=method, rank=rank, world_size=size,
+def _entry(rank, size, method, backend, body, args):
+    dist.init_process_group(backend, init_method=method, rank=rank, world_size=size,
                             timeout=__import__("datetime").timedelta(seconds=60))
     try:
         body(rank, size, *args)
@@ -42,12 +42,13 @@ def _entry(rank, size, method, body, args):
         dist.destroy_process_group()
 
 
-def run(body, size, *args, init="env"):
-    """Runs body(rank, size, *args) on `size` ranks in one process group of arcoll; a failure
-    in any rank fails the test with that rank's traceback."""
+def run(body, size, *args, init="env", backend="arcoll"):
+    """Runs body(rank, size, *args) on `size` ranks in one process group of arcoll (or as
+    `backend` names it: "cpu:arcoll"); a failure in any rank fails the test with that rank's
+    traceback."""
     with tempfile.TemporaryDirectory() as workdir:
         method = init_method(init, workdir)
-        mp.spawn(_entry, args=(size, method, body, args), nprocs=size, join=True)
+        mp.spawn(_entry, args=(size, method, backend, body, args), nprocs=size, join=True)
 
 
 def rank_input(rank, shape, dtype, salt=0):

@@ -38,6 +38,15 @@ if __name__ == "__main__":
     if "TORCHELASTIC_RUN_ID" in os.environ:
         rank_main()
         sys.exit(0)
+    try:  # torchrun's own store, whatever the backend
+        dist.TCPStore("127.0.0.1", 0, is_master=True)
+    except RuntimeError as e:
+        if "libuv" not in str(e):
+            raise
+        # Debian 13's torch lacks libuv, and torchrun's rendezvous asks for it whatever
+        # USE_LIBUV says: torchrun cannot start any job there.
+        print(f"SKIP: torchrun cannot run on this torch ({e})")
+        sys.exit(77)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                "--redirects", "1", "--tee", "1", "--master_addr", "127.0.0.1",
                "--master_port", str(harness.free_port()), os.path.abspath(__file__)]

@@ -12,7 +12,7 @@ const TransportInfo& transport_for(bool same_host, const std::string& forced) {
   }
   const TransportInfo* best = nullptr;
   for (const TransportInfo* info : registry.all())
-    if ((same_host || info->reach == Reach::any_host) &&
+    if ((same_host || info->reach == Reach::any_host) && (!info->available || info->available()) &&
         (best == nullptr || info->preference > best->preference))
       best = info;
   if (best == nullptr)

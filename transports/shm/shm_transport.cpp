@@ -381,7 +381,7 @@ void ShmTransport::abort(const std::string& reason, std::uint64_t failed_call) n
   header_of(own())->failed_call.store(failed_call, std::memory_order_release);
 }
 
-PeerFailedCall ShmTransport::peer_failed_call() const {
+PeerFailedCall ShmTransport::peer_failed_call() {
   PeerFailedCall earliest;
   for (int r : peer_ranks_) {
     const std::uint64_t call =
@@ -415,7 +415,8 @@ const TransportRegistrar kShmRegistration{{
     .reach = Reach::same_host,
     .preference = 100,
     .default_costs = {.latency_us = 1.2, .bandwidth_gbs = 7.0, .reduce_gbs = 5.6},
-    .create = [](const TransportSetup& setup) { return std::make_unique<ShmTransport>(setup); }}};
+    .create = [](const TransportSetup& setup) { return std::make_unique<ShmTransport>(setup); },
+    .available = nullptr}};
 
 }  // namespace
 }  // namespace arcoll::shm

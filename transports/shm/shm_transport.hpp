@@ -99,7 +99,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
-  PeerFailedCall peer_failed_call() const override;
+  PeerFailedCall peer_failed_call() override;
   std::string pending_state() const override;
   bool forwards() const override { return true; }
   SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }

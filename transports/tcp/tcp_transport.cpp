@@ -468,7 +468,8 @@ const TransportRegistrar kTcpRegistration{{
     .reach = Reach::any_host,
     .preference = 10,
     .default_costs = {.latency_us = 8.7, .bandwidth_gbs = 1.8, .reduce_gbs = 5.6},
-    .create = [](const TransportSetup& setup) { return std::make_unique<TcpTransport>(setup); }}};
+    .create = [](const TransportSetup& setup) { return std::make_unique<TcpTransport>(setup); },
+    .available = nullptr}};
 
 }  // namespace
 }  // namespace arcoll::tcp

@@ -97,7 +97,7 @@ class TcpTransport final : public Transport {
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
-  PeerFailedCall peer_failed_call() const override { return peer_failed_call_; }
+  PeerFailedCall peer_failed_call() override { return peer_failed_call_; }
   std::string pending_state() const override;
 
  private:

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "transports/common/matching.hpp"
+#include "transports/common/peer_process.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::ucx {
@@ -38,7 +39,8 @@ namespace arcoll::ucx {
 using net::Clock;
 
 // The kinds of active message, by UCX id.
-enum AmId : unsigned { kData = 1, kAbort = 2, kGoodbye = 3, kHello = 4 };
+// kFarewell answers a goodbye: the peer has read everything sent before it.
+enum AmId : unsigned { kData = 1, kAbort = 2, kGoodbye = 3, kHello = 4, kFarewell = 5 };
 
 // Ahead of every active message's bytes.
 struct Header {
@@ -56,6 +58,7 @@ struct UcxMessage : transport::Incoming {
   std::vector<char> kept;      // eager, before its receive
   std::vector<char> staging;   // fetched here when its receive lands as more than a copy
   void* handle = nullptr;      // UCX's request while fetching
+  bool acknowledged = false;   // rendezvous: its sender knows it was fetched (see fetch_done)
 };
 
 // UCX's context, shared by the communicators of a process (creating one loads every UCX
@@ -73,7 +76,7 @@ class UcxTransport final : public Transport {
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
-  PeerFailedCall peer_failed_call() const override { return peer_failed_call_; }
+  PeerFailedCall peer_failed_call() override;
   std::string pending_state() const override;
 
   // For UCX's callbacks.
@@ -98,13 +101,16 @@ class UcxTransport final : public Transport {
     std::uint64_t next_send = 0, next_receive = 0;
     std::map<std::uint64_t, Early> early;
     bool hello = false;  // its first message: the endpoints both ways are up
+    bool queues_sends = false;  // its endpoint may hold completed sends (see sent())
     bool goodbye = false;
+    bool farewell = false;  // it answered our goodbye
     bool failed = false;  // for any reason: nothing more is taken from it
     bool lost = false;    // its connection: nothing more can be said to it
     ucs_status_t lost_status = UCS_OK;  // why, until judged (judge_lost_peers)
   };
   // A send in flight: its header (which UCX reads until the send completes) and request.
   struct Sending;
+  void sent(std::unique_ptr<Sending> record);
 
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
               bool rendezvous, bool& kept);
@@ -114,12 +120,15 @@ class UcxTransport final : public Transport {
   void post_recv(const RequestPtr& request);
   void send(std::unique_ptr<Sending> record, AmId id, const void* buffer, std::size_t bytes,
             std::uint32_t flags);
+  // A message of `id` with no data to `peer` (hello, goodbye, farewell).
+  void send_word(int peer, AmId id);
   int peer_of(ucp_ep_h ep) const;
   void check_peers_alive();
   // A connection UCX reported lost (its error handler, or a transfer that failed): the peer is
   // judged by judge_lost_peers(), once what it sent before is read.
   void connection_lost(int peer, ucs_status_t status);
   void judge_lost_peers();
+  bool take_last_word(int peer);
   void fail_peer(int peer, const std::exception_ptr& error);
   void fail_peer(int peer, ErrorCode code, const std::string& message);
   // Ends every receive posted and send in flight with `error`.
@@ -156,13 +165,14 @@ class UcxTransport final : public Transport {
   std::vector<char> aligned_;  // an eager message reduced from, when UCX's bytes are not aligned
   // Rendezvous messages held before their receive: their descriptors go back when closing.
   std::vector<std::weak_ptr<UcxMessage>> held_;
+  transport::LastWords last_words_;
   std::exception_ptr failure_;
   PeerFailedCall peer_failed_call_;
   bool aborted_ = false;
   // Aborted with a transfer still in flight: the worker must not move again (abort()).
   bool frozen_ = false;
   // What UCX calls the active-message handlers back with, by id.
-  std::pair<UcxTransport*, AmId> handlers_[4];
+  std::pair<UcxTransport*, AmId> handlers_[5];
 };
 
 }  // namespace arcoll::ucx

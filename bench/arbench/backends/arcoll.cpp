@@ -10,8 +10,12 @@ class ArcollBackend final : public Backend {
  public:
   ArcollBackend(arcoll::Communicator& comm, std::string algorithm)
       : comm_(comm), algorithm_(std::move(algorithm)) {}
+  // Over a communicator of its own, with other settings.
+  explicit ArcollBackend(std::unique_ptr<arcoll::Communicator> own)
+      : own_(std::move(own)), comm_(*own_) {}
 
   std::string name() const override {
+    if (own_) return kArcollOver + comm_.options().transport;
     return algorithm_.empty() ? "arcoll" : "arcoll/" + algorithm_;
   }
   bool is_arcoll() const override { return true; }
@@ -52,6 +56,7 @@ class ArcollBackend final : public Backend {
   void barrier() override { comm_.barrier(); }
 
  private:
+  std::unique_ptr<arcoll::Communicator> own_;
   arcoll::Communicator& comm_;
   std::string algorithm_;  // empty: whatever the communicator was created with
 };
@@ -61,6 +66,11 @@ class ArcollBackend final : public Backend {
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
                                              const std::string& algorithm) {
   return std::make_unique<ArcollBackend>(comm, algorithm);
+}
+
+std::unique_ptr<Backend> make_arcoll_backend_over(arcoll::Communicator& comm,
+                                                  const arcoll::Options& options) {
+  return std::make_unique<ArcollBackend>(comm.duplicate(options));
 }
 
 const BackendRegistrar kArcollRegistration{

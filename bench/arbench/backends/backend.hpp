@@ -125,5 +125,10 @@ void divide_by_ranks(void* buffer, std::size_t count, arcoll::DataType type, int
 // arcoll itself; with an algorithm ("ring", "auto"), that one, named "arcoll/<algorithm>".
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
                                              const std::string& algorithm = "");
+// arcoll with other settings beside the sweep's own (--transport shm,ucx): a communicator of
+// its own over comm's ranks (collective), named "arcoll:<transport>".
+inline constexpr const char* kArcollOver = "arcoll:";
+std::unique_ptr<Backend> make_arcoll_backend_over(arcoll::Communicator& comm,
+                                                  const arcoll::Options& options);
 
 }  // namespace arbench

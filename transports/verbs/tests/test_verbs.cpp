@@ -1,0 +1,146 @@
+// The verbs transport's own tests, on its run (verbs., over the emulated device: no RDMA
+// hardware here), beside the whole suite that run also passes: error completions of each kind
+// named on every rank, a peer dying in the middle of large transfers, registered buffers freed
+// and allocated again; and, on any run, that without a device --transport verbs fails at once
+// saying so.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "arcoll/error.hpp"
+#include "arcoll/memory.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+#include "transports/verbs/device.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+class Verbs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (forced_transport() != "verbs") GTEST_SKIP() << "the verbs. run's test";
+  }
+  static LocalLaunchOptions options(int ranks, std::map<std::string, std::string> env = {}) {
+    LocalLaunchOptions o;
+    o.ranks = ranks;
+    o.env = std::move(env);
+    o.env.emplace("ARCOLL_TIMEOUT", "30");
+    o.failure_grace = std::chrono::seconds(20);
+    return o;
+  }
+};
+
+// Runs large and small all-reduces until one fails; prints the error and how long the failed
+// call took.
+int allreduce_until_error(Communicator& comm) {
+  std::vector<float> buffer(300'007, 1.0f);
+  for (int i = 0; i < 200; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      const std::size_t count = i % 2 == 0 ? buffer.size() : 100;
+      comm.allreduce(buffer.data(), count, DataType::f32, ReduceOp::sum);
+    } catch (const Error& e) {
+      std::printf("detected after %.4f s: %s\n", seconds_since(start), e.what());
+      return 0;
+    }
+  }
+  return 3;
+}
+
+// A send that the device fails (the peer stopped answering; the peer refused the key): the
+// rank that saw it names the peer and what the device said, every other rank fails through its
+// abort, within moments.
+TEST_F(Verbs, ErrorCompletionsFailEveryRankNamingThePeer) {
+  for (const auto& [fault, said] :
+       {std::pair{"retry:40", "is not answering (retry exceeded"},
+        std::pair{"access:40", "refused an RDMA write (remote access error"}}) {
+    SCOPED_TRACE(fault);
+    auto exits = launch(options(3), [&] {
+      if (std::string(std::getenv("ARCOLL_RANK")) == "1") ::setenv("ARCOLL_VERBS_FAULT", fault, 1);
+      auto comm = Communicator::from_env();
+      return allreduce_until_error(*comm);
+    });
+    std::string all;
+    for (const auto& e : exits) {
+      EXPECT_TRUE(e.ok()) << describe(exits);
+      EXPECT_LT(e.seconds, 15.0) << describe(exits);
+      all += e.output;
+    }
+    EXPECT_NE(exits[1].output.find(said), std::string::npos) << exits[1].output;
+    EXPECT_NE(all.find("rank 1 aborted"), std::string::npos) << all;
+  }
+}
+
+// A rank killed while large messages are on their way (announced, cleared, being written):
+// every survivor fails naming it, within moments, and gives back what it held.
+TEST_F(Verbs, APeerDyingMidTransferIsNamedByEverySurvivor) {
+  for (int seed = 1; seed <= 3; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    auto exits = launch(options(4), [&] {
+      auto comm = Communicator::from_env();
+      comm->barrier();
+      std::thread killer;
+      if (comm->rank() == 2)
+        killer = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5 * seed));
+          ::raise(SIGKILL);
+        });
+      const int status = allreduce_until_error(*comm);
+      if (killer.joinable()) killer.detach();
+      return status;
+    });
+    expect_survivors_named(exits, 2, 10.0);
+  }
+}
+
+// Buffers of mem_alloc are registered once and kept; freed, their registration goes with them,
+// and a buffer allocated again (often at the same address) is registered anew: results stay
+// right through many such turns, with messages written straight into the receive buffers
+// (all-gather and broadcast land as copies).
+TEST_F(Verbs, BuffersFreedAndAllocatedAgainAreRegisteredAnew) {
+  run_ranks(3, [](Communicator& comm) {
+    constexpr std::size_t kCount = 50'000;  // 200 KB per rank: sent by rendezvous
+    for (int turn = 0; turn < 6; ++turn) {
+      auto* mine = static_cast<float*>(mem_alloc(kCount * sizeof(float)));
+      auto* all = static_cast<float*>(mem_alloc(comm.size() * kCount * sizeof(float)));
+      for (std::size_t i = 0; i < kCount; ++i) mine[i] = float(comm.rank() * 1000 + turn) + float(i % 7);
+      comm.allgather(mine, all, kCount, DataType::f32);
+      for (int r = 0; r < comm.size(); ++r)
+        for (std::size_t i = 0; i < kCount; i += 997)
+          ASSERT_EQ(all[r * kCount + i], float(r * 1000 + turn) + float(i % 7)) << turn;
+      comm.broadcast(all, comm.size() * kCount, DataType::f32, turn % comm.size());
+      mem_free(mine);
+      mem_free(all);
+    }
+  });
+}
+
+// Where the host has no RDMA device, --transport verbs fails at once on every rank, saying so.
+TEST_F(Verbs, WithoutADeviceItFailsAtOnceSayingSo) {
+  if (verbs::has_rdma_device()) GTEST_SKIP() << "this host has an RDMA device";
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env = {{"ARCOLL_TRANSPORT", "verbs"}, {"ARCOLL_TIMEOUT", "30"}};
+  auto exits = launch(options, [] {
+    ::unsetenv("ARCOLL_VERBS_DEVICE");
+    try {
+      auto comm = Communicator::from_env();
+    } catch (const ConfigurationError& e) {
+      std::printf("error: %s\n", e.what());
+      return 0;
+    }
+    return 3;
+  });
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_LT(e.seconds, 1.0) << describe(exits);
+    EXPECT_NE(e.output.find("no RDMA device"), std::string::npos) << e.output;
+  }
+}
+
+}  // namespace
+}  // namespace arcoll::testing
