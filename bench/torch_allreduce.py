@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""torch.distributed.all_reduce through arcoll and through torch's Gloo, size by size in the
-same ranks (the two groups take turns at each size, --repeat times; medians), float32 sum;
-then, with --arbench, the same sizes through arbench (its median of --repeat), to show what
-the torch backend adds over the library.
+"""torch.distributed.all_reduce through arcoll and through torch's Gloo (and with --mpi torch's
+MPI backend, where torch has it: the ranks then start under mpirun), size by size in the same
+ranks (the groups take turns at each size, --repeat times; medians), float32 sum; then, with
+--arbench, the same sizes through arbench (its median of --repeat), to show what the torch
+backend adds over the library.
 
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --arbench build/bench/arbench
+    PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --mpi    (torch 2.x)
 
 Prints per size: each backend's time and busbw (nccl-tests' definition, 2(n-1)/n x size/time),
-arcoll's busbw over Gloo's, and arcoll-through-torch's busbw over arbench's."""
+arcoll's busbw over each other backend's, and arcoll-through-torch's busbw over arbench's."""
 import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,12 +54,13 @@ def timed(group, tensor, seconds):
     return (time.perf_counter() - start) / iterations
 
 
-def rank_main(rank, size, args, port, out):
+def rank_main(rank, size, args, rendezvous, out):
     torch.set_num_threads(1)
-    dist.init_process_group("arcoll", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("arcoll", init_method=f"file://{rendezvous}", rank=rank,
                             world_size=size, timeout=datetime.timedelta(seconds=300))
-    gloo = dist.new_group(backend="gloo")
-    groups = {"arcoll": dist.group.WORLD, "gloo": gloo}
+    groups = {"arcoll": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    if args.mpi:
+        groups["mpi"] = dist.new_group(backend="mpi")
     rows = []
     for nbytes in sizes(parse_size(args.b), parse_size(args.e), args.f):
         tensor = torch.ones(nbytes // 4)
@@ -97,26 +99,40 @@ def main():
     parser.add_argument("--repeat", type=int, default=3,
                         help="timings per size and backend, turn by turn; the median is shown")
     parser.add_argument("--arbench", help="arbench to compare with (its in-place busbw)")
+    parser.add_argument("--mpi", action="store_true",
+                        help="torch's MPI backend too: the ranks start under mpirun")
+    parser.add_argument("--rank-of", nargs=2, metavar=("RENDEZVOUS", "OUT"),
+                        help=argparse.SUPPRESS)  # a rank under mpirun
     args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if args.rank_of:
+        rank_main(int(os.environ["OMPI_COMM_WORLD_RANK"]), args.np, args, *args.rank_of)
+        return 0
     with tempfile.TemporaryDirectory() as work:
+        rendezvous = os.path.join(work, "rendezvous")
         out = os.path.join(work, "rows.json")
-        mp.spawn(rank_main, args=(args.np, args, port, out), nprocs=args.np)
+        if args.mpi:
+            subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np),
+                            "--mca", "btl", "self,vader", sys.executable, os.path.abspath(__file__),
+                            *sys.argv[1:],
+                            "--rank-of", rendezvous, out], check=True)
+        else:
+            mp.spawn(rank_main, args=(args.np, args, rendezvous, out), nprocs=args.np)
         with open(out) as f:
             rows = json.load(f)
     library = arbench_busbw(args.arbench, args.np, args) if args.arbench else {}
     factor = 2 * (args.np - 1) / args.np
+    others = [name for name in ("gloo", "mpi") if name in rows[0]]
     print(f"# torch.distributed.all_reduce, float32 sum, {args.np} ranks, in place; "
           f"busbw in GB/s (nccl-tests' definition)")
-    print(f"# {'size':>10} {'arcoll us':>10} {'busbw':>7} {'gloo us':>10} {'busbw':>7} "
-          f"{'arcoll/gloo':>11}" + (f" {'arbench':>7} {'torch/arbench':>13}" if library else ""))
+    print(f"# {'size':>10} {'arcoll us':>10} {'busbw':>7}"
+          + "".join(f" {name + ' us':>10} {'busbw':>7} {'arcoll/' + name:>11}" for name in others)
+          + (f" {'arbench':>7} {'torch/arbench':>13}" if library else ""))
     for row in rows:
-        busbw = {name: row["bytes"] / row[name] / 1e9 * factor for name in ("arcoll", "gloo")}
-        line = (f"  {row['bytes']:>10} {row['arcoll'] * 1e6:>10.1f} {busbw['arcoll']:>7.2f} "
-                f"{row['gloo'] * 1e6:>10.1f} {busbw['gloo']:>7.2f} "
-                f"{busbw['arcoll'] / busbw['gloo']:>10.2f}x")
+        busbw = {name: row["bytes"] / row[name] / 1e9 * factor for name in ["arcoll", *others]}
+        line = f"  {row['bytes']:>10} {row['arcoll'] * 1e6:>10.1f} {busbw['arcoll']:>7.2f}"
+        for name in others:
+            line += (f" {row[name] * 1e6:>10.1f} {busbw[name]:>7.2f} "
+                     f"{busbw['arcoll'] / busbw[name]:>10.2f}x")
         if library.get(row["bytes"]):
             line += f" {library[row['bytes']]:>7.2f} {busbw['arcoll'] / library[row['bytes']]:>12.0%}"
         print(line)
