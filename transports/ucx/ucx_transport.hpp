@@ -108,8 +108,17 @@ class UcxTransport final : public Transport {
     bool lost = false;    // its connection: nothing more can be said to it
     ucs_status_t lost_status = UCS_OK;  // why, until judged (judge_lost_peers)
   };
-  // A send in flight: its header (which UCX reads until the send completes) and request.
-  struct Sending;
+  // A send in flight: its header (which UCX reads until the send completes) and request,
+  // and the callback's arguments (the transport and this record).
+  struct Sending {
+    Header header{};
+    RequestPtr request;
+    int peer = 0;
+    std::string text;  // an abort's reason
+    std::pair<UcxTransport*, void*> callback{nullptr, nullptr};
+    void* handle = nullptr;  // UCX's request, until its callback
+    bool flushing = false;   // sent; now until nothing of it waits here (see sent())
+  };
   void sent(std::unique_ptr<Sending> record);
 
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
