@@ -9,6 +9,7 @@
 #include "arcoll/memory.hpp"
 #include "arcoll/options.hpp"
 #include "core/c_api_checks.hpp"
+#include "core/link_costs_source.hpp"
 
 using namespace arcoll::c_api;  // the checks every entry point makes
 using arcoll::DataType;
@@ -81,8 +82,9 @@ arcoll_result_t arcoll_comm_init(arcoll_comm_t** out, int rank, int world_size,
     launch.master_addr = master_addr != nullptr ? master_addr : "";
     launch.master_port = master_port;
     launch.source = "explicit";
-    const arcoll::Options options = arcoll::Options::from_env();
-    return std::make_unique<arcoll::Communicator>(launch, options);
+    auto comm = std::make_unique<arcoll::Communicator>(launch, arcoll::Options::from_env());
+    arcoll::apply_link_costs_sources(*comm);
+    return comm;
   });
 }
 

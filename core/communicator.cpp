@@ -12,8 +12,10 @@
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
 #include "base/auth.hpp"
+#include "base/log.hpp"
 #include "base/socket.hpp"
 #include "core/calls.hpp"
+#include "core/link_costs_source.hpp"
 
 namespace arcoll {
 namespace {
@@ -181,7 +183,14 @@ Communicator::Communicator(const LaunchInfo& launch, const Options& options)
     : impl_(std::make_unique<Impl>(launch, options)) {}
 
 std::unique_ptr<Communicator> Communicator::from_env() {
-  return std::make_unique<Communicator>(detect_launch(), Options::from_env());
+  auto comm = std::make_unique<Communicator>(detect_launch(), Options::from_env());
+  apply_link_costs_sources(*comm);
+  return comm;
+}
+
+void apply_link_costs_sources(Communicator& comm) {
+  for (const LinkCostsSource* source : Registry<LinkCostsSource>::instance().all())
+    log::debug("rank " + std::to_string(comm.rank()) + ": " + source->apply(comm));
 }
 
 Communicator::~Communicator() = default;

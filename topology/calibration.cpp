@@ -20,6 +20,7 @@
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "build_info.hpp"
+#include "core/link_costs_source.hpp"
 #include "topology/tuning_probe.hpp"
 
 namespace arcoll {
@@ -219,5 +220,17 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
     return {tuning, "link costs measured again, kept in " + file + " (" + outdated_by + ")"};
   return {tuning, "link costs measured just now, kept in " + file};
 }
+
+std::string use_calibrated_link_costs(Communicator& comm) {
+  if (!comm.options().tuning_file.empty())
+    return "link costs from " + comm.options().tuning_file + " (ARCOLL_TUNING_FILE)";
+  CalibratedTuning calibrated = calibrated_tuning(comm, calibration_from_env());
+  if (!calibrated.tuning.transports.empty()) comm.set_tuning(calibrated.tuning);
+  return calibrated.source;
+}
+
+namespace {
+const Registrar<LinkCostsSource> kCalibration{{"calibration", use_calibrated_link_costs}};
+}  // namespace
 
 }  // namespace arcoll

@@ -17,6 +17,7 @@
 #include "arcoll/error.hpp"
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
+#include "arcoll/tuning.hpp"
 #include "base/log.hpp"
 #include "base/socket.hpp"
 
@@ -300,6 +301,8 @@ ProcessGroupArcoll::ProcessGroupArcoll(const c10::intrusive_ptr<c10d::Store>& st
     TORCH_CHECK(value && launch.master_port > 0, "arcoll: malformed rendezvous entry in torch's store");
   }
   comm_ = std::make_unique<Communicator>(launch, options);
+  log::debug("arcoll_torch rank " + std::to_string(rank) + ": " +
+             use_calibrated_link_costs(*comm_));
   if (auto path = settings().timeline; path || std::getenv("ARCOLL_TIMELINE")) {
     std::string file = path ? *path : std::getenv("ARCOLL_TIMELINE");
     if (auto at = file.find("{rank}"); at != std::string::npos)

@@ -272,10 +272,12 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   // `layout`: variables beside this run's that place the ranks and choose their transports.
   auto job = [&](const std::string& mode, const std::string& expected_source,
                  std::map<std::string, std::string> layout = {}) {
-    layout.insert({{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});
+    // from_env takes the built-in figures; the calibration under test comes next.
+    layout.insert({{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "off"}});
     run_ranks(
         3,
         [&](Communicator& comm) {
+          ::setenv("ARCOLL_CALIBRATE", mode.c_str(), 1);
           const Calibration calibration = calibration_from_env();
           const CalibratedTuning calibrated = calibrated_tuning(comm, calibration);
           EXPECT_EQ(calibrated.source.rfind(expected_source, 0), 0u) << calibrated.source;
@@ -337,14 +339,76 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   job("cache", "link costs measured just now, kept in " + folder + "/tuning-", tcp_on_two_hosts);
   scale_kept(1e-3);
   job("cache", "link costs kept in " + folder + "/tuning-", tcp_on_two_hosts);
-  run_ranks(
-      2,
-      [](Communicator& comm) {
-        EXPECT_THROW(calibration_from_env(), ConfigurationError);
-        comm.barrier();
-      },
-      {{"ARCOLL_CALIBRATE", "sometimes"}});
+  run_ranks(2, [](Communicator& comm) {
+    ::setenv("ARCOLL_CALIBRATE", "sometimes", 1);
+    EXPECT_THROW(calibration_from_env(), ConfigurationError);
+    comm.barrier();
+  });
   std::filesystem::remove_all(folder);
+}
+
+// A communicator made from the environment calibrates as arbench does (the C API and the torch
+// backend go through the same source): its cost model predicts with the figures kept, and
+// with the built-in ones under ARCOLL_CALIBRATE=off or with a tuning file, writing nothing.
+TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
+  namespace fs = std::filesystem;
+  char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder_template), nullptr);
+  const std::string folder = folder_template;
+  auto kept_files = [&] {
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(folder))
+      if (entry.path().extension() == ".json") files.push_back(entry.path().string());
+    return files;
+  };
+  constexpr std::size_t kBytes = 1 << 20;
+  for (const char* mode : {"off", "cache"}) {
+    run_ranks(
+        2,
+        [&](Communicator& comm) {
+          const AllreducePrediction made = comm.predict_allreduce(kBytes);
+          comm.barrier();  // rank 0 has written its calibration, if any
+          const std::vector<std::string> files = kept_files();
+          if (std::string(mode) == "off") {
+            EXPECT_TRUE(files.empty());
+            return;
+          }
+          ASSERT_EQ(files.size(), 1u);
+          comm.set_tuning(load_tuning(files[0]));
+          EXPECT_EQ(comm.predict_allreduce(kBytes).seconds, made.seconds) << files[0];
+          comm.set_tuning(Tuning{});
+          EXPECT_NE(comm.predict_allreduce(kBytes).seconds, made.seconds)
+              << "the built-in figures predict alike: the check above says nothing";
+        },
+        {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", mode}});
+  }
+  // A tuning file wins: nothing measured, nothing more kept.
+  const std::string tuning_file = kept_files().at(0);
+  fs::rename(tuning_file, folder + "/given.tuning");
+  run_ranks(
+      2, [&](Communicator& comm) { comm.barrier(); },
+      {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "cache"},
+       {"ARCOLL_TUNING_FILE", folder + "/given.tuning"}});
+  EXPECT_TRUE(kept_files().empty());
+  fs::remove_all(folder);
+  // Another value: every rank fails to make its communicator, naming the variable.
+  LocalLaunchOptions bad;
+  bad.ranks = 2;
+  bad.env = {{"ARCOLL_CALIBRATE", "sometimes"}};
+  const auto exits = launch(bad, [] {
+    try {
+      Communicator::from_env();
+    } catch (const ConfigurationError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 3;
+    }
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  for (const auto& e : exits) {
+    EXPECT_EQ(e.exit_code, 3) << e.describe() << "\n" << e.output;
+    EXPECT_NE(e.output.find("ARCOLL_CALIBRATE"), std::string::npos) << e.output;
+  }
 }
 
 // The cache folder keeps each host's calibrations last used: a new one removes the least
@@ -382,11 +446,11 @@ TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
     run_ranks(
         2,
         [&](Communicator& comm) {
-          const CalibratedTuning calibrated = calibrated_tuning(comm, calibration_from_env());
+          const CalibratedTuning calibrated = calibrated_tuning(comm, Calibration::cache);
           EXPECT_EQ(calibrated.source.rfind(expected_source, 0), 0u) << calibrated.source;
           comm.barrier();  // rank 0 has written or touched the file
         },
-        {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "cache"},
+        {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "off"},
          {"ARCOLL_CHUNK_BYTES", chunk}});
   };
   auto ours_kept = [&] {

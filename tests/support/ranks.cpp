@@ -34,6 +34,10 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
   LocalLaunchOptions o = options;
   o.output = RankOutput::capture;
   if (o.env.count("ARCOLL_TIMEOUT") == 0) o.env["ARCOLL_TIMEOUT"] = "30";
+  // Communicator::from_env calibrates on first use: the suite's ranks take the built-in link
+  // costs, which their expectations are written for, unless a test or run says otherwise.
+  if (o.env.count("ARCOLL_CALIBRATE") == 0 && std::getenv("ARCOLL_CALIBRATE") == nullptr)
+    o.env["ARCOLL_CALIBRATE"] = "off";
   // A rank fails for its own assertions, not for those the test had failed before it forked.
   const ::testing::TestResult* result =
       ::testing::UnitTest::GetInstance()->current_test_info()->result();

@@ -56,7 +56,8 @@ struct Header {
 struct UcxMessage : transport::Incoming {
   void* descriptor = nullptr;  // rendezvous: UCX's, until fetched or released
   std::vector<char> kept;      // eager, before its receive
-  std::vector<char> staging;   // fetched here when its receive lands as more than a copy
+  // Fetched here when its receive lands as more than a copy (not zeroed: UCX writes it whole).
+  std::unique_ptr<char[]> staging;
   void* handle = nullptr;      // UCX's request while fetching
   bool acknowledged = false;   // rendezvous: its sender knows it was fetched (see fetch_done)
 };
@@ -102,6 +103,7 @@ class UcxTransport final : public Transport {
     std::map<std::uint64_t, Early> early;
     bool hello = false;  // its first message: the endpoints both ways are up
     bool queues_sends = false;  // its endpoint may hold completed sends (see sent())
+    bool same_machine = false;  // watched through its pidfd
     bool goodbye = false;
     bool farewell = false;  // it answered our goodbye
     bool failed = false;  // for any reason: nothing more is taken from it
@@ -169,6 +171,8 @@ class UcxTransport final : public Transport {
   transport::Matching<UcxMessage> matching_;
   std::map<Sending*, std::unique_ptr<Sending>> sending_;
   std::map<UcxMessage*, std::shared_ptr<UcxMessage>> fetching_;
+  // check_peers_alive() at the start of progress() (a syscall per peer) no more often than this.
+  Clock::time_point next_alive_check_{};
   std::vector<RequestPtr> pending_failures_;  // transfers that failed, until judged
   std::vector<std::shared_ptr<UcxMessage>> to_fetch_;  // matched, fetched after progress
   std::vector<char> aligned_;  // an eager message reduced from, when UCX's bytes are not aligned
