@@ -3,7 +3,14 @@
 // small all-reduce then costs one exchange of cache lines instead of log2(p) rounds of
 // matched messages (UCC's shared-memory team and Open MPI's fastboxes do the same for their
 // small messages). Every rank reduces the parts in rank order: all end with identical bits.
+//
+// The other collectives meet there too while what a rank posts fits (its buffer, or the
+// root's whole buffer): a small call of any kind is one exchange of cache lines, where by
+// messages it is a round or several of matched sends. Beyond that, or with no boards, they go
+// by messages (kByMessages).
+#include <cstring>
 #include <limits>
+#include <map>
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
@@ -11,6 +18,15 @@
 
 namespace arcoll {
 namespace {
+
+// Reduces the parts' (two or more) `count` elements from byte `offset` into `out`, in rank
+// order, so that every rank that reduces ends with identical bits.
+void reduce_parts(void* out, std::span<const std::byte* const> parts, std::size_t offset,
+                  const CollectiveArgs& a) {
+  kernels::reduce(out, parts[0] + offset, parts[1] + offset, a.count, a.type, a.op);
+  for (std::size_t r = 2; r < parts.size(); ++r)
+    kernels::reduce(out, out, parts[r] + offset, a.count, a.type, a.op);
+}
 
 void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   if (allreduce_is_local(p2p, a)) return;
@@ -24,10 +40,98 @@ void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
     (*find_collective(plan.algorithm, Collective::allreduce))(p2p, a);
     return;
   }
-  const auto parts = p2p.exchange_on_boards(a.send, bytes);
-  kernels::reduce(a.recv, parts[0], parts[1], a.count, a.type, a.op);
-  for (std::size_t r = 2; r < parts.size(); ++r)
-    kernels::reduce(a.recv, a.recv, parts[r], a.count, a.type, a.op);
+  reduce_parts(a.recv, p2p.exchange_on_boards(a.send, bytes), 0, a);
+}
+
+// The algorithm each collective goes by beyond the boards.
+const std::map<Collective, const char*> kByMessages = {
+    {Collective::reduce, "ring"},     {Collective::reduce_scatter, "ring"},
+    {Collective::allgather, "ring"},  {Collective::broadcast, "ring"},
+    {Collective::gather, "direct"},   {Collective::scatter, "direct"},
+    {Collective::alltoall, "direct"},
+};
+
+// Runs `on_boards` when the largest part a rank posts, `posted` bytes, fits on the boards;
+// else (one rank, no boards) the collective by messages. Every rank decides alike.
+template <class OnBoards>
+void on_boards_or_by_messages(Collective collective, PointToPoint& p2p, const CollectiveArgs& a,
+                              std::size_t posted, OnBoards on_boards) {
+  if (p2p.size() == 1 || posted > p2p.board_capacity() || p2p.board_capacity() == 0) {
+    (*find_collective(kByMessages.at(collective), collective))(p2p, a);
+    return;
+  }
+  on_boards();
+}
+
+void board_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  on_boards_or_by_messages(Collective::reduce, p2p, a, bytes, [&] {
+    const auto parts = p2p.exchange_on_boards(a.send, bytes);
+    if (p2p.rank() == a.root) reduce_parts(a.recv, parts, 0, a);
+  });
+}
+
+void board_reduce_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t block = a.count * size_of(a.type);
+  const std::size_t bytes = block * static_cast<std::size_t>(p2p.size());
+  on_boards_or_by_messages(Collective::reduce_scatter, p2p, a, bytes, [&] {
+    const auto parts = p2p.exchange_on_boards(a.send, bytes);
+    reduce_parts(a.recv, parts, block * static_cast<std::size_t>(p2p.rank()), a);
+  });
+}
+
+// Copies block `from` of each part (all of it: from < 0) to block r of `out`.
+void gather_parts(void* out, std::span<const std::byte* const> parts, std::size_t block,
+                  std::ptrdiff_t from) {
+  for (std::size_t r = 0; r < parts.size(); ++r)
+    std::memcpy(static_cast<char*>(out) + r * block,
+                parts[r] + (from < 0 ? 0 : static_cast<std::size_t>(from) * block), block);
+}
+
+void board_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t block = a.count * size_of(a.type);
+  on_boards_or_by_messages(Collective::allgather, p2p, a, block, [&] {
+    gather_parts(a.recv, p2p.exchange_on_boards(a.send, block), block, -1);
+  });
+}
+
+void board_gather(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t block = a.count * size_of(a.type);
+  on_boards_or_by_messages(Collective::gather, p2p, a, block, [&] {
+    const auto parts = p2p.exchange_on_boards(a.send, block);
+    if (p2p.rank() == a.root) gather_parts(a.recv, parts, block, -1);
+  });
+}
+
+void board_alltoall(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t block = a.count * size_of(a.type);
+  const std::size_t bytes = block * static_cast<std::size_t>(p2p.size());
+  on_boards_or_by_messages(Collective::alltoall, p2p, a, bytes, [&] {
+    gather_parts(a.recv, p2p.exchange_on_boards(a.send, bytes), block, p2p.rank());
+  });
+}
+
+// The root posts its buffer, the others nothing; each copies its block (broadcast: all of it).
+void board_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  on_boards_or_by_messages(Collective::broadcast, p2p, a, bytes, [&] {
+    const bool root = p2p.rank() == a.root;
+    const auto parts = p2p.exchange_on_boards(a.recv, root ? bytes : 0);
+    if (!root) std::memcpy(a.recv, parts[static_cast<std::size_t>(a.root)], bytes);
+  });
+}
+
+void board_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t block = a.count * size_of(a.type);
+  const std::size_t bytes = block * static_cast<std::size_t>(p2p.size());
+  on_boards_or_by_messages(Collective::scatter, p2p, a, bytes, [&] {
+    const bool root = p2p.rank() == a.root;
+    const auto parts = p2p.exchange_on_boards(a.send, root ? bytes : 0);
+    std::memmove(a.recv,
+                 parts[static_cast<std::size_t>(a.root)] +
+                     block * static_cast<std::size_t>(p2p.rank()),
+                 block);
+  });
 }
 
 // One exchange of cache lines: half a step of messages, with no entry to write or match. The
@@ -46,8 +150,16 @@ double board_cost(const CostQuery& q) {
 
 const AlgorithmRegistrar kBoard{AlgorithmInfo{
     "board",
-    "every rank posts its buffer on the shared boards and reduces all (small, one host)",
-    {{Collective::allreduce, board_allreduce}},
+    "every rank posts its buffer on the shared boards and reduces or copies what it needs "
+    "(small calls, one host)",
+    {{Collective::allreduce, board_allreduce},
+     {Collective::reduce, board_reduce},
+     {Collective::reduce_scatter, board_reduce_scatter},
+     {Collective::allgather, board_allgather},
+     {Collective::gather, board_gather},
+     {Collective::alltoall, board_alltoall},
+     {Collective::broadcast, board_broadcast},
+     {Collective::scatter, board_scatter}},
     board_cost}};
 
 }  // namespace

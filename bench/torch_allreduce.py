@@ -7,6 +7,10 @@ backend adds over the library.
 
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --arbench build/bench/arbench
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --mpi    (torch 2.x)
+    PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --shared-tensors
+
+With --shared-tensors, arcoll also takes a turn on a tensor made under
+arcoll_torch.share_cpu_tensors (zero-copy buckets): "arcoll+shared".
 
 Prints per size: each backend's time and busbw (nccl-tests' definition, 2(n-1)/n x size/time),
 arcoll's busbw over each other backend's, and arcoll-through-torch's busbw over arbench's."""
@@ -24,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import arcoll_torch  # noqa: F401  (registers the "arcoll" backend)
+import arcoll_torch  # registers the "arcoll" backend
 
 
 def sizes(low, high, factor):
@@ -61,14 +65,22 @@ def rank_main(rank, size, args, rendezvous, out):
     groups = {"arcoll": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     if args.mpi:
         groups["mpi"] = dist.new_group(backend="mpi")
+    if args.shared_tensors:
+        groups["arcoll+shared"] = dist.group.WORLD
     rows = []
     for nbytes in sizes(parse_size(args.b), parse_size(args.e), args.f):
         tensor = torch.ones(nbytes // 4)
+        tensors = {name: tensor for name in groups}
+        if args.shared_tensors:
+            arcoll_torch.share_cpu_tensors(1)
+            tensors["arcoll+shared"] = torch.ones(nbytes // 4)
+            arcoll_torch.share_cpu_tensors(0)
         row = {"bytes": nbytes}
         times = {name: [] for name in groups}
         for _ in range(args.repeat):  # the backends take turns, so that drift hits both
             for name, group in groups.items():
-                seconds = torch.tensor([timed(group, tensor, args.seconds)], dtype=torch.float64)
+                seconds = torch.tensor([timed(group, tensors[name], args.seconds)],
+                                       dtype=torch.float64)
                 dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank's
                 times[name].append(seconds.item())
         for name, measured in times.items():
@@ -101,6 +113,8 @@ def main():
     parser.add_argument("--arbench", help="arbench to compare with (its in-place busbw)")
     parser.add_argument("--mpi", action="store_true",
                         help="torch's MPI backend too: the ranks start under mpirun")
+    parser.add_argument("--shared-tensors", action="store_true",
+                        help="arcoll also on a tensor in shared memory (zero-copy buckets)")
     parser.add_argument("--rank-of", nargs=2, metavar=("RENDEZVOUS", "OUT"),
                         help=argparse.SUPPRESS)  # a rank under mpirun
     args = parser.parse_args()
@@ -121,7 +135,7 @@ def main():
             rows = json.load(f)
     library = arbench_busbw(args.arbench, args.np, args) if args.arbench else {}
     factor = 2 * (args.np - 1) / args.np
-    others = [name for name in ("gloo", "mpi") if name in rows[0]]
+    others = [name for name in ("arcoll+shared", "gloo", "mpi") if name in rows[0]]
     print(f"# torch.distributed.all_reduce, float32 sum, {args.np} ranks, in place; "
           f"busbw in GB/s (nccl-tests' definition)")
     print(f"# {'size':>10} {'arcoll us':>10} {'busbw':>7}"

@@ -16,14 +16,15 @@ namespace {
 using net::Clock;
 
 // The algorithm each collective but all-reduce uses when Options::algorithm is "auto" or
-// names an algorithm that does not implement that collective. All-reduce under auto takes
-// the cost model's choice.
+// names an algorithm that does not implement that collective (board: on the shared boards
+// while a call fits there, else by its messages algorithm). All-reduce under auto takes the
+// cost model's choice.
 const std::map<Collective, std::string> kDefaultAlgorithm = {
-    {Collective::allreduce, "ring"},   {Collective::reduce_scatter, "ring"},
-    {Collective::allgather, "ring"},   {Collective::broadcast, "ring"},
-    {Collective::barrier, "dissemination"}, {Collective::reduce, "ring"},
-    {Collective::gather, "direct"},    {Collective::scatter, "direct"},
-    {Collective::alltoall, "direct"},  {Collective::alltoallv, "direct"},
+    {Collective::allreduce, "ring"},   {Collective::reduce_scatter, "board"},
+    {Collective::allgather, "board"},  {Collective::broadcast, "board"},
+    {Collective::barrier, "dissemination"}, {Collective::reduce, "board"},
+    {Collective::gather, "board"},     {Collective::scatter, "board"},
+    {Collective::alltoall, "board"},   {Collective::alltoallv, "direct"},
 };
 
 void check_algorithm(const std::string& name, int rank) {

@@ -15,7 +15,7 @@ required=(
 # report in its test, rsvg-convert turns plots into PNG, PIL reads the screenshot.
 # PyTorch, its C++ headers and pybind11 build the torch.distributed backend (frameworks/torch);
 # Fashion-MNIST feeds the DDP example and arbench train (zlib reads its files); OpenMP OpenBLAS
-# is the BLAS torch runs on.
+# is the BLAS torch runs on; venv, pip, setuptools and wheel install the module with pip.
 optional=(
   hwloc libhwloc-dev
   libucx-dev
@@ -24,10 +24,11 @@ optional=(
   clang libclang-rt-dev
   chromium librsvg2-bin python3-pil
   python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp dataset-fashion-mnist
-  zlib1g-dev
+  zlib1g-dev python3-venv python3-pip python3-setuptools python3-wheel
 )
 if [ "${1:-}" = "--torch" ]; then
-  optional=(python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp iproute2)
+  optional=(python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp iproute2
+            python3-venv python3-pip python3-setuptools python3-wheel)
 elif [ $# -gt 0 ]; then
   echo "usage: $0 [--torch]" >&2
   exit 2

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -105,15 +106,16 @@ std::string iters_text(const SweepSettings& sweep) {
                        sweep.target_seconds * 1e3, kMinAutoIters);
 }
 
-// "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
-// place; over the rows of the table's first collective, type and operator). Against a
-// reference (memcpy, the ceiling), which bounds large sizes only: the largest size.
-std::string versus_line(const std::string& first, const BackendInfo& peer,
-                        const std::vector<Row>& rows) {
-  std::vector<std::pair<std::size_t, double>> ratios;  // (size, ratio) in size order
+// The busbw ratios (out of place) of `first` over `peer` at each size of the rows of `kind`'s
+// collective, type and operator, in size order.
+std::vector<std::pair<std::size_t, double>> versus_ratios(const std::string& first,
+                                                          const BackendInfo& peer,
+                                                          const std::vector<Row>& rows,
+                                                          const Row& kind) {
+  std::vector<std::pair<std::size_t, double>> ratios;
   for (const Row& mine : rows) {
-    if (mine.backend != first || mine.coll != rows.front().coll ||
-        mine.type != rows.front().type || mine.op != rows.front().op)
+    if (mine.backend != first || mine.coll != kind.coll || mine.type != kind.type ||
+        mine.op != kind.op)
       continue;
     for (const Row& theirs : rows)
       if (theirs.backend == peer.name && theirs.coll == mine.coll && theirs.type == mine.type &&
@@ -122,17 +124,51 @@ std::string versus_line(const std::string& first, const BackendInfo& peer,
         ratios.emplace_back(mine.size_bytes,
                             mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs);
   }
-  if (ratios.empty()) return "";
-  const auto lowest = std::min_element(ratios.begin(), ratios.end(),
-                                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  auto at = [](const std::pair<std::size_t, double>& r) {
-    return printf_string("x%.2f at %s", r.second, format_bytes(static_cast<double>(r.first)).c_str());
-  };
-  if (!peer.reduces)
-    return "# " + first + " vs " + peer.name + ": " + at(ratios.back()) + " (busbw ratio)\n";
-  std::string out = "# " + first + " vs " + peer.name + ": " + at(ratios.front());
-  if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(*lowest);
-  return out + " (busbw ratio)\n";
+  return ratios;
+}
+
+std::string ratio_at(const std::pair<std::size_t, double>& r) {
+  return printf_string("x%.2f at %s", r.second, format_bytes(static_cast<double>(r.first)).c_str());
+}
+
+// "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
+// place), a line per collective of the table (the first type and operator of each, its name
+// after "vs gloo" when there are several), then the lowest of them all, named. Against a
+// reference (memcpy, the ceiling), which bounds large sizes only: the largest size.
+std::string versus_lines(const std::string& first, const BackendInfo& peer,
+                         const std::vector<Row>& rows) {
+  std::vector<const Row*> kinds;  // the first row of each collective
+  for (const Row& row : rows)
+    if (row.backend == first && std::none_of(kinds.begin(), kinds.end(), [&](const Row* k) {
+          return k->coll == row.coll;
+        }))
+      kinds.push_back(&row);
+  std::string out;
+  std::pair<std::size_t, double> lowest_of_all{0, std::numeric_limits<double>::infinity()};
+  const Row* lowest_kind = nullptr;
+  for (const Row* kind : kinds) {
+    const auto ratios = versus_ratios(first, peer, rows, *kind);
+    if (ratios.empty()) continue;
+    const std::string head = "# " + first + " vs " + peer.name +
+                             (kinds.size() > 1 ? ", " + std::string(to_string(kind->coll)) : "");
+    if (!peer.reduces) {
+      out += head + ": " + ratio_at(ratios.back()) + " (busbw ratio)\n";
+      continue;
+    }
+    const auto lowest = *std::min_element(
+        ratios.begin(), ratios.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    out += head + ": " + ratio_at(ratios.front());
+    if (ratios.size() > 1) out += ", " + ratio_at(ratios.back()) + "; lowest " + ratio_at(lowest);
+    out += " (busbw ratio)\n";
+    if (lowest.second < lowest_of_all.second) {
+      lowest_of_all = lowest;
+      lowest_kind = kind;
+    }
+  }
+  if (lowest_kind != nullptr && kinds.size() > 1)
+    out += "# " + first + " vs " + peer.name + ": lowest " + ratio_at(lowest_of_all) + " in " +
+           std::string(to_string(lowest_kind->coll)) + "\n";
+  return out;
 }
 
 }  // namespace
@@ -340,7 +376,7 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
   }
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
   for (std::size_t i = 1; i < info.backends.size(); ++i)
-    out += versus_line(info.backends.front().name, info.backends[i], rows);
+    out += versus_lines(info.backends.front().name, info.backends[i], rows);
   return out + "#\n";
 }
 

@@ -1,13 +1,17 @@
 // The arcoll_torch Python module: importing it registers "arcoll" with torch.distributed, so
 // that init_process_group("arcoll", ...) makes an arcoll process group (process_group.hpp).
 #include <pybind11/chrono.h>
+#include <cstdlib>
+#include <stdexcept>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "arcoll/communicator.hpp"
+#include "arcoll/options.hpp"
 #include "arcoll/types.hpp"
 #include "frameworks/torch/process_group.hpp"
+#include "frameworks/torch/shared_tensors.hpp"
 
 namespace py = pybind11;
 using arcoll::torch_backend::ProcessGroupArcoll;
@@ -69,6 +73,41 @@ PYBIND11_MODULE(arcoll_torch, m) {
       "ARCOLL_WIRE, ARCOLL_WIRE_ERROR_FEEDBACK, ARCOLL_CHECKSUM, ARCOLL_TIMELINE): the "
       "all-reduce algorithm, a 16-bit wire format for float32 reductions with optional error "
       "feedback, CRC32C checks of every message, and a Chrome trace of every call per rank.");
+
+  m.def(
+      "share_cpu_tensors",
+      [](const py::object& min_bytes) {
+        std::size_t bytes = 0;
+        if (py::isinstance<py::str>(min_bytes)) {
+          const auto parsed = arcoll::parse_byte_size(min_bytes.cast<std::string>());
+          if (!parsed)
+            throw std::invalid_argument("arcoll: share_cpu_tensors: '" +
+                                        min_bytes.cast<std::string>() +
+                                        "' is not a size (1M, 256K, 4096)");
+          bytes = *parsed;
+        } else {
+          const long long value = min_bytes.cast<long long>();
+          if (value < 0) throw std::invalid_argument("arcoll: share_cpu_tensors: a negative size");
+          bytes = static_cast<std::size_t>(value);
+        }
+        arcoll::torch_backend::share_cpu_tensors(bytes);
+      },
+      py::arg("min_bytes") = "1M",
+      "Zero-copy buckets: CPU tensors of min_bytes or more made from now on (DDP's buckets and "
+      "gradients, FSDP's shards) lie in memory the ranks of a host read from each other in "
+      "place; 0 turns it off. Each such tensor holds a memfd and a file descriptor while it "
+      "lives. ARCOLL_TORCH_SHARED_TENSORS=1M sets it at import.");
+  m.def("shared_cpu_tensor_bytes", &arcoll::torch_backend::shared_cpu_tensor_bytes,
+        "The threshold of share_cpu_tensors in force, 0 when off.");
+  m.def("is_shared", &arcoll::torch_backend::is_shared, py::arg("tensor"),
+        "Whether the tensor's storage lies in memory shared by share_cpu_tensors.");
+  if (const char* value = std::getenv("ARCOLL_TORCH_SHARED_TENSORS"); value && *value) {
+    const auto bytes = arcoll::parse_byte_size(value);
+    if (!bytes)
+      throw std::invalid_argument(std::string("arcoll: ARCOLL_TORCH_SHARED_TENSORS='") + value +
+                                  "' is not a size (1M, 256K, 4096; 0: off)");
+    arcoll::torch_backend::share_cpu_tensors(*bytes);
+  }
 
   m.def("transports", &arcoll::Communicator::transports,
         "The transports of this build (ARCOLL_TRANSPORT's choices besides \"auto\").");

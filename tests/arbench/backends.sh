@@ -99,6 +99,18 @@ assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r
 assert [b["name"] for b in doc["metadata"]["backends"]][0] == "arcoll"
 PY
 
+# Several collectives: a summary line per collective against each backend, then the lowest
+# ratio of them all, named with its collective.
+peer=${backends[0]}
+timeout 120 "$arbench" --np 2 --coll allreduce,broadcast --compare "$peer" -b 1K -e 32K -f 32 \
+  -w 1 -n 5 >"$work/colls.txt" 2>&1 || fail "--coll allreduce,broadcast --compare $peer exited $?"
+for coll in allreduce broadcast; do
+  grep -qE "^# arcoll vs $peer, $coll: x[0-9.]+ at 1 KiB, x[0-9.]+ at 32 KiB; lowest x[0-9.]+ at [0-9]+ KiB \(busbw ratio\)$" \
+    "$work/colls.txt" || fail "no summary line of $coll against $peer: $(grep '^# arcoll vs' "$work/colls.txt")"
+done
+grep -qE "^# arcoll vs $peer: lowest x[0-9.]+ at [0-9]+ KiB in (allreduce|broadcast)$" "$work/colls.txt" ||
+  fail "no lowest ratio of all the collectives against $peer"
+
 # Usage errors exit 2.
 "$arbench" --np 2 --backend nosuch >/dev/null 2>&1
 [ $? -eq 2 ] || fail "an unknown backend must exit 2"

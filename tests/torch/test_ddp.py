@@ -1,7 +1,8 @@
 """DistributedDataParallel on arcoll against DDP on torch's Gloo, in the same ranks: the same
 model, seed and data, trained step by step by a DDP over each group; the parameters must agree
 within float rounding after every step, on 2 and 3 ranks, with find_unused_parameters=True, with
-the fp16 compression hook, and with no_sync() (gradients accumulated over micro-batches).
+the fp16 compression hook, with no_sync() (gradients accumulated over micro-batches), and with
+zero-copy buckets (arcoll_torch.share_cpu_tensors: gradients and buckets in shared memory).
 
 Usage: PYTHONPATH=build/python python3 tests/torch/test_ddp.py"""
 import os
@@ -11,6 +12,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import arcoll_torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import run  # noqa: E402
@@ -68,6 +71,10 @@ def train_side_by_side(rank, size, variant, gloo):
             assert torch.allclose(a, b, rtol=tolerance, atol=tolerance), (
                 f"{variant}, step {step}, {pname}: arcoll and gloo differ by "
                 f"{(a - b).abs().max().item()}")
+    if variant == "shared":
+        grads = {n: p.grad for n, p in models["arcoll"].module.named_parameters()}
+        assert arcoll_torch.is_shared(grads["fc.weight"]), "a 45 KiB gradient is not shared"
+        assert not arcoll_torch.is_shared(grads["conv.bias"]), "a 32 B gradient is shared"
     # Every rank holds the same parameters.
     flat = torch.cat([p.detach().flatten() for p in models["arcoll"].parameters()])
     highest, lowest = flat.clone(), flat.clone()
@@ -79,14 +86,24 @@ def train_side_by_side(rank, size, variant, gloo):
 def every_variant(rank, size):
     # One job per world size: its ranks start torch once, not once per variant.
     gloo = dist.new_group(backend="gloo")
-    for variant in ("plain", "unused", "fp16", "no_sync"):
+    for variant in ("plain", "unused", "fp16", "no_sync", "shared"):
+        arcoll_torch.share_cpu_tensors(4096 if variant == "shared" else 0)
         train_side_by_side(rank, size, variant, gloo)
         if rank == 0:
             print(f"ddp {variant} on {size} ranks: arcoll matches gloo", flush=True)
+    arcoll_torch.share_cpu_tensors(0)
+    assert arcoll_torch.shared_cpu_tensor_bytes() == 0
+    assert not arcoll_torch.is_shared(torch.empty(1 << 20))
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    for bad in ("lots", -1):
+        try:
+            arcoll_torch.share_cpu_tensors(bad)
+            raise AssertionError(f"share_cpu_tensors({bad!r}) was taken")
+        except ValueError as e:
+            assert "share_cpu_tensors" in str(e), e
     for size in (2, 3):
         run(every_variant, size)
     print("torch ddp: ok")

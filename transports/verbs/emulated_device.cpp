@@ -238,6 +238,9 @@ class EmulatedDevice final : public Device {
       const int peer = (start + k) % size_;
       Peer& p = peers_[static_cast<std::size_t>(peer)];
       if (!p.connected) continue;
+      // Whether it had ended is looked at before what it delivered is read: a completion it
+      // wrote just before ending is read before its receives are flushed, never after.
+      const bool ended = !p.flushed && has_ended(p);
       CompletionQueue& queue = own.completions[peer];
       std::uint64_t head = queue.head.load(std::memory_order_relaxed);
       const std::uint64_t tail = queue.tail.load(std::memory_order_acquire);
@@ -247,7 +250,7 @@ class EmulatedDevice final : public Device {
                     d.bytes, d.imm};
       }
       queue.head.store(head, std::memory_order_release);
-      if (n < out.size() && !p.flushed && has_ended(p)) n += flush_receives(peer, out.subspan(n));
+      if (ended && head == tail && n < out.size()) n += flush_receives(peer, out.subspan(n));
     }
     return n;
   }
