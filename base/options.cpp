@@ -127,6 +127,8 @@ Options Options::from_env() {
   if (auto v = env_switch("ARCOLL_SHM_SINGLE_COPY")) options.shm_single_copy = *v;
   if (auto bytes = env_byte_size("ARCOLL_SHM_SINGLE_COPY_BYTES", "64K or 1M"))
     options.shm_single_copy_bytes = *bytes;
+  if (auto bytes = env_byte_size("ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES", "64K or 1M"))
+    options.shm_single_copy_pipelined_bytes = *bytes;
   if (auto bytes = env_byte_size("ARCOLL_STREAMING_BYTES", "4K or 16M"))
     options.streaming_bytes = *bytes;
   if (auto bytes = env_byte_size("ARCOLL_CHUNK_BYTES", "512K or 1M", 1))

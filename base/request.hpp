@@ -37,6 +37,9 @@ struct Request {
     DataType wire = DataType::f32;
   };
   std::optional<Landing> landing;
+  // A send of a call whose receivers reduce what lands, or pass it on as it lands (the
+  // reductions; broadcast's chain).
+  bool pipelined_call = false;
   // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
   // its message lands with streaming stores (kernels::Stores::streaming).
   bool streaming_stores = false;

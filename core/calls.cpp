@@ -65,6 +65,12 @@ bool reduces(Collective collective) {
          collective == Collective::reduce;
 }
 
+// Collectives whose receivers reduce what lands or pass it on as it lands
+// (Request::pipelined_call).
+bool pipelined(Collective collective) {
+  return reduces(collective) || collective == Collective::broadcast;
+}
+
 bool rooted(Collective collective) {
   return collective == Collective::broadcast || collective == Collective::reduce ||
          collective == Collective::gather || collective == Collective::scatter;
@@ -387,7 +393,8 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .root = args.root,
                   .wire = wire,
                   .chunk_bytes = chosen.plan.chunk_bytes,
-                  .streaming_stores = bytes >= options_.streaming_bytes},
+                  .streaming_stores = bytes >= options_.streaming_bytes,
+                  .pipelined = pipelined(collective)},
                  options_.timeout);
   CollectiveArgs effective = args;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;

@@ -331,6 +331,7 @@ RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std:
   request->bytes = bytes;
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
+  request->pipelined_call = call_.pipelined;
   return request;
 }
 

@@ -74,6 +74,7 @@ class Engine final : public PointToPoint {
     DataType wire = DataType::f32;  // f32 elements travel as this (f32: as they are)
     std::size_t chunk_bytes = 0;
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
+    bool pipelined = false;         // Request::pipelined_call
   };
   void begin(const Call& call, std::chrono::milliseconds timeout);
   // A collective's last step once its messages are done: it fails after all where a peer

@@ -58,7 +58,8 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   key << "|" << version() << " " << git_commit() << " " << ARCOLL_BUILD_FLAVOR
       << "|measured as " << kMeasurement
       << "|chunk " << options.chunk_bytes << "|shm single copy "
-      << (options.shm_single_copy ? options.shm_single_copy_bytes : 0);
+      << (options.shm_single_copy ? options.shm_single_copy_bytes : 0) << "/"
+      << (options.shm_single_copy ? options.shm_single_copy_pipelined_bytes : 0);
   return key.str();
 }
 

@@ -146,11 +146,13 @@ TEST_F(CleanEnvironment, OptionsFromEnvironment) {
   set("ARCOLL_CHUNK_BYTES", "64K");
   set("ARCOLL_SOCKETS_PER_PEER", "4");
   set("ARCOLL_SHM_SINGLE_COPY_BYTES", "256K");
+  set("ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES", "2M");
   Options o = Options::from_env();
   EXPECT_EQ(o.timeout.count(), 2500);
   EXPECT_EQ(o.chunk_bytes, 65536u);
   EXPECT_EQ(o.sockets_per_peer, 4);
   EXPECT_EQ(o.shm_single_copy_bytes, 262144u);
+  EXPECT_EQ(o.shm_single_copy_pipelined_bytes, 2097152u);
   set("ARCOLL_SHM_SINGLE_COPY_BYTES", "big");
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   set("ARCOLL_SHM_SINGLE_COPY_BYTES", "0");

@@ -66,6 +66,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
       single_copy_bytes_(setup.options->shm_single_copy_bytes),
+      single_copy_pipelined_bytes_(setup.options->shm_single_copy_pipelined_bytes),
       busy_poll_(setup.busy_poll),
       poll_yields_(setup.poll_yields) {
   for (int p : peer_ranks_)
@@ -128,7 +129,9 @@ void ShmTransport::post(const RequestPtr& request) {
     enqueue(request->peer, std::move(out));
     return;
   }
-  if (request->bytes > single_copy_bytes_ && segments_.cma()) {
+  const std::size_t large =
+      request->pipelined_call ? single_copy_pipelined_bytes_ : single_copy_bytes_;
+  if (request->bytes > large && segments_.cma()) {
     enqueue(request->peer, Outgoing(descriptor(EntryKind::descriptor, p, request, 0)));
     return;
   }

@@ -2,8 +2,9 @@
 //
 // Each peer writes into a single-producer/single-consumer byte ring in our segment
 // (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
-// Options::shm_single_copy_bytes travel through the ring as fragments (two copies, but no
-// system call, in cache); larger ones travel as a descriptor of the sender's buffer, which the
+// Options::shm_single_copy_bytes (shm_single_copy_pipelined_bytes for a reduction's or a
+// broadcast's) travel through the ring as fragments (two copies, but no system call, in
+// cache); larger ones travel as a descriptor of the sender's buffer, which the
 // receiver reads straight into its destination with process_vm_readv (one copy) and
 // acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
 // the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
@@ -171,7 +172,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::vector<Peer> peers_;
   transport::Matching<ShmMessage> matching_;
   // Larger messages are read across processes when segments_.cma().
-  std::size_t single_copy_bytes_;
+  std::size_t single_copy_bytes_, single_copy_pipelined_bytes_;
   std::vector<char> bounce_;  // pieces of reducing receives
   PeerRegions peer_regions_;
   std::chrono::microseconds busy_poll_;

@@ -114,7 +114,7 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
     const Forwarded f =
         run_forwarding(world,
                        {{"ARCOLL_CHUNK_BYTES", "64K"},
-                        {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"},
+                        {"ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES", "4K"},
                         {"ARCOLL_STREAMING_BYTES", "0"}},
                        [](Communicator& comm) {
                          check_counts(comm, {4099, 600'011});
@@ -156,7 +156,7 @@ TEST_F(ShmForwarding, RanksThatStreamAndRanksThatDoNotAgree) {
   const std::map<std::string, std::string> rings = {{"ARCOLL_CHUNK_BYTES", "16K"},
                                                     {"ARCOLL_TIMEOUT", "10"}};
   const std::map<std::string, std::string> read_across = {{"ARCOLL_CHUNK_BYTES", "256K"},
-                                                          {"ARCOLL_SHM_SINGLE_COPY_BYTES", "4K"},
+                                                          {"ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES", "4K"},
                                                           {"ARCOLL_TIMEOUT", "10"}};
   // Shared buffers: a rank that does not stream has its partner read its large messages in
   // place, one that streams sends them through the ring.
