@@ -1,6 +1,6 @@
 // Direct exchanges: every block goes straight from the rank that has it to the rank that needs
 // it, all posted at once. Gather and scatter (the root talks to each rank: it moves (p-1)/p
-// of the data once, which no tree beats in bytes) and all-to-all (each pair exchanges its two
+// of the data once, which no tree beats in bytes), reduce of small buffers, and all-to-all (each pair exchanges its two
 // blocks; rank r starts with rank r+1 so that no rank is everyone's first partner).
 #include <cstring>
 #include <vector>
@@ -46,6 +46,23 @@ void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   p2p.wait_all(sends);
 }
 
+// Reduce of small buffers: every rank sends its buffer to the root, which reduces them in
+// rank order (its own first), one message deep where the ring's reduce-scatter then gather is
+// p - 1 steps and a gather deep.
+void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  if (p2p.rank() != a.root) {
+    p2p.wait(p2p.isend(a.root, a.send, bytes));
+    return;
+  }
+  const void* with = a.send;
+  for (int r = 0; r < p2p.size(); ++r) {
+    if (r == a.root) continue;
+    p2p.wait(p2p.irecv_reduce(r, a.recv, with, a.count, a.type, a.op));
+    with = a.recv;
+  }
+}
+
 // all-to-all as all-to-all-v with blocks of `count` elements. In place (all-to-all's send ==
 // recv), the blocks go from a copy, as the receives overwrite them.
 void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
@@ -82,8 +99,9 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
 
 const AlgorithmRegistrar kDirect{AlgorithmInfo{
     "direct",
-    "every block straight to the rank that needs it: gather, scatter, all-to-all",
+    "every block straight to the rank that needs it: gather, scatter, all-to-all, reduce",
     {{Collective::gather, direct_gather},
+     {Collective::reduce, direct_reduce},
      {Collective::scatter, direct_scatter},
      {Collective::alltoall, direct_alltoallv},
      {Collective::alltoallv, direct_alltoallv}}}};
