@@ -20,7 +20,7 @@ constexpr auto kMoveSlice = std::chrono::milliseconds(1);
 
 // The Work of a non-blocking transfer: its state is a QueuedWork, completed by whichever thread
 // sees the transfer end; waiting or testing moves the engine meanwhile.
-class TransferWork final : public Work {
+class TransferWork final : public Work, public std::enable_shared_from_this<TransferWork> {
  public:
   TransferWork(Communicator::Impl& impl, std::shared_ptr<QueuedWork> state)
       : impl_(impl), state_(std::move(state)) {}
@@ -44,9 +44,10 @@ class TransferWork final : public Work {
   }
   std::exception_ptr exception() const override { return state_->exception(); }
   void on_completion(std::function<void(const Work&)> callback) override {
-    // Callers see this Work, not its state.
-    state_->on_completion([this, keep = state_, callback = std::move(callback)](const Work&) {
-      callback(*this);
+    // Callers see this Work, not its state; the callback holds it until it has run (its
+    // caller may have let go of it), and then lets go (the state drops its callbacks once run).
+    state_->on_completion([self = shared_from_this(), callback = std::move(callback)](const Work&) {
+      callback(*self);
     });
   }
   const std::string& description() const override { return state_->description(); }

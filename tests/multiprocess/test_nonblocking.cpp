@@ -59,6 +59,26 @@ TEST(NonBlocking, SendsAndReceivesCompleteWhateverTheCallerDoesNext) {
     }
 }
 
+// A callback on a transfer's Work whose caller let go of the Work before the transfer ended
+// still gets that Work, whole (the sanitized build would catch a dangling one).
+TEST(NonBlocking, ACallbackOutlivesTheWorkItsCallerLetGo) {
+  run_ranks(2, [](Communicator& comm) {
+    const int peer = 1 - comm.rank();
+    std::vector<std::uint64_t> out(1 << 17, static_cast<std::uint64_t>(comm.rank())), in(out.size());
+    std::string seen;
+    {
+      WorkPtr sent = comm.isend(out.data(), out.size() * 8, peer, 7);
+      sent->on_completion([&](const Work& done) {
+        seen = done.description() + (done.exception() ? " failed" : " done");
+      });
+    }
+    comm.recv(in.data(), in.size() * 8, peer, 7);
+    comm.barrier();  // moves the engine until this rank's send has ended
+    EXPECT_EQ(in, std::vector<std::uint64_t>(in.size(), static_cast<std::uint64_t>(peer)));
+    EXPECT_EQ(seen, "send of 1048576 B to rank " + std::to_string(peer) + " (tag 7) done");
+  });
+}
+
 TEST(NonBlocking, ManyOutstandingCallsCompleteInOrderWithRightResults) {
   run_ranks(3, [](Communicator& comm) {
     const int p = comm.size();
