@@ -11,6 +11,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import free_port  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 JOB = '''
@@ -53,13 +56,6 @@ if __name__ == "__main__":
 '''
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 def main():
     module_dir = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0]
     build_dir = os.path.dirname(os.path.abspath(module_dir)) if module_dir else ""
@@ -97,9 +93,9 @@ def main():
         if torch.__version__.startswith("1."):  # torch 2.x's torchrun needs libuv (README)
             # (torch 1.13's torchrun fails without --redirects: README)
             job = run(python, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                      "--redirects", "1", "--tee", "1", "--master_port", free_port(), script)
+                      "--redirects", "1", "--tee", "1", "--master_port", str(free_port()), script)
         else:
-            job = run(python, script, free_port())
+            job = run(python, script, str(free_port()))
         assert "ddp on arcoll from " + where in job.stdout, job.stdout + job.stderr
         run(python, "-m", "pip", "uninstall", "-y", "arcoll-torch")
         gone = subprocess.run([python, "-c", "import arcoll_torch"], cwd=work, env=env,

@@ -63,20 +63,19 @@ struct DeliveredCompletion {
   std::uint8_t status;
   std::uint8_t pad[6];
 };
-struct alignas(64) ReceiveQueue {  // the owner posts (tail), the peer takes (head)
+// Slots between two processes: one side appends (tail), the other takes (head), each index on
+// a cache line of its own.
+template <class Slot, std::size_t kSlots>
+struct alignas(64) SlotQueue {
   std::atomic<std::uint64_t> tail;
   char pad0[56];
   std::atomic<std::uint64_t> head;
   char pad1[56];
-  PostedReceive slots[kReceiveSlots];
+  Slot slots[kSlots];
 };
-struct alignas(64) CompletionQueue {  // the peer delivers (tail), the owner polls (head)
-  std::atomic<std::uint64_t> tail;
-  char pad0[56];
-  std::atomic<std::uint64_t> head;
-  char pad1[56];
-  DeliveredCompletion slots[kCompletionSlots];
-};
+using ReceiveQueue = SlotQueue<PostedReceive, kReceiveSlots>;  // the owner posts, the peer takes
+using CompletionQueue = SlotQueue<DeliveredCompletion, kCompletionSlots>;  // the peer delivers,
+                                                                          // the owner polls
 struct alignas(64) StateHeader {
   std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
