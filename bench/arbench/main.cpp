@@ -316,8 +316,19 @@ int main(int argc, char** argv) {
     // --help and --version exit 0; every parse error exits 2, whatever CLI11's own code.
     return app.exit(e) == 0 ? 0 : arbench::kUsageError;
   }
-  for (const Subcommand& sub : subcommands)
-    if (sub.app->parsed()) return sub.run();
+  for (const Subcommand& sub : subcommands) {
+    if (!sub.app->parsed()) continue;
+    // `arbench --np 4 tune` would run tune on its defaults: the sweep's options go unread.
+    for (const CLI::Option* option : app.get_options())
+      if (option->count() > 0 && option->get_name() != "--help") {
+        std::fprintf(stderr, "arbench %s: %s is the sweep's option; give %s's own after it "
+                     "(arbench %s --help)\n", sub.app->get_name().c_str(),
+                     option->get_name().c_str(), sub.app->get_name().c_str(),
+                     sub.app->get_name().c_str());
+        return arbench::kUsageError;
+      }
+    return sub.run();
+  }
   flags.step_factor_given = step_options[0]->count() > 0;
   flags.step_bytes_given = step_options[1]->count() > 0;
   return arbench::run_sweep_command(flags, argc, argv);
