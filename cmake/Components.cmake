@@ -85,7 +85,17 @@ if(CUDAToolkit_FOUND)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
   set(ARCOLL_WITH_CUDA ON)
-  arcoll_report("CUDA" "used" "${CUDAToolkit_VERSION} (GPUs, P2P and NVLink in arbench topo; NVML loaded at run time); no CUDA transport in this build yet")
+  # The kernels (base/cuda/) are built for these architectures, named rather than guessed from
+  # a GPU the building machine may not have: Ampere and Hopper by default.
+  if(NOT CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)  # what CMake 3.25 knows of nvcc; the kernels need no more
+  enable_language(CUDA)
+  arcoll_report("CUDA" "used" "${CUDAToolkit_VERSION}, kernels for sm ${CMAKE_CUDA_ARCHITECTURES} (device buffers staged through pinned host memory; GPUs, P2P and NVLink in arbench topo; NVML loaded at run time); no CUDA IPC transport in this build yet")
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND TARGET CUDA::cudart_static)
     set(ARCOLL_WITH_NCCL ON)
     arcoll_report("NCCL" "used" "${NCCL_LIBRARY} (arbench --backend nccl; needs a GPU at run time)")

@@ -20,18 +20,18 @@ using net::Clock;
 // while a call fits there, else by its messages algorithm). All-reduce under auto takes the
 // cost model's choice.
 const std::map<Collective, std::string> kDefaultAlgorithm = {
-    {Collective::allreduce, "ring"},   {Collective::reduce_scatter, "board"},
-    {Collective::allgather, "board"},  {Collective::broadcast, "board"},
+    {Collective::allreduce, "ring"},        {Collective::reduce_scatter, "board"},
+    {Collective::allgather, "board"},       {Collective::broadcast, "board"},
     {Collective::barrier, "dissemination"}, {Collective::reduce, "board"},
-    {Collective::gather, "board"},     {Collective::scatter, "board"},
-    {Collective::alltoall, "board"},   {Collective::alltoallv, "direct"},
+    {Collective::gather, "board"},          {Collective::scatter, "board"},
+    {Collective::alltoall, "board"},        {Collective::alltoallv, "direct"},
 };
 
 void check_algorithm(const std::string& name, int rank) {
   if (name == "auto" || AlgorithmRegistry::instance().find(name) != nullptr) return;
   throw InvalidArgument("communicator",
-                        "unknown algorithm '" + name +
-                            "' (known: auto, " + AlgorithmRegistry::instance().name_list() + ")",
+                        "unknown algorithm '" + name + "' (known: auto, " +
+                            AlgorithmRegistry::instance().name_list() + ")",
                         rank);
 }
 
@@ -123,10 +123,10 @@ Communicator::Impl::~Impl() {
     std::lock_guard call(call_mutex_);
     std::lock_guard lock(ended_mutex_);
     for (InFlight& f : in_flight_)
-      ended_.emplace_back(std::move(f.work),
-                          make_error(ErrorCode::peer_failure, f.operation,
-                                     "the communicator was destroyed before it completed", rank_,
-                                     f.request->peer));
+      ended_.emplace_back(
+          std::move(f.work),
+          make_error(ErrorCode::peer_failure, f.operation,
+                     "the communicator was destroyed before it completed", rank_, f.request->peer));
     in_flight_.clear();
     any_ended_.store(true, std::memory_order_release);
   }
@@ -252,8 +252,7 @@ void Communicator::Impl::execute_coalesced(std::vector<Buffer> buffers, DataType
 
 WorkPtr Communicator::Impl::submit_coalesced(std::vector<Buffer> buffers, DataType type,
                                              ReduceOp op) {
-  std::string description =
-      "coalesced allreduce of " + std::to_string(buffers.size()) + " buffers";
+  std::string description = "coalesced allreduce of " + std::to_string(buffers.size()) + " buffers";
   return queue_.submit(std::move(description), [this, buffers = std::move(buffers), type, op] {
     EndTransfersOnExit ended{*this};
     run_coalesced(buffers, type, op);
@@ -270,8 +269,8 @@ void Communicator::Impl::execute_transfers(const char* operation, std::vector<Tr
   submit_transfers(operation, std::move(transfers), tag)->wait();
 }
 
-WorkPtr Communicator::Impl::submit_transfers(const char* operation,
-                                             std::vector<Transfer> transfers, int tag) {
+WorkPtr Communicator::Impl::submit_transfers(const char* operation, std::vector<Transfer> transfers,
+                                             int tag) {
   return queue_.submit(operation, [this, operation, transfers = std::move(transfers), tag] {
     EndTransfersOnExit ended{*this};
     run_transfers(operation, transfers, tag);
@@ -321,7 +320,7 @@ Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes
 }
 
 Communicator::Impl::PlannedCall Communicator::Impl::planned(Collective collective,
-                                                           Plan plan) const {
+                                                            Plan plan) const {
   const CollectiveFn* fn = find_collective(plan.algorithm, collective);
   const int index = AlgorithmRegistry::instance().index_of(plan.algorithm);
   return {std::move(plan), fn, index};
@@ -346,8 +345,9 @@ const Communicator::Impl::PlannedCall& Communicator::Impl::plan_for(Collective c
 
 // ---- running -----------------------------------------------------------------------------
 
-void Communicator::Impl::apply_error_feedback(const CollectiveArgs& args, DataType wire) {
-  auto& residual = residuals_[{args.recv, args.count}];
+void Communicator::Impl::apply_error_feedback(const CollectiveArgs& args, DataType wire,
+                                              const void* buffer) {
+  auto& residual = residuals_[{buffer, args.count}];
   residual.resize(args.count, 0.0f);
   // recv = send + what rounding lost last time; the new residual is what it loses now.
   kernels::reduce(args.recv, args.send, residual.data(), args.count, DataType::f32, ReduceOp::sum);
@@ -374,11 +374,18 @@ void Communicator::Impl::abort(const std::string& reason) {
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
   std::lock_guard call(call_mutex_);
   SettleOnExit settle{*this};
-  check_usable([&] {
-    return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1);
-  });
-  ++sequence_;
+  check_usable(
+      [&] { return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1); });
   const int size = rendezvous_.size;
+  // Device buffers: the call runs on host copies of them.
+  CollectiveArgs host;
+  try {
+    host = staging_.stage(collective, args, rank_, size);
+  } catch (const Error&) {
+    staging_.drop();
+    throw;
+  }
+  ++sequence_;
   const bool narrowable =
       collective == Collective::allreduce || collective == Collective::reduce_scatter;
   const DataType wire =
@@ -396,13 +403,13 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .streaming_stores = bytes >= options_.streaming_bytes,
                   .pipelined = pipelined(collective)},
                  options_.timeout);
-  CollectiveArgs effective = args;
+  CollectiveArgs effective = host;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
   try {
     const bool narrowed_allreduce = narrowed && collective == Collective::allreduce;
     if (narrowed_allreduce && options_.wire_error_feedback) {
-      apply_error_feedback(args, wire);
-      effective.send = args.recv;
+      apply_error_feedback(host, wire, args.recv);
+      effective.send = host.recv;
     }
     const bool checks_root = rooted(collective) && size > 1;
     if (checks_root) engine_->post_root_check(args.root);
@@ -411,12 +418,14 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     engine_->end();
     // The rank that finished a segment holds it in f32, the others as it came off the wire:
     // one more rounding makes every rank's result the same.
-    if (narrowed_allreduce) engine_->round_through_wire(args.recv, args.count, wire);
+    if (narrowed_allreduce) engine_->round_through_wire(host.recv, args.count, wire);
     // The reductions leave args.count reduced elements in recv (reduce: on the root).
     const bool holds_result = collective != Collective::reduce || args.root == rank_;
     if (args.op == ReduceOp::avg && reduces(collective) && holds_result)
-      kernels::divide_by(args.recv, args.count, args.type, size);
+      kernels::divide_by(host.recv, args.count, args.type, size);
+    staging_.finish();
   } catch (const Error& e) {
+    staging_.drop();
     // This rank's own bad argument leaves the communicator usable; one that another rank
     // disagrees with (a call mismatch) breaks it, and the peers are told.
     const bool own_mistake = e.code() == ErrorCode::invalid_argument &&
@@ -436,19 +445,19 @@ void Communicator::Impl::run_coalesced(const std::vector<Buffer>& buffers, DataT
   coalesced_.resize(total * elem);
   std::size_t at = 0;
   for (const Buffer& b : buffers) {
-    if (b.count != 0) std::memcpy(coalesced_.data() + at, b.data, b.count * elem);
+    copy_to_host(coalesced_.data() + at, b.data, b.count * elem);
     at += b.count * elem;
   }
   run(Collective::allreduce, {coalesced_.data(), coalesced_.data(), total, type, op, 0});
   at = 0;
   for (const Buffer& b : buffers) {
-    if (b.count != 0) std::memcpy(b.data, coalesced_.data() + at, b.count * elem);
+    copy_from_host(b.data, coalesced_.data() + at, b.count * elem);
     at += b.count * elem;
   }
 }
 
-void Communicator::Impl::run_transfers(const char* operation, const std::vector<Transfer>& transfers,
-                                       int tag) {
+void Communicator::Impl::run_transfers(const char* operation,
+                                       const std::vector<Transfer>& transfers, int tag) {
   std::lock_guard call(call_mutex_);
   SettleOnExit settle{*this};
   check_usable([&] { return std::string(operation); });
@@ -456,23 +465,26 @@ void Communicator::Impl::run_transfers(const char* operation, const std::vector<
   try {
     std::vector<RequestPtr> posted;
     for (const Transfer& t : transfers) {
-      void* buffer = t.buffer;
-      // A send whose bytes a receive of the same call overwrites goes from a copy.
-      const bool overwritten =
-          t.kind == Request::Kind::send &&
-          std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& r) {
-            return r.kind == Request::Kind::recv && overlap(r.buffer, r.bytes, t.buffer, t.bytes);
+      const bool send = t.kind == Request::Kind::send;
+      const bool overlapped =
+          std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& o) {
+            return o.kind != t.kind && overlap(o.buffer, o.bytes, t.buffer, t.bytes);
           });
-      if (overwritten) {
-        send_copy_.assign(static_cast<const char*>(t.buffer),
-                          static_cast<const char*>(t.buffer) + t.bytes);
+      // Device memory: a host copy (what a send reads, or a receive shares with one).
+      void* buffer = staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
+      // A send whose bytes a receive of the same call overwrites goes from a copy.
+      if (send && overlapped) {
+        send_copy_.assign(static_cast<const char*>(buffer),
+                          static_cast<const char*>(buffer) + t.bytes);
         buffer = send_copy_.data();
       }
-      posted.push_back(engine_->post_tagged(t.kind, t.peer, buffer, t.bytes,
-                                            static_cast<std::uint32_t>(tag)));
+      posted.push_back(
+          engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag)));
     }
     for (const RequestPtr& r : posted) engine_->wait(r);
+    staging_.finish();
   } catch (const Error& e) {
+    staging_.drop();
     fail(e, operation);
   }
 }

@@ -17,6 +17,7 @@
 #include "algorithms/algorithm.hpp"
 #include "arcoll/communicator.hpp"
 #include "arcoll/tuning.hpp"
+#include "core/device_staging.hpp"
 #include "core/engine.hpp"
 #include "core/rendezvous.hpp"
 #include "core/work_queue.hpp"
@@ -102,7 +103,8 @@ class Communicator::Impl {
   const PlannedCall& plan_for(Collective collective, std::size_t bytes);
   PlannedCall planned(Collective collective, Plan plan) const;
   [[noreturn]] void fail(const Error& e, const std::string& operation);
-  void apply_error_feedback(const CollectiveArgs& args, DataType wire);
+  // `buffer`: the caller's receive buffer, which the residual is kept for (args may be staged).
+  void apply_error_feedback(const CollectiveArgs& args, DataType wire, const void* buffer);
 
   // A non-blocking transfer between its posting and its end.
   struct InFlight {
@@ -110,6 +112,8 @@ class Communicator::Impl {
     std::shared_ptr<QueuedWork> work;
     std::string operation;  // "send of 64 B to rank 3 (tag 7)"
     std::chrono::steady_clock::time_point deadline;
+    std::shared_ptr<char[]> host_copy;  // of a device buffer
+    void* device_recv = nullptr;        // where a received host copy goes back to
   };
   void post_in_flight(const char* operation, const Transfer& transfer, int tag,
                       std::shared_ptr<QueuedWork> work);  // under call_mutex_
@@ -141,6 +145,7 @@ class Communicator::Impl {
   std::string broken_;           // why the communicator can no longer be used
   std::vector<char> coalesced_;  // the buffers of a coalesced call, one after another
   std::vector<char> send_copy_;  // a send whose buffer the call's receive overwrites
+  DeviceStaging staging_;        // host copies of a call's device buffers
   // The thread that runs a call holds call_mutex_ for the whole call; abort() from another
   // thread takes it once the call has failed (its waits watch for the request).
   std::mutex call_mutex_;

@@ -147,6 +147,12 @@ WorkPtr ParameterServer::Impl::submit(Op op, std::uint64_t key, const void* send
     if (worker_index_ < 0)
       throw InvalidArgument(op_name(op), "rank " + std::to_string(rank_) + " is a dedicated server",
                             rank_);
+    for (const void* buffer : {send, static_cast<const void*>(recv)})
+      if (const DeviceMemoryInfo* device = device_memory_of(buffer))
+        throw InvalidArgument(op_name(op),
+                              "the parameter server takes host buffers; this one is " +
+                                  device->name + " device memory",
+                              rank_);
     if (finishing_ && op != Op::finish)
       throw InvalidArgument(op_name(op), "this worker has finished", rank_);
     if (op != Op::barrier && op != Op::finish && op != Op::init && op != Op::agree) {

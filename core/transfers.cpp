@@ -94,10 +94,19 @@ void Communicator::Impl::post_in_flight(const char* operation, const Transfer& t
   try {
     check_usable([&] { return std::string(operation); });
     engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
+    // Device memory moves through a host copy, a receive's copied back as it ends.
+    std::shared_ptr<char[]> host_copy;
+    void* buffer = t.buffer;
+    if (t.bytes != 0 && device_memory_of(t.buffer) != nullptr) {
+      host_copy.reset(new char[t.bytes]);
+      if (t.kind == Request::Kind::send) copy_to_host(host_copy.get(), t.buffer, t.bytes);
+      buffer = host_copy.get();
+    }
+    void* device_recv = t.kind == Request::Kind::recv && host_copy ? t.buffer : nullptr;
     RequestPtr request =
-        engine_->post_tagged(t.kind, t.peer, t.buffer, t.bytes, static_cast<std::uint32_t>(tag));
+        engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag));
     in_flight_.push_back({std::move(request), std::move(work), what,
-                          Clock::now() + options_.timeout});
+                          Clock::now() + options_.timeout, std::move(host_copy), device_recv});
   } catch (const Error&) {
     std::lock_guard lock(ended_mutex_);
     ended_.emplace_back(std::move(work), std::current_exception());
@@ -143,13 +152,14 @@ void Communicator::Impl::settle_transfers() {
     try {
       if (!broken_.empty()) throw PeerError(f.operation, broken_, rank_, f.request->peer);
       done = engine_->test(f.request);
+      if (done && f.device_recv != nullptr)
+        copy_from_host(f.device_recv, f.host_copy.get(), f.request->bytes);
     } catch (const Error& e) {
       error = make_error(e.code(), f.operation, e.message(), rank_, e.peer());
     }
     if (!done && !error && now >= f.deadline) {
       error = make_error(ErrorCode::timeout, f.operation,
-                         "no progress within " +
-                             std::to_string(options_.timeout.count() / 1000) +
+                         "no progress within " + std::to_string(options_.timeout.count() / 1000) +
                              " s (ARCOLL_TIMEOUT): rank " + std::to_string(f.request->peer) +
                              " never matched it",
                          rank_, f.request->peer);

@@ -114,6 +114,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
                "Allocate the send and receive buffers with arcoll::mem_alloc: memory the ranks "
                "of a host read from each other in place, as registered buffers are in nccl-tests "
                "(-R); the peers (--compare) keep heap buffers");
+  add("--device", flags.device, "NAME",
+      "Where arcoll's buffers live: host, or cuda (GPU memory, each rank on the GPU of its "
+      "local rank, staged there as nccl's are; the call itself stages through host memory)")
+      ->capture_default_str();
   add("--gloo-algo", flags.gloo_algo, "NAME",
       "Gloo allreduce: ring, ring_chunked, halving_doubling or bcube")
       ->capture_default_str();

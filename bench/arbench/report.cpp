@@ -102,8 +102,8 @@ std::string wire_error_text(const Row& row) {
 // "20", or "auto (50 ms per size and group, at least 5)".
 std::string iters_text(const SweepSettings& sweep) {
   if (sweep.target_seconds <= 0) return std::to_string(sweep.iters);
-  return printf_string("auto (%.0f ms per size and group, at least %d)",
-                       sweep.target_seconds * 1e3, kMinAutoIters);
+  return printf_string("auto (%.0f ms per size and group, at least %d)", sweep.target_seconds * 1e3,
+                       kMinAutoIters);
 }
 
 // The busbw ratios (out of place) of `first` over `peer` at each size of the rows of `kind`'s
@@ -139,9 +139,8 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
                          const std::vector<Row>& rows) {
   std::vector<const Row*> kinds;  // the first row of each collective
   for (const Row& row : rows)
-    if (row.backend == first && std::none_of(kinds.begin(), kinds.end(), [&](const Row* k) {
-          return k->coll == row.coll;
-        }))
+    if (row.backend == first &&
+        std::none_of(kinds.begin(), kinds.end(), [&](const Row* k) { return k->coll == row.coll; }))
       kinds.push_back(&row);
   std::string out;
   std::pair<std::size_t, double> lowest_of_all{0, std::numeric_limits<double>::infinity()};
@@ -155,8 +154,9 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
       out += head + ": " + ratio_at(ratios.back()) + " (busbw ratio)\n";
       continue;
     }
-    const auto lowest = *std::min_element(
-        ratios.begin(), ratios.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    const auto lowest =
+        *std::min_element(ratios.begin(), ratios.end(),
+                          [](const auto& a, const auto& b) { return a.second < b.second; });
     out += head + ": " + ratio_at(ratios.front());
     if (ratios.size() > 1) out += ", " + ratio_at(ratios.back()) + "; lowest " + ratio_at(lowest);
     out += " (busbw ratio)\n";
@@ -218,7 +218,10 @@ std::string table_header(const RunInfo& info) {
   out += printf_string(
       "# transport %s  algorithm %s  chunk %zu B  sockets per peer %d  timeout %g s  buffers %s\n",
       info.transport.c_str(), info.algorithm.c_str(), info.chunk_bytes, info.sockets_per_peer,
-      info.timeout_s, info.sweep.shared_buffers ? "arcoll's from mem_alloc" : "heap");
+      info.timeout_s,
+      info.sweep.device != "host" ? ("arcoll's on " + info.sweep.device + " devices").c_str()
+      : info.sweep.shared_buffers ? "arcoll's from mem_alloc"
+                                  : "heap");
   if (!info.link_costs.empty()) out += "# cost model: " + info.link_costs + "\n";
   const bool wire = info.sweep.wire != arcoll::DataType::f32;
   if (wire)
@@ -300,9 +303,9 @@ std::string algorithms_row(const Row& row) {
     wrong = std::to_string(*row.out_of_place.wrong + *row.in_place.wrong);
   return printf_string("%12zu  %12zu  %6s  %6s  %-20s  %9s  %9s  %7s  %7.2f  %6s", row.size_bytes,
                        row.count, std::string(arcoll::to_string(row.type)).c_str(),
-                       op_text(row).c_str(), algorithm.c_str(),
-                       predicted.c_str(), format_time_us(measured).c_str(), error.c_str(),
-                       row.out_of_place.busbw_gbs, wrong.c_str()) +
+                       op_text(row).c_str(), algorithm.c_str(), predicted.c_str(),
+                       format_time_us(measured).c_str(), error.c_str(), row.out_of_place.busbw_gbs,
+                       wrong.c_str()) +
          wire_error_text(row) + "\n";
 }
 
@@ -335,9 +338,9 @@ std::string compare_header(const RunInfo& info) {
 std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
   if (rows.empty()) return "";
   const Row& first = rows.front();
-  std::string out = printf_string("%12zu  %12zu  %6s  %6s", first.size_bytes, first.count,
-                                  std::string(arcoll::to_string(first.type)).c_str(),
-                                  op_text(first).c_str());
+  std::string out =
+      printf_string("%12zu  %12zu  %6s  %6s", first.size_bytes, first.count,
+                    std::string(arcoll::to_string(first.type)).c_str(), op_text(first).c_str());
   const Row* reference = nullptr;
   for (std::size_t i = 0; i < info.backends.size(); ++i) {
     const Row* row = nullptr;
@@ -434,6 +437,7 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"link_costs", info.link_costs},
       {"wire", arcoll::to_string(info.sweep.wire)},
       {"shared_buffers", info.sweep.shared_buffers},
+      {"device", info.sweep.device},
   };
   json backends = json::array();
   for (const BackendInfo& b : info.backends) {

@@ -42,6 +42,8 @@ struct SweepSettings {
   // arcoll's buffers come from arcoll::mem_alloc (arcoll/memory.hpp); else, and for the
   // peers always, from the heap.
   bool shared_buffers = false;
+  // Where arcoll's buffers live: "host", or a device of DeviceRegistry (backend.hpp), "cuda".
+  std::string device = "host";
 };
 
 // One group of a row: out-of-place or in-place.

@@ -85,7 +85,7 @@ struct Plan {
   bool compare = false;
   BackendOptions backend_options;
   std::string mpirun_args;
-  std::optional<double> min_busbw_gbs;  // --min-busbw: the health gate
+  std::optional<double> min_busbw_gbs;                           // --min-busbw: the health gate
   arcoll::Calibration calibration = arcoll::Calibration::cache;  // without a tuning file
 };
 
@@ -166,6 +166,17 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   }
   plan.sweep.check = parse_integer("-c/--check", flags.check, 0, 1) == 1;
   plan.sweep.shared_buffers = flags.shared_buffers;
+  if (flags.device != "host" && DeviceRegistry::instance().find(flags.device) == nullptr)
+    throw UsageError("--device " + quoted(flags.device) + ": " +
+                     (DeviceRegistry::instance().names().empty()
+                          ? std::string("this arbench knows host memory only (built without the "
+                                        "CUDA toolkit)")
+                          : "not host or one of: " + DeviceRegistry::instance().name_list()));
+  if (flags.device != "host" && flags.shared_buffers)
+    throw UsageError("--device " + flags.device +
+                     " and --shared-buffers: the buffers live on "
+                     "the device, not in host memory");
+  plan.sweep.device = flags.device;
 
   plan.sweep.colls = parse_names("--coll", flags.coll, parse_coll, kAllColls);
   plan.sweep.types =
@@ -208,6 +219,10 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   } else if (!flags.algo.empty()) {
     plan.options.algorithm = flags.algo;
   }
+  // The parameter server takes host buffers: --algo all on a device leaves it out.
+  if (plan.sweep.device != "host" && std::erase(plan.algorithms, "ps") > 0 && flags.algo != "all")
+    throw UsageError("--algo ps and --device " + plan.sweep.device +
+                     ": the parameter server takes host buffers only");
   plan.ps_servers = static_cast<int>(parse_integer("--ps-servers", flags.ps_servers, 0, 4096));
   if (plan.ps_servers > 0 &&
       std::find(plan.algorithms.begin(), plan.algorithms.end(), "ps") == plan.algorithms.end())
@@ -309,8 +324,9 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   }
   if (!other_transports.empty()) {
     if (plan.backends.front() != "arcoll" || !plan.algorithms.empty())
-      throw UsageError("--transport with several names compares arcoll over each: it takes no "
-                       "--backend or --algo list beside it");
+      throw UsageError(
+          "--transport with several names compares arcoll over each: it takes no "
+          "--backend or --algo list beside it");
     plan.compare = true;
     for (std::size_t i = 0; i < other_transports.size(); ++i)
       plan.backends.insert(plan.backends.begin() + 1 + static_cast<std::ptrdiff_t>(i),
@@ -388,10 +404,9 @@ Row with_prediction(const arcoll::Communicator& comm, const Plan& plan, const Ro
   const bool narrowed = algorithm != "ps" && plan.options.wire != arcoll::DataType::f32 &&
                         row.type == arcoll::DataType::f32;
   const std::size_t bytes = narrowed ? row.size_bytes / 2 : row.size_bytes;
-  const arcoll::AllreducePrediction p = algorithm == "ps"
-                                            ? comm.predict_parameter_server(bytes, plan.ps_servers,
-                                                                            plan.ps_piece_bytes)
-                                            : comm.predict_allreduce(bytes, algorithm);
+  const arcoll::AllreducePrediction p =
+      algorithm == "ps" ? comm.predict_parameter_server(bytes, plan.ps_servers, plan.ps_piece_bytes)
+                        : comm.predict_allreduce(bytes, algorithm);
   out.predicted_us = p.seconds * 1e6;
   if (algorithm == "auto") out.predicted_algorithm = p.algorithm;
   return out;
@@ -416,8 +431,8 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
   std::vector<Backend*> backends;
   std::vector<std::string> unavailable;
   for (const std::string& algorithm : plan.algorithms) {
-    owned.push_back(algorithm == "ps" ? make_parameter_server_backend(
-                                            comm, job, plan.ps_servers, plan.ps_piece_bytes)
+    owned.push_back(algorithm == "ps" ? make_parameter_server_backend(comm, job, plan.ps_servers,
+                                                                      plan.ps_piece_bytes)
                                       : make_arcoll_backend(comm, algorithm));
     backends.push_back(owned.back().get());
   }
@@ -441,6 +456,23 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
     } catch (const BackendUsageError& e) {
       if (root) std::fprintf(stderr, "arbench: %s\n", e.what());
       return kUsageError;
+    }
+  }
+
+  // --device: arcoll's calls run on that device's buffers (the peers that compute there, NCCL,
+  // always do). Every rank fails alike when one has no such device.
+  if (plan.sweep.device != "host") {
+    const DeviceRegistration& device = *DeviceRegistry::instance().find(plan.sweep.device);
+    try {
+      for (auto& backend : owned)
+        if (backend->is_arcoll()) {
+          Backend* host = backend.get();
+          backend = device.wrap(std::move(backend), comm);
+          std::replace(backends.begin(), backends.end(), host, backend.get());
+        }
+    } catch (const BackendUnavailable& e) {
+      if (root) std::fprintf(stderr, "arbench: --device %s: %s\n", device.name.c_str(), e.what());
+      return 1;
     }
   }
 
@@ -562,8 +594,9 @@ int run_rank(const Plan& plan, const std::optional<arcoll::LaunchInfo>& known,
       const bool server = job.rank() >= job.size() - plan.ps_servers;
       workers = job.split(server ? -1 : 0);
       if (server) {
-        arcoll::ParameterServer(job, sweep_parameter_server_options(job, plan.ps_servers,
-                                                                  plan.ps_piece_bytes)).serve();
+        arcoll::ParameterServer(
+            job, sweep_parameter_server_options(job, plan.ps_servers, plan.ps_piece_bytes))
+            .serve();
         return 0;
       }
     }

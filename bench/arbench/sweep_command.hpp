@@ -36,6 +36,7 @@ struct SweepFlags {
   std::string compare;
   bool memcpy = false;
   bool shared_buffers = false;
+  std::string device = "host";
   std::string gloo_algo = "ring_chunked";
   std::string mpirun_args;  // empty: arbench's choice (sweep_command.cpp)
   std::string ps_servers = "0";

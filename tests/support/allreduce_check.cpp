@@ -7,6 +7,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/memory.hpp"
+#include "tests/support/emulated_device.hpp"
 #include "tests/support/reference.hpp"
 
 namespace arcoll::testing {
@@ -29,28 +30,51 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place) {
 class TestBuffer {
  public:
   TestBuffer(const std::vector<unsigned char>& bytes, Memory memory)
-      : size_(bytes.size()),
-        shared_(memory == Memory::shared),
-        data_(static_cast<unsigned char*>(shared_ ? mem_alloc(size_ + 1)
-                                                  : std::malloc(size_ + 1))) {
-    std::copy(bytes.begin(), bytes.end(), data_);
-    data_[size_] = 0xAB;
+      : size_(bytes.size()), memory_(memory), data_(static_cast<unsigned char*>(allocate())) {
+    std::vector<unsigned char> filled(bytes);
+    filled.push_back(0xAB);
+    if (memory_ == Memory::device)
+      emulated_device_write(data_, filled.data(), filled.size());
+    else
+      std::copy(filled.begin(), filled.end(), data_);
   }
   TestBuffer(const TestBuffer&) = delete;
   TestBuffer& operator=(const TestBuffer&) = delete;
   ~TestBuffer() {
-    if (shared_)
+    if (memory_ == Memory::shared)
       mem_free(data_);
+    else if (memory_ == Memory::device)
+      emulated_device_free(data_);
     else
       std::free(data_);
   }
   unsigned char* data() { return data_; }
-  std::vector<unsigned char> contents() const { return {data_, data_ + size_}; }
-  unsigned char sentinel() const { return data_[size_]; }
+  std::vector<unsigned char> contents() const {
+    auto all = with_sentinel();
+    all.pop_back();
+    return all;
+  }
+  unsigned char sentinel() const { return with_sentinel().back(); }
 
  private:
+  void* allocate() const {
+    switch (memory_) {
+      case Memory::shared:
+        return mem_alloc(size_ + 1);
+      case Memory::device:
+        return emulated_device_alloc(size_ + 1);
+      case Memory::heap:
+        break;
+    }
+    return std::malloc(size_ + 1);
+  }
+  std::vector<unsigned char> with_sentinel() const {
+    if (memory_ == Memory::device) return emulated_device_read(data_, size_ + 1);
+    return {data_, data_ + size_ + 1};
+  }
+
   std::size_t size_;
-  bool shared_;
+  Memory memory_;
   unsigned char* data_;
 };
 
@@ -67,7 +91,7 @@ std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::si
     EXPECT_EQ(input.contents(), input_bytes) << "input modified: " << label(t, op, count, in_place);
   }
   EXPECT_EQ(out.sentinel(), 0xAB) << "wrote past the end: " << label(t, op, count, in_place);
-  return count_wrong(out.data(), t, op, comm.size(), count, salt);
+  return count_wrong(out.contents().data(), t, op, comm.size(), count, salt);
 }
 
 void check_allreduce(Communicator& comm, std::size_t salt, Coverage coverage, Memory memory) {

@@ -38,11 +38,11 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
 // the eager limit, several pipeline chunks) checked element by element against the reference
 // (gtest assertions); `salt` varies the inputs. every_pair: every type with every op, in place
 // and not. sampled: every type with sum, every op with f32, bf16 and i64, in place and not
-// alternately (both for f32 sum). `memory`: where the buffers live, the heap or
+// alternately (both for f32 sum). `memory`: where the buffers live, the heap,
 // arcoll::mem_alloc (read in place by peers on the host; with a count more, whose messages are
-// large enough to be).
+// large enough to be), or emulated device memory (tests/support/emulated_device.hpp).
 enum class Coverage { every_pair, sampled };
-enum class Memory { heap, shared };
+enum class Memory { heap, shared, device };
 // One all-reduce of the reference input of `count` elements, in place or not, on buffers in
 // `memory`: how many elements of the result differ from the reference (gtest assertions that
 // the input is left as it was and nothing is written past the result's end).

@@ -19,6 +19,12 @@ class ArcollBackend final : public Backend {
     return algorithm_.empty() ? "arcoll" : "arcoll/" + algorithm_;
   }
   bool is_arcoll() const override { return true; }
+  std::optional<std::string> unsupported(Coll coll, arcoll::DataType,
+                                         arcoll::ReduceOp) const override {
+    if (coll == Coll::sendrecv && comm_.size() < 2)
+      return "sendrecv passes to the next rank: one rank has none";
+    return std::nullopt;
+  }
   std::string description() const override {
     return "arcoll " + (algorithm_.empty() ? comm_.algorithm_name() : algorithm_) + " over " +
            comm_.transport_name();
@@ -74,8 +80,7 @@ std::unique_ptr<Backend> make_arcoll_backend_over(arcoll::Communicator& comm,
 }
 
 const BackendRegistrar kArcollRegistration{
-    {"arcoll", false, [](arcoll::Communicator& comm, const BackendOptions&) {
-       return make_arcoll_backend(comm);
-     }}};
+    {"arcoll", false,
+     [](arcoll::Communicator& comm, const BackendOptions&) { return make_arcoll_backend(comm); }}};
 
 }  // namespace arbench

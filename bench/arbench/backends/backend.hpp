@@ -95,6 +95,20 @@ struct BackendRegistration {
 using BackendRegistry = arcoll::Registry<BackendRegistration>;
 using BackendRegistrar = arcoll::Registrar<BackendRegistration>;
 
+// Memory other than the host's that arcoll's buffers can live in (--device): wraps a backend so
+// that its calls run on buffers there, copied in and out around the timed calls as NCCL's are.
+// One file each, built when its library is found.
+struct DeviceRegistration {
+  static constexpr const char* kKind = "device";
+  std::string name;
+  // On every rank (collective): `host` on this rank's device, or BackendUnavailable naming why
+  // some rank has none.
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend> host, arcoll::Communicator&)>
+      wrap;
+};
+using DeviceRegistry = arcoll::Registry<DeviceRegistration>;
+using DeviceRegistrar = arcoll::Registrar<DeviceRegistration>;
+
 inline constexpr const char* kGlooAlgorithms[] = {"ring", "ring_chunked", "halving_doubling",
                                                   "bcube"};
 

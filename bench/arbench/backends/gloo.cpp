@@ -12,21 +12,21 @@
 #include <unistd.h>
 
 #include <gloo/algorithm.h>
+#include <gloo/allgather.h>
 #include <gloo/allreduce_bcube.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
-#include <gloo/allgather.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/alltoall.h>
+#include <gloo/barrier_all_to_all.h>
 #include <gloo/broadcast.h>
+#include <gloo/config.h>
 #include <gloo/gather.h>
 #include <gloo/math.h>
 #include <gloo/reduce.h>
-#include <gloo/scatter.h>
-#include <gloo/barrier_all_to_all.h>
-#include <gloo/config.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
+#include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 #include <algorithm>
@@ -220,7 +220,8 @@ class GlooBackend final : public Backend {
       }
       case Coll::broadcast: {
         gloo::BroadcastOptions o(context_);
-        if (root && c.send != c.recv) o.setInput(static_cast<T*>(const_cast<void*>(c.send)), elements);
+        if (root && c.send != c.recv)
+          o.setInput(static_cast<T*>(const_cast<void*>(c.send)), elements);
         o.setOutput(recv, elements);
         o.setRoot(c.root);
         gloo::broadcast(o);
@@ -260,7 +261,8 @@ class GlooBackend final : public Backend {
           T* source = recv_bytes == send_bytes + static_cast<std::size_t>(rank) * bytes
                           ? input_copy<T>(c.send, whole)
                           : static_cast<T*>(const_cast<void*>(c.send));
-          for (int r = 0; r < size_; ++r) blocks.push_back(source + static_cast<std::size_t>(r) * elements);
+          for (int r = 0; r < size_; ++r)
+            blocks.push_back(source + static_cast<std::size_t>(r) * elements);
           o.setInputs(blocks, elements);
         }
         o.setOutput(recv, elements);

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <stdexcept>
 
 namespace arbench {
 
@@ -18,6 +19,10 @@ std::optional<std::string> missing_gpu(arcoll::Communicator& comm) {
   comm.allreduce(&missing, 1, arcoll::DataType::i32, arcoll::ReduceOp::max);
   if (missing == 0) return std::nullopt;
   return why.empty() ? "another rank has no GPU" : why;
+}
+
+void check_cuda(cudaError_t code, const std::string& what) {
+  if (code != cudaSuccess) throw std::runtime_error(what + " failed: " + cudaGetErrorString(code));
 }
 
 }  // namespace arbench

@@ -56,9 +56,9 @@ class MemcpyBackend final : public Backend {
   // collective), so that the in-place group times a real copy too.
   void run(const Call& c) override {
     if (comm_.rank() != 0) return;
-    const std::size_t bytes = (splits_row(c.coll) ? c.count * static_cast<std::size_t>(comm_.size())
-                                                  : c.count) *
-                              arcoll::size_of(c.type);
+    const std::size_t bytes =
+        (splits_row(c.coll) ? c.count * static_cast<std::size_t>(comm_.size()) : c.count) *
+        arcoll::size_of(c.type);
     std::memcpy(c.recv, source_.at_least(bytes), bytes);
   }
   void barrier() override { comm_.barrier(); }

@@ -159,13 +159,14 @@ class MpiBackend final : public Backend {
         check(MPI_Reduce(in_place ? MPI_IN_PLACE : c.send, c.recv, n, type, mpi_op(c.op), c.root,
                          comm_),
               "MPI_Reduce");
-        if (c.op == ReduceOp::avg && rank == c.root) divide_by_ranks(c.recv, c.count, c.type, size_);
+        if (c.op == ReduceOp::avg && rank == c.root)
+          divide_by_ranks(c.recv, c.count, c.type, size_);
         break;
       }
       case Coll::alltoall:
-        check(MPI_Alltoall(c.send == c.recv ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type,
-                           comm_),
-              "MPI_Alltoall");
+        check(
+            MPI_Alltoall(c.send == c.recv ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, comm_),
+            "MPI_Alltoall");
         break;
       case Coll::gather: {
         const bool in_place = rank == c.root && c.send == at(c.recv, rank);
@@ -175,17 +176,17 @@ class MpiBackend final : public Backend {
       }
       case Coll::scatter: {
         const bool in_place = rank == c.root && c.recv == at(c.send, rank);
-        check(MPI_Scatter(c.send, n, type, in_place ? MPI_IN_PLACE : c.recv, n, type, c.root,
-                          comm_),
-              "MPI_Scatter");
+        check(
+            MPI_Scatter(c.send, n, type, in_place ? MPI_IN_PLACE : c.recv, n, type, c.root, comm_),
+            "MPI_Scatter");
         break;
       }
       case Coll::sendrecv: {
         const int next = (rank + 1) % size_, previous = (rank + size_ - 1) % size_;
         if (c.send == c.recv)
-          check(MPI_Sendrecv_replace(c.recv, n, type, next, 0, previous, 0, comm_,
-                                     MPI_STATUS_IGNORE),
-                "MPI_Sendrecv_replace");
+          check(
+              MPI_Sendrecv_replace(c.recv, n, type, next, 0, previous, 0, comm_, MPI_STATUS_IGNORE),
+              "MPI_Sendrecv_replace");
         else
           check(MPI_Sendrecv(c.send, n, type, next, 0, c.recv, n, type, previous, 0, comm_,
                              MPI_STATUS_IGNORE),

@@ -18,12 +18,6 @@ namespace {
 using arcoll::DataType;
 using arcoll::ReduceOp;
 
-void check_cuda(cudaError_t code, const char* what) {
-  if (code != cudaSuccess)
-    throw std::runtime_error(std::string("nccl backend: ") + what +
-                             " failed: " + cudaGetErrorString(code));
-}
-
 void check_nccl(ncclResult_t code, const char* what) {
   if (code != ncclSuccess)
     throw std::runtime_error(std::string("nccl backend: ") + what +
@@ -74,12 +68,13 @@ class NcclBackend final : public Backend {
     // Every rank skips when one of them cannot run.
     if (auto why = missing_gpu(comm)) throw BackendUnavailable(*why);
     int devices = 0;
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    check_cuda(cudaGetDeviceCount(&devices), "nccl backend: cudaGetDeviceCount");
 
     const int local = comm.local_rank() >= 0 ? comm.local_rank() : comm.rank();
     device_ = local % devices;
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaSetDevice(device_), "nccl backend: cudaSetDevice");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+               "nccl backend: cudaStreamCreate");
     ncclUniqueId id{};
     if (comm.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     comm.broadcast(&id, sizeof id, DataType::u8, 0);
@@ -88,7 +83,7 @@ class NcclBackend final : public Backend {
     ncclGetVersion(&version);
     version_ = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
                std::to_string(version % 100);
-    check_cuda(cudaMalloc(&token_, sizeof(float)), "cudaMalloc");
+    check_cuda(cudaMalloc(&token_, sizeof(float)), "nccl backend: cudaMalloc");
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) gpu_ = prop.name;
   }
@@ -109,10 +104,11 @@ class NcclBackend final : public Backend {
     host_send_ = send;
     host_recv_ = recv;
     check_cuda(cudaMemcpy(send == recv ? recv_ : send_, send, bytes, cudaMemcpyHostToDevice),
-               "cudaMemcpy to the GPU");
+               "nccl backend: cudaMemcpy to the GPU");
   }
   void stage_out(void* recv, std::size_t bytes) override {
-    check_cuda(cudaMemcpy(recv, recv_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
+    check_cuda(cudaMemcpy(recv, recv_, bytes, cudaMemcpyDeviceToHost),
+               "nccl backend: cudaMemcpy to the host");
   }
   // Its staging (one buffer each way, the same size) fits the all-reduce only so far.
   std::optional<std::string> unsupported(Coll coll, DataType, ReduceOp) const override {
@@ -129,13 +125,13 @@ class NcclBackend final : public Backend {
     check_nccl(
         ncclAllReduce(source, recv_, c.count, nccl_type(c.type), nccl_op(c.op), nccl_, stream_),
         "ncclAllReduce");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaStreamSynchronize(stream_), "nccl backend: cudaStreamSynchronize");
   }
   void barrier() override {
     // A one-element allreduce: NCCL has no barrier.
     check_nccl(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, nccl_, stream_),
                "ncclAllReduce (barrier)");
-    check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    check_cuda(cudaStreamSynchronize(stream_), "nccl backend: cudaStreamSynchronize");
   }
 
  private:
@@ -144,8 +140,8 @@ class NcclBackend final : public Backend {
     if (send_ != nullptr) cudaFree(send_);
     if (recv_ != nullptr) cudaFree(recv_);
     send_ = recv_ = nullptr;
-    check_cuda(cudaMalloc(&send_, bytes), "cudaMalloc");
-    check_cuda(cudaMalloc(&recv_, bytes), "cudaMalloc");
+    check_cuda(cudaMalloc(&send_, bytes), "nccl backend: cudaMalloc");
+    check_cuda(cudaMalloc(&recv_, bytes), "nccl backend: cudaMalloc");
     capacity_ = bytes;
   }
 

@@ -1,0 +1,228 @@
+// Calls on device memory (staged through host copies, core/device_staging.hpp), on the
+// emulated device of tests/support/emulated_device.hpp: a rank that reads or writes a device
+// buffer with the host crashes. All-reduce is checked against the double-precision reference;
+// every other call against the same call on host buffers, whose own tests check it against the
+// reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/support/emulated_device.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+// Staging is the same over every transport: it runs over shared memory only.
+bool skipped_here() {
+  return forced_transport().has_value() && *forced_transport() != "shm";
+}
+
+class DeviceBuffers : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeviceBuffers, AllreduceMatchesReference) {
+  if (skipped_here()) GTEST_SKIP() << "device staging is tested over shm";
+  run_ranks(GetParam(), [](Communicator& comm) {
+    check_allreduce(comm, 23, Coverage::sampled, Memory::device);
+  });
+}
+
+// One call of a case on a rank: `send` and `recv` are f32 buffers of the case's sizes (or one
+// inside the other, in place), `n` the call's count.
+using CallFn = std::function<void(Communicator&, const float* send, float* recv, std::size_t n)>;
+struct Case {
+  std::string name;
+  std::size_t send = 0, recv = 0;  // elements
+  CallFn call;
+  // In place: send lies in recv at this element, or recv in send.
+  std::optional<std::size_t> send_in_recv, recv_in_send;
+  bool in_place_only = false;  // a call of one buffer (broadcast, the coalesced all-reduce)
+};
+
+// The cases of a rank of `p` ranks for count `n`.
+std::vector<Case> cases(int rank, int p, std::size_t n) {
+  const auto P = static_cast<std::size_t>(p), r = static_cast<std::size_t>(rank);
+  const DataType f32 = DataType::f32;
+  // alltoallv: n + j elements to rank j, each block followed by a gap of one element.
+  std::vector<std::size_t> send_counts(P), send_offsets(P), recv_counts(P, n + r), recv_offsets(P);
+  std::size_t send_extent = 0, recv_extent = 0;
+  for (std::size_t j = 0; j < P; ++j) {
+    send_counts[j] = n + j;
+    send_offsets[j] = send_extent;
+    send_extent += send_counts[j] + 1;
+    recv_offsets[j] = recv_extent;
+    recv_extent += recv_counts[j] + 1;
+  }
+  const int next = (rank + 1) % p, previous = (rank + p - 1) % p;
+  std::vector<Case> all = {
+      {"allreduce", n, n,
+       [](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.allreduce(s, d, k, DataType::f32, ReduceOp::max);
+       },
+       0, std::nullopt},
+      {"reduce_scatter", n * P, n,
+       [](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.reduce_scatter(s, d, k, DataType::f32, ReduceOp::sum);
+       },
+       std::nullopt, n * r},
+      {"allgather", n, n * P,
+       [f32](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.allgather(s, d, k, f32);
+       },
+       n * r, std::nullopt},
+      {"broadcast", n, n,
+       [p](Communicator& c, const float*, float* d, std::size_t k) {
+         c.broadcast(d, k, DataType::f32, 1 % p);
+       },
+       0, std::nullopt, true},
+      {"reduce", n, n,
+       [](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.reduce(s, d, k, DataType::f32, ReduceOp::sum, 0);
+       },
+       std::nullopt, std::nullopt},
+      {"gather", n, n * P,
+       [p](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.gather(s, d, k, DataType::f32, p - 1);
+       },
+       std::nullopt, std::nullopt},
+      {"scatter", n * P, n,
+       [](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.scatter(s, d, k, DataType::f32, 0);
+       },
+       std::nullopt, std::nullopt},
+      {"alltoall", n * P, n * P,
+       [](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.alltoall(s, d, k, DataType::f32);
+       },
+       0, std::nullopt},
+      {"alltoallv", send_extent, recv_extent,
+       [=](Communicator& c, const float* s, float* d, std::size_t) {
+         c.alltoallv(s, send_counts, send_offsets, d, recv_counts, recv_offsets, f32);
+       },
+       std::nullopt, std::nullopt},
+      {"allreduce_coalesced", n, n,
+       [](Communicator& c, const float*, float* d, std::size_t k) {
+         Buffer pieces[] = {{d, k / 2}, {d + k / 2, k - k / 2}};
+         c.allreduce_coalesced(pieces, DataType::f32, ReduceOp::sum);
+       },
+       0, std::nullopt, true},
+      {"sendrecv", n, n,
+       [next, previous](Communicator& c, const float* s, float* d, std::size_t k) {
+         c.sendrecv(s, k * sizeof(float), next, d, k * sizeof(float), previous, 5);
+       },
+       std::nullopt, std::nullopt},
+      {"isend/irecv", n, n,
+       [next, previous](Communicator& c, const float* s, float* d, std::size_t k) {
+         WorkPtr received = c.irecv(d, k * sizeof(float), previous, 6);
+         WorkPtr sent = c.isend(s, k * sizeof(float), next, 6);
+         sent->wait();
+         received->wait();
+       },
+       std::nullopt, std::nullopt},
+  };
+  if (p == 1) all.resize(all.size() - 2);  // no peer to send to
+  return all;
+}
+
+// This rank's input for a case: distinct values per rank and element.
+std::vector<float> input(int rank, std::size_t elements) {
+  std::vector<float> v(elements);
+  for (std::size_t i = 0; i < elements; ++i)
+    v[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 977)) - 3.5f;
+  return v;
+}
+
+// Runs a case on host or emulated device buffers; returns the receive buffer afterwards (with
+// its untouched parts, 0xAB bytes) and whether the send buffer was left as it was.
+std::pair<std::vector<unsigned char>, bool> run_case(Communicator& comm, const Case& c,
+                                                     std::size_t n, bool in_place, bool device) {
+  const std::vector<float> in = input(comm.rank(), c.send);
+  const std::size_t send_bytes = c.send * sizeof(float), recv_bytes = c.recv * sizeof(float);
+  const auto* in_begin = reinterpret_cast<const unsigned char*>(in.data());
+  const std::vector<unsigned char> in_bytes(in_begin, in_begin + send_bytes);
+  std::vector<unsigned char> recv_start(recv_bytes, 0xAB);
+  // In place, the one buffer starts with the input where the call's send data lies.
+  std::vector<unsigned char> outer;  // the buffer that holds the other
+  std::size_t inner_at = 0;          // bytes
+  const bool recv_outer = c.send_in_recv.has_value();
+  if (in_place) {
+    if (recv_outer) {
+      outer = recv_start;
+      inner_at = *c.send_in_recv * sizeof(float);
+      std::copy(in_bytes.begin(), in_bytes.end(), outer.begin() + static_cast<long>(inner_at));
+    } else {
+      outer = in_bytes;
+      inner_at = *c.recv_in_send * sizeof(float);
+    }
+  }
+  auto allocate = [&](const std::vector<unsigned char>& bytes) -> unsigned char* {
+    if (device) {
+      auto* d = static_cast<unsigned char*>(emulated_device_alloc(bytes.size()));
+      emulated_device_write(d, bytes.data(), bytes.size());
+      return d;
+    }
+    auto* h = new unsigned char[std::max<std::size_t>(bytes.size(), 1)];
+    std::copy(bytes.begin(), bytes.end(), h);
+    return h;
+  };
+  auto read = [&](const unsigned char* b, std::size_t bytes) {
+    return device ? emulated_device_read(b, bytes) : std::vector<unsigned char>(b, b + bytes);
+  };
+  auto release = [&](unsigned char* b) {
+    if (device)
+      emulated_device_free(b);
+    else
+      delete[] b;
+  };
+  std::vector<unsigned char> result;
+  bool send_kept = true;
+  if (in_place) {
+    unsigned char* one = allocate(outer);
+    auto* send = reinterpret_cast<float*>(recv_outer ? one + inner_at : one);
+    auto* recv = reinterpret_cast<float*>(recv_outer ? one : one + inner_at);
+    c.call(comm, send, recv, n);
+    result = read(reinterpret_cast<unsigned char*>(recv), recv_bytes);
+    release(one);
+  } else {
+    unsigned char* send = allocate(in_bytes);
+    unsigned char* recv = allocate(recv_start);
+    c.call(comm, reinterpret_cast<float*>(send), reinterpret_cast<float*>(recv), n);
+    result = read(recv, recv_bytes);
+    send_kept = read(send, send_bytes) == in_bytes;
+    release(send);
+    release(recv);
+  }
+  return {result, send_kept};
+}
+
+TEST_P(DeviceBuffers, EveryCallMatchesTheSameCallOnHostBuffers) {
+  if (skipped_here()) GTEST_SKIP() << "device staging is tested over shm";
+  run_ranks(GetParam(), [](Communicator& comm) {
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099}}) {
+      for (const Case& c : cases(comm.rank(), comm.size(), n)) {
+        for (bool in_place : {false, true}) {
+          if (in_place && !c.send_in_recv && !c.recv_in_send) continue;
+          if (!in_place && c.in_place_only) continue;
+          const std::string what = c.name + " count " + std::to_string(n) +
+                                   (in_place ? " in place" : "") + " on rank " +
+                                   std::to_string(comm.rank());
+          const auto [on_host, host_kept] = run_case(comm, c, n, in_place, false);
+          const auto [on_device, device_kept] = run_case(comm, c, n, in_place, true);
+          EXPECT_EQ(on_device, on_host) << what;
+          EXPECT_TRUE(device_kept) << what << ": the send buffer changed";
+          EXPECT_TRUE(host_kept) << what << ": the send buffer changed";
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DeviceBuffers, ::testing::Values(1, 2, 3, 5));
+
+}  // namespace
+}  // namespace arcoll::testing

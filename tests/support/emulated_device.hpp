@@ -1,0 +1,21 @@
+// Device memory for the tests of machines without a GPU (base/device_memory.hpp's "emulated"
+// kind): the address a test hands the library can be neither read nor written by the host
+// (mapped without access, so a host read or write of it crashes the rank), while the kind's
+// copies and reductions go through a second, readable mapping of the same pages. A call that
+// works on it kept its hands off the buffer but for the kind's own operations, as a GPU's
+// buffers need.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace arcoll::testing {
+
+// `bytes` (at least one) of emulated device memory, and its release.
+void* emulated_device_alloc(std::size_t bytes);
+void emulated_device_free(void* device);
+// Copies through the readable mapping.
+void emulated_device_write(void* device, const void* host, std::size_t bytes);
+std::vector<unsigned char> emulated_device_read(const void* device, std::size_t bytes);
+
+}  // namespace arcoll::testing
