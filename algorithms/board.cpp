@@ -46,9 +46,9 @@ void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
 
 // The algorithm each collective goes by beyond the boards.
 const std::map<Collective, const char*> kByMessages = {
-    {Collective::reduce, "ring"},     {Collective::reduce_scatter, "ring"},
-    {Collective::allgather, "ring"},  {Collective::broadcast, "ring"},
-    {Collective::gather, "direct"},   {Collective::scatter, "direct"},
+    {Collective::reduce, "ring"},      {Collective::reduce_scatter, "ring"},
+    {Collective::allgather, "direct"}, {Collective::broadcast, "ring"},
+    {Collective::gather, "direct"},    {Collective::scatter, "direct"},
     {Collective::alltoall, "direct"},
 };
 // A reduce up to this size goes straight to the root (direct), larger ones by the ring's
@@ -145,10 +145,10 @@ void board_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   on_boards_or_by_messages(Collective::scatter, p2p, a, bytes, [&] {
     const bool root = p2p.rank() == a.root;
     const auto parts = p2p.exchange_on_boards(a.send, root ? bytes : 0);
-    std::memmove(a.recv,
-                 parts[static_cast<std::size_t>(a.root)] +
-                     block * static_cast<std::size_t>(p2p.rank()),
-                 block);
+    std::memmove(
+        a.recv,
+        parts[static_cast<std::size_t>(a.root)] + block * static_cast<std::size_t>(p2p.rank()),
+        block);
   });
 }
 
