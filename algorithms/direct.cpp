@@ -4,6 +4,7 @@
 // all-to-all (each pair exchanges its two blocks; rank r starts with rank r+1 so that no rank is
 // everyone's first partner).
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
@@ -20,6 +21,20 @@ char* block(void* buffer, int r, std::size_t bytes) {
   return static_cast<char*>(buffer) + static_cast<std::size_t>(r) * bytes;
 }
 
+// A rank that reads its peers' blocks puts its own into place while they move, or from
+// kCopyAfterExchangeBytes once they have: alongside them, 2.9 against 4.0 us for an all-gather
+// of 16 KiB a rank on 2 ranks, the same up to 512 KiB, 10-20% slower from 1 MiB, where the
+// copy and the peers' reads compete for the memory (2 cores of an Intel Xeon).
+constexpr std::size_t kCopyAfterExchangeBytes = 1 << 20;
+
+void wait_copying_own_block(PointToPoint& p2p, std::span<const RequestPtr> requests, void* to,
+                            const void* from, std::size_t bytes) {
+  const bool alongside = bytes < kCopyAfterExchangeBytes;
+  if (alongside) copy_block(to, from, bytes);
+  p2p.wait_all(requests);
+  if (!alongside) copy_block(to, from, bytes);
+}
+
 void direct_gather(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
   if (p2p.rank() != a.root) {
@@ -29,8 +44,7 @@ void direct_gather(PointToPoint& p2p, const CollectiveArgs& a) {
   std::vector<RequestPtr> receives;
   for (int r = 0; r < p2p.size(); ++r)
     if (r != a.root) receives.push_back(p2p.irecv(r, block(a.recv, r, bytes), bytes));
-  copy_block(block(a.recv, a.root, bytes), a.send, bytes);
-  p2p.wait_all(receives);
+  wait_copying_own_block(p2p, receives, block(a.recv, a.root, bytes), a.send, bytes);
 }
 
 void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
@@ -43,16 +57,20 @@ void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   auto* send = const_cast<void*>(a.send);
   for (int r = 0; r < p2p.size(); ++r)
     if (r != a.root) sends.push_back(p2p.isend(r, block(send, r, bytes), bytes));
+  // The root's copy goes alongside its peers' reads: it reads nothing itself (1 MiB a rank
+  // on 2 ranks: 102 us, against 187 us after them).
   copy_block(a.recv, block(send, a.root, bytes), bytes);
   p2p.wait_all(sends);
 }
 
-// All-gather: each rank's block goes to every other from its send buffer, while it is copied
-// into place here; every rank reads its p-1 blocks at once. The ring sends a rank's block from
-// the receive buffer after that copy and passes blocks on step by step: over shared memory of
-// an Intel Xeon (2 cores, busbw against Open MPI in the same run) it reached x0.47-0.63 on 2
-// ranks (64 KiB-1 MiB a rank) where this reaches x1.00-1.15, and this took 0.6-0.9 of the
-// ring's time on 3 and 8 ranks from 8 KiB to 32 MiB a rank.
+// All-gather: each rank's block goes to every other from its send buffer, every rank reading
+// its p-1 blocks at once, and into place here while the peers read it, or from
+// kCopyAfterExchangeBytes after the exchange. The ring sends a rank's block from the receive
+// buffer after that copy and passes blocks on step by step: over shared memory of an Intel Xeon
+// (2 cores, busbw against Open MPI in the same run) it reached x0.47-0.63 on 2 ranks (64 KiB-1
+// MiB a rank) where this reaches x0.97-1.07, and this took 0.6-0.9 of the ring's time on 3 and
+// 8 ranks from 8 KiB to 32 MiB a rank.
+
 void direct_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
   const int p = p2p.size(), rank = p2p.rank();
@@ -63,8 +81,7 @@ void direct_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   }
   for (int k = 1; k < p; ++k)
     requests.push_back(p2p.isend((rank + k) % p, const_cast<void*>(a.send), bytes));
-  copy_block(block(a.recv, rank, bytes), a.send, bytes);
-  p2p.wait_all(requests);
+  wait_copying_own_block(p2p, requests, block(a.recv, rank, bytes), a.send, bytes);
 }
 
 // Reduce of small buffers: every rank sends its buffer to the root, which reduces them in
@@ -114,9 +131,8 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
     const int to = (rank + k) % p;
     requests.push_back(p2p.isend(to, send + place(a.send_offsets, to), bytes(a.send_counts, to)));
   }
-  copy_block(recv + place(a.recv_offsets, rank), send + place(a.send_offsets, rank),
-             bytes(a.send_counts, rank));
-  p2p.wait_all(requests);
+  wait_copying_own_block(p2p, requests, recv + place(a.recv_offsets, rank),
+                         send + place(a.send_offsets, rank), bytes(a.send_counts, rank));
 }
 
 const AlgorithmRegistrar kDirect{AlgorithmInfo{
