@@ -23,8 +23,8 @@ char* block(void* buffer, int r, std::size_t bytes) {
 
 // A rank that reads its peers' blocks puts its own into place while they move, or from
 // kCopyAfterExchangeBytes once they have: alongside them, 2.9 against 4.0 us for an all-gather
-// of 16 KiB a rank on 2 ranks, the same up to 512 KiB, 10-20% slower from 1 MiB, where the
-// copy and the peers' reads compete for the memory (2 cores of an Intel Xeon).
+// of 16 KiB a rank on 2 ranks, the same from 64 KiB to 1 MiB, 10-20% slower at 4 and 16 MiB,
+// where the copy and the peers' reads compete for the memory (2 cores of an Intel Xeon).
 constexpr std::size_t kCopyAfterExchangeBytes = 1 << 20;
 
 void wait_copying_own_block(PointToPoint& p2p, std::span<const RequestPtr> requests, void* to,
@@ -58,7 +58,7 @@ void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   for (int r = 0; r < p2p.size(); ++r)
     if (r != a.root) sends.push_back(p2p.isend(r, block(send, r, bytes), bytes));
   // The root's copy goes alongside its peers' reads: it reads nothing itself (1 MiB a rank
-  // on 2 ranks: 102 us, against 187 us after them).
+  // on 2 ranks: 65 us, against 187 us after them).
   copy_block(a.recv, block(send, a.root, bytes), bytes);
   p2p.wait_all(sends);
 }
@@ -68,9 +68,8 @@ void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
 // kCopyAfterExchangeBytes after the exchange. The ring sends a rank's block from the receive
 // buffer after that copy and passes blocks on step by step: over shared memory of an Intel Xeon
 // (2 cores, busbw against Open MPI in the same run) it reached x0.47-0.63 on 2 ranks (64 KiB-1
-// MiB a rank) where this reaches x0.97-1.07, and this took 0.6-0.9 of the ring's time on 3 and
-// 8 ranks from 8 KiB to 32 MiB a rank.
-
+// MiB a rank) where this reaches x0.97-1.07, and this took 0.6-0.9 of the ring's time on 3
+// ranks (8 KiB-32 MiB a rank) and 8 ranks (3 KiB-12 MiB a rank).
 void direct_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
   const int p = p2p.size(), rank = p2p.rank();

@@ -1,12 +1,13 @@
 // Memory the host cannot read, a GPU's: each kind of it registers what the library needs of it
 // (whether an address is its own, copies to and from the host, pinned host memory for those
-// copies, its reduction kernels). A call asks this registry once for each of its buffers; a
+// copies). A call asks this registry once for each of its buffers; a
 // build without CUDA registers nothing, and every buffer is host memory.
 #pragma once
 
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "arcoll/types.hpp"
 #include "base/registry.hpp"
@@ -24,17 +25,16 @@ struct DeviceMemoryInfo {
   // Host memory those copies run at full speed from and to (pinned), and its release.
   std::function<void*(std::size_t bytes)> allocate_host;
   std::function<void(void* host)> free_host;
-  // into[i] = into[i] op from[i] for `count` elements, both in its memory; returns once done.
-  std::function<void(void* into, const void* from, std::size_t count, DataType type, ReduceOp op)>
-      reduce;
 };
 using DeviceMemoryRegistry = Registry<DeviceMemoryInfo>;
 using DeviceMemoryRegistrar = Registrar<DeviceMemoryInfo>;
 
 // The kind of device memory `address` lies in, or nullptr for host memory.
+// The kinds register before main(): their list is read once, not on every call.
 inline const DeviceMemoryInfo* device_memory_of(const void* address) {
+  static const std::vector<const DeviceMemoryInfo*> kinds = DeviceMemoryRegistry::instance().all();
   if (address == nullptr) return nullptr;
-  for (const DeviceMemoryInfo* kind : DeviceMemoryRegistry::instance().all())
+  for (const DeviceMemoryInfo* kind : kinds)
     if (kind->owns(address)) return kind;
   return nullptr;
 }

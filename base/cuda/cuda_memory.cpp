@@ -1,14 +1,13 @@
 // CUDA's device memory for base/device_memory.hpp: found by cudaPointerGetAttributes, copied
 // by cudaMemcpy (after the work queued on the legacy default stream, which waits for the
 // blocking streams; work on a non-blocking stream must be synchronized by the caller first, as
-// for any host read), reduced by base/cuda/kernels.cu. Without a usable GPU (no driver, no
+// for any host read). Without a usable GPU (no driver, no
 // device) it owns nothing: the runtime is asked once, then never again.
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "arcoll/error.hpp"
-#include "base/cuda/kernels.hpp"
 #include "base/device_memory.hpp"
 
 namespace arcoll {
@@ -52,10 +51,6 @@ const DeviceMemoryRegistrar kCudaMemory{{
       return host;
     },
     [](void* host) { cudaFreeHost(host); },
-    [](void* into, const void* from, std::size_t count, DataType type, ReduceOp op) {
-      check(cuda::reduce(into, from, count, type, op, nullptr), "the reduction kernel's launch");
-      check(cudaStreamSynchronize(nullptr), "the reduction kernel");
-    },
 }};
 
 }  // namespace

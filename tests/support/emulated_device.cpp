@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include "base/device_memory.hpp"
-#include "base/reduce.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -59,10 +58,6 @@ const DeviceMemoryRegistrar kEmulatedDevice{{
     },
     [](std::size_t bytes) { return std::malloc(bytes); },
     [](void* host) { std::free(host); },
-    [](void* into, const void* from, std::size_t count, DataType type, ReduceOp op) {
-      char* to = readable_or_throw(into);
-      kernels::reduce(to, to, readable_or_throw(from), count, type, op);
-    },
 }};
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Device memory for the tests of machines without a GPU (base/device_memory.hpp's "emulated"
 // kind): the address a test hands the library can be neither read nor written by the host
 // (mapped without access, so a host read or write of it crashes the rank), while the kind's
-// copies and reductions go through a second, readable mapping of the same pages. A call that
+// copies go through a second, readable mapping of the same pages. A call that
 // works on it kept its hands off the buffer but for the kind's own operations, as a GPU's
 // buffers need.
 #pragma once
