@@ -41,8 +41,9 @@ int thread_count();
 
 // Shared-memory segments of arcoll jobs in /dev/shm now (their names).
 std::set<std::string> arcoll_segments();
-// Segments present now but not `before` that stay for 2 s: a job's segments are unlinked once
-// mapped, so those of jobs still starting (other tests running alongside) go away soon.
+// Segments present now but not `before` that stay for 2 s, less those whose owner still runs: a
+// job's segments are unlinked once mapped, and those of jobs still starting (other tests running
+// alongside) have a live owner.
 std::set<std::string> leaked_segments(const std::set<std::string>& before);
 
 // Seconds since `start`.
