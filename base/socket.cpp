@@ -190,7 +190,8 @@ void drain_until_closed(const std::vector<int>& fds, Clock::time_point deadline)
   }
 }
 
-Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error) {
+Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error,
+                 bool retry_refused) {
   sockaddr_in addr = resolve(endpoint, "connect");
   auto pause = std::chrono::milliseconds(10);
   while (true) {
@@ -214,7 +215,7 @@ Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::stri
       return fd;
     }
     last_error = "connect to " + endpoint.str() + ": " + errno_text(err);
-    if (Clock::now() + pause >= deadline) return Fd();
+    if (Clock::now() + pause >= deadline || (err == ECONNREFUSED && !retry_refused)) return Fd();
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(250));
   }

@@ -59,9 +59,11 @@ Fd listen_on(const std::string& address, int port, int backlog = 128);
 Endpoint local_endpoint(int fd);
 std::string peer_address(int fd);
 
-// Connects, retrying refused connections (the listener may not be up yet) until `deadline`.
-// Returns an invalid Fd on expiry; `last_error` says why.
-Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error);
+// Connects, retrying refused connections (the listener may not be up yet; unless
+// `retry_refused` is false) until `deadline`. Returns an invalid Fd on expiry or refusal;
+// `last_error` says why.
+Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error,
+                 bool retry_refused = true);
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);

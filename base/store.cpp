@@ -313,10 +313,15 @@ void StoreServer::serve() {
 }
 
 StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
-                         const std::string& token)
+                         const std::string& token, bool retry_refused)
     : endpoint_(endpoint), rank_(rank) {
   std::string why;
-  fd_ = net::connect_until(endpoint, deadline, why);
+  fd_ = net::connect_until(endpoint, deadline, why, retry_refused);
+  if (!fd_ && !retry_refused && net::Clock::now() < deadline)
+    throw PeerError("rendezvous",
+                    "rank 0's rendezvous store, which listened before, refused the connection (" +
+                        why + "): rank 0 has gone",
+                    rank, 0);
   if (!fd_)
     throw TimeoutError("rendezvous",
                        "could not reach rank 0's rendezvous store at " + endpoint.str() +

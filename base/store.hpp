@@ -103,8 +103,10 @@ class StoreClient {
  public:
   // Connects, retrying until `deadline`, and answers the server's challenge with `token`;
   // TimeoutError naming rank 0 on expiry.
+  // `retry_refused`: whether a refused connection is tried again until `deadline` (the store
+  // may not listen yet).
   StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
-              const std::string& token);
+              const std::string& token, bool retry_refused = true);
   void set(const std::string& key, const std::string& value,
            net::Clock::time_point deadline = net::Clock::now() + std::chrono::seconds(30));
   // Waits until `key` exists or `deadline` passes (nullopt).

@@ -116,6 +116,11 @@ arcoll_result_t arcoll_comm_abort(arcoll_comm_t* comm, const char* reason) {
   });
 }
 
+arcoll_result_t arcoll_comm_shrink(arcoll_comm_t* comm, arcoll_comm_t** out) {
+  static constexpr const char* kFunction = "arcoll_comm_shrink";
+  return new_handle(kFunction, out, [&] { return get(kFunction, comm).shrink(); });
+}
+
 arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank) {
   return query("arcoll_comm_rank", comm, rank, [](const auto& c) { return c.rank(); });
 }

@@ -108,9 +108,11 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
       rank_(launch.rank),
       corrupt_at_(corruption_fault(launch.rank)),
       tuning_(options_.tuning_file.empty() ? Tuning{} : load_tuning(options_.tuning_file)),
+      survivors_(launch.rank, launch.world_size, listen_address(launch, options_)),
       rendezvous_(join(launch, options_, host_name_of(launch.rank, launch.world_size),
-                       Clock::now() + options_.timeout)),
+                       survivors_.endpoint(), Clock::now() + options_.timeout)),
       engine_(set_up_engine(rendezvous_, options_, corrupt_at_)) {
+  survivors_.meet(rendezvous_.survivors_endpoints, rendezvous_.job_id, rendezvous_.job_token);
   engine_->apply_tuning(tuning_);
   finish_join(rendezvous_, Clock::now() + options_.timeout);
 }
@@ -363,8 +365,17 @@ void Communicator::Impl::fail(const Error& e, const std::string& operation) {
 }
 
 void Communicator::Impl::abort(const std::string& reason) {
+  survivors_.leave();
   // A call in progress sees the request within moments, fails and tells the peers.
   if (!engine_->request_abort(reason)) return;
+  std::lock_guard call(call_mutex_);
+  if (!broken_.empty()) return;
+  broken_ = engine_->abort_text();
+  engine_->abort_links(broken_);
+}
+
+void Communicator::Impl::break_for_shrink() {
+  engine_->request_abort("it is shrinking the communicator to its survivors");
   std::lock_guard call(call_mutex_);
   if (!broken_.empty()) return;
   broken_ = engine_->abort_text();

@@ -20,6 +20,7 @@
 #include "core/device_staging.hpp"
 #include "core/engine.hpp"
 #include "core/rendezvous.hpp"
+#include "core/survivors.hpp"
 #include "core/work_queue.hpp"
 
 namespace arcoll {
@@ -74,12 +75,18 @@ class Communicator::Impl {
   void set_timeout(std::chrono::milliseconds timeout);
   Plan predict(const std::string& algorithm, std::size_t bytes) const;
   void abort(const std::string& reason);
+  // Breaks the communicator, as abort() but still taking part in agreeing on the survivors:
+  // the peers' calls fail promptly, and they come to the agreement.
+  void break_for_shrink();
 
   Options options_;
   int rank_ = 0;
   // Read before the rendezvous: bad values fail this rank before anyone waits for it.
   std::uint64_t corrupt_at_ = 0;
   Tuning tuning_;  // from Options::tuning_file or set_tuning()
+  // The agreement on survivors after a failure, listening before the rendezvous, which tells
+  // every rank where the others' listen.
+  Survivors survivors_;
   Rendezvous rendezvous_;
   std::unique_ptr<Engine> engine_;
 

@@ -4,9 +4,11 @@
 #include "arcoll/communicator.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
@@ -247,6 +249,75 @@ std::unique_ptr<Communicator> Communicator::split(int color, const Options& opti
     launch.job_token = token;
   }
   return std::make_unique<Communicator>(launch, options);
+}
+
+std::unique_ptr<Communicator> Communicator::shrink() {
+  Impl& impl = *impl_;
+  impl.break_for_shrink();
+  if (size() == 1) return std::make_unique<Communicator>(LaunchInfo{}, impl.options_);
+  // A rank that dies after its proposal reached the others may be decided a member; building
+  // the communicator then fails, and the live ranks agree again (each time one rank fewer).
+  for (int attempt = 1;; ++attempt) {
+    // Each rank offers a store, listening before its address goes out: the lowest member's
+    // serves the new communicator's rendezvous.
+    net::Fd store = net::listen_on(impl.rendezvous_.listen_address, 0);
+    const std::string offer = impl.rendezvous_.listen_address + " " +
+                              std::to_string(net::local_endpoint(store.get()).port);
+    const Survivors::Decision decision =
+        impl.survivors_.agree(offer, net::Clock::now() + impl.options_.timeout);
+    LaunchInfo launch;
+    launch.source = "shrink";
+    launch.world_size = static_cast<int>(decision.members.size());
+    launch.rank = static_cast<int>(
+        std::find(decision.members.begin(), decision.members.end(), rank()) -
+        decision.members.begin());
+    launch.job_token = impl.rendezvous_.job_token;
+    launch.store_listening = true;
+    const std::string& lead = decision.offers.at(decision.members.front());
+    launch.master_addr = lead.substr(0, lead.find(' '));
+    launch.master_port = std::atoi(lead.c_str() + lead.find(' ') + 1);
+    if (launch.rank == 0) launch.store_listen_fd = store.release();
+    // A member that dies now never joins: the first rank to see its agreement connection close
+    // says so in the new store, and every rank waiting for it fails at once.
+    std::atomic<bool> built{false};
+    std::thread watchdog([&] {
+      while (!built.load()) {
+        const int dead = impl.survivors_.first_closed(
+            decision.members, net::Clock::now() + std::chrono::milliseconds(50));
+        if (dead < 0) continue;
+        const auto index = std::find(decision.members.begin(), decision.members.end(), dead) -
+                           decision.members.begin();
+        try {
+          StoreClient store_client({launch.master_addr, launch.master_port},
+                                   net::Clock::now() + std::chrono::seconds(1), rank(),
+                                   launch.job_token, false);
+          mark_failed_to_join(store_client, static_cast<int>(index),
+                              "rank " + std::to_string(dead) +
+                                  " of the communicator shrunk died after the agreement");
+        } catch (const Error&) {
+        }
+        return;
+      }
+    });
+    struct JoinOnExit {
+      std::atomic<bool>& built;
+      std::thread& watchdog;
+      ~JoinOnExit() {
+        built = true;
+        watchdog.join();
+      }
+    } join_on_exit{built, watchdog};
+    try {
+      return std::make_unique<Communicator>(launch, impl.options_);
+    } catch (const Error& e) {
+      if (attempt >= size() || e.code() == ErrorCode::invalid_argument ||
+          e.code() == ErrorCode::configuration)
+        throw;
+      log::warn("rank " + std::to_string(rank()) + ": the survivors' communicator of " +
+                std::to_string(launch.world_size) + " ranks could not be built (" + e.what() +
+                "); agreeing again");
+    }
+  }
 }
 
 int Communicator::rank() const {

@@ -101,13 +101,16 @@ void claim_rank(StoreClient& store, int rank, const std::string& host) {
 
 // Every rank's host name, and into `r.numa_of` the NUMA node each runs on.
 std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
+                                      const std::string& survivors_endpoint,
                                       std::chrono::milliseconds timeout,
                                       Clock::time_point deadline) {
   StoreClient& store = *r.store;
-  store.set("node/" + std::to_string(r.rank),
-            host + '\n' + std::to_string(numa_node_of_cpu(::sched_getcpu())));
+  store.set("node/" + std::to_string(r.rank), host + '\n' +
+                                                  std::to_string(numa_node_of_cpu(::sched_getcpu())) +
+                                                  '\n' + survivors_endpoint);
   std::vector<std::string> hosts(static_cast<std::size_t>(r.size));
   r.numa_of.assign(static_cast<std::size_t>(r.size), -1);
+  r.survivors_endpoints.assign(static_cast<std::size_t>(r.size), "");
   std::vector<int> missing;
   std::optional<PeerError> failed;  // the first rank that said it could not join
   int present = 0;                  // other ranks that published their host
@@ -131,10 +134,14 @@ std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
       continue;
     }
     if (value) {
-      const std::size_t end = value->rfind('\n');
-      hosts[static_cast<std::size_t>(p)] = value->substr(0, end);
-      if (end != std::string::npos)
-        r.numa_of[static_cast<std::size_t>(p)] = std::atoi(value->c_str() + end + 1);
+      // "host\nnuma\nsurvivors endpoint"
+      const std::size_t numa = value->find('\n');
+      const std::size_t endpoint = value->find('\n', numa == std::string::npos ? numa : numa + 1);
+      hosts[static_cast<std::size_t>(p)] = value->substr(0, numa);
+      if (numa != std::string::npos)
+        r.numa_of[static_cast<std::size_t>(p)] = std::atoi(value->c_str() + numa + 1);
+      if (endpoint != std::string::npos)
+        r.survivors_endpoints[static_cast<std::size_t>(p)] = value->substr(endpoint + 1);
       present += p != r.rank;
     } else
       missing.push_back(p);
@@ -193,8 +200,18 @@ std::string host_name_of(int rank, int size) {
   return name;
 }
 
+std::string listen_address(const LaunchInfo& launch, const Options& options) {
+  if (launch.world_size <= 1) return "";
+  // Rank 0's transports listen where the others were told to find it (its store may listen
+  // on every interface).
+  return !options.socket_ifname.empty() ? net::interface_address(options.socket_ifname)
+                                        : net::address_reaching(launch.master_addr.empty()
+                                                                    ? "127.0.0.1"
+                                                                    : launch.master_addr);
+}
+
 Rendezvous join(const LaunchInfo& launch, const Options& options, const std::string& host,
-                Clock::time_point deadline) {
+                const std::string& survivors_endpoint, Clock::time_point deadline) {
   Rendezvous r;
   r.rank = launch.rank;
   r.size = launch.world_size;
@@ -209,7 +226,10 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
       r.server = std::make_unique<StoreServer>(std::move(listener), launch.job_token);
       master = r.server->endpoint();
     }
-    r.store = std::make_unique<StoreClient>(master, deadline, r.rank, launch.job_token);
+    // A store that listened before its address was given out (split, shrink) refuses only
+    // once its rank is gone: no retry then.
+    r.store = std::make_unique<StoreClient>(master, deadline, r.rank, launch.job_token,
+                                            !launch.store_listening);
     claim_rank(*r.store, r.rank, host);
     if (r.rank == 0 && launch.job_token.empty())
       log::warn(
@@ -228,16 +248,11 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
       check_shared_settings(*r.store, options, r.rank, r.size, deadline);
     } catch (const Error& e) {
       // In place of this rank's host name: the others stop waiting for it, naming the cause.
-      r.store->set("node/" + std::to_string(r.rank), kFailedToJoin + e.what());
+      mark_failed_to_join(*r.store, r.rank, e.what());
       throw;
     }
-    // Rank 0's transports listen where the others were told to find it (its store may listen
-    // on every interface).
-    r.listen_address = !options.socket_ifname.empty()
-                           ? net::interface_address(options.socket_ifname)
-                           : net::address_reaching(launch.master_addr.empty() ? master.host
-                                                                             : launch.master_addr);
-    r.hosts = gather_hosts(r, host, options.timeout, deadline);
+    r.listen_address = listen_address(launch, options);
+    r.hosts = gather_hosts(r, host, survivors_endpoint, options.timeout, deadline);
   } else {
     r.numa_of = {numa_node_of_cpu(::sched_getcpu())};
   }
@@ -271,6 +286,10 @@ void release_store(const Rendezvous& r, Clock::time_point deadline) {
 }
 
 }  // namespace
+
+void mark_failed_to_join(StoreClient& store, int rank, const std::string& why) {
+  store.set("node/" + std::to_string(rank), kFailedToJoin + why);
+}
 
 void fail_join(const Rendezvous& r, const Error& e) noexcept {
   if (!r.store) return;

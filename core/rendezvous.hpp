@@ -29,6 +29,8 @@ struct Rendezvous {
   std::vector<std::string> hosts;  // the host name of each rank
   std::vector<int> host_of;        // each rank's host, hosts numbered by their lowest rank
   std::vector<int> numa_of;        // the NUMA node each rank joined from; -1 unknown
+  // Where each rank's agreement on survivors listens (core/survivors.hpp).
+  std::vector<std::string> survivors_endpoints;
   int host_count = 1;
   int host_id = 0;
   int local_rank = 0;
@@ -45,10 +47,14 @@ struct Rendezvous {
 // hosts of consecutive ranks under ARCOLL_EMULATED_HOSTS=N.
 std::string host_name_of(int rank, int size);
 
+// Where this rank's sockets listen: on ARCOLL_SOCKET_IFNAME's address, else on the one that
+// reaches the master address; "" in a world of one.
+std::string listen_address(const LaunchInfo& launch, const Options& options);
 // Meets the other ranks of `launch`, waiting for them until `deadline`; this rank runs on
-// `host`. Throws naming the ranks that did not come or could not join.
+// `host`, and its agreement on survivors listens at `survivors_endpoint`. Throws naming the
+// ranks that did not come or could not join.
 Rendezvous join(const LaunchInfo& launch, const Options& options, const std::string& host,
-                net::Clock::time_point deadline);
+                const std::string& survivors_endpoint, net::Clock::time_point deadline);
 
 // Joining ends together: no rank leaves its constructor before every rank has set up its
 // transports (one that returned and exited at once took its store, rank 0's, or its segment
@@ -57,6 +63,9 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
 // it instead of waiting out `deadline`; a second process of one rank fails them too.
 void finish_join(const Rendezvous& rendezvous, net::Clock::time_point deadline);
 void fail_join(const Rendezvous& rendezvous, const Error& error) noexcept;
+// Says in `store`, for rank `rank`, that it cannot join, and why: the ranks that wait for it
+// while joining fail at once, naming it (a rank that died, seen by another).
+void mark_failed_to_join(StoreClient& store, int rank, const std::string& why);
 
 // "60 s": a timeout as messages give it.
 std::string seconds_text(std::chrono::milliseconds timeout);

@@ -120,6 +120,13 @@ ARCOLL_C_API arcoll_result_t arcoll_comm_set_timeout(arcoll_comm_t* comm, double
  * within milliseconds. Destroy the communicator afterwards. */
 ARCOLL_C_API arcoll_result_t arcoll_comm_abort(arcoll_comm_t* comm, const char* reason);
 
+/* After a failure (a rank died, was stopped past the deadline, or aborted): a new
+ * communicator of the live ranks, renumbered in order, into *out (Communicator::shrink()).
+ * Every live rank calls it; `comm` stays broken and should be destroyed. A rank that the
+ * others left out (silent past the timeout) gets ARCOLL_ERROR_PEER_FAILURE. On failure *out
+ * is set to NULL. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_shrink(arcoll_comm_t* comm, arcoll_comm_t** out);
+
 /* Rank of this process in the communicator, 0 .. size-1. */
 ARCOLL_C_API arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank);
 /* Number of ranks. */

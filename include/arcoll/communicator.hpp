@@ -58,6 +58,15 @@ class Communicator {
   // order (as MPI_Comm_split); a negative color joins none and gets null. Collective, like
   // duplicate().
   std::unique_ptr<Communicator> split(int color);
+  // After a failure (a rank died, was stopped past the deadline, or aborted): a new
+  // communicator of the live ranks, renumbered in this one's order, its transports set up
+  // afresh (as MPIX_Comm_shrink). The live ranks agree on who they are even when more of them
+  // fail meanwhile (core/survivors.hpp); each waits at most the timeout for a silent rank,
+  // which is then left out and, if it comes back, fails its own shrink() with an error saying
+  // so. Every live rank calls it; this communicator is broken from then on (a rank still in a
+  // call of it fails promptly), and only destroying it remains. A rank that aborted this
+  // communicator takes no part.
+  std::unique_ptr<Communicator> shrink();
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const;

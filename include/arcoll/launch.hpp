@@ -14,6 +14,9 @@ struct LaunchInfo {
   std::string master_addr;  // rendezvous store host (rank 0); may be empty for world size 1
   int master_port = 0;
   int store_listen_fd = -1;  // a listening socket handed to rank 0 by the local launcher
+  // The store listened before its address was given out (split, shrink): a refused
+  // connection means its rank is gone, not late.
+  bool store_listening = false;
   // The job's secret: only processes that know it may connect (ARCOLL_JOB_TOKEN; made by the
   // local launcher and, under mpirun, by rank 0 and shared through MPI). Empty: none.
   std::string job_token;

@@ -7,9 +7,9 @@
  *  3. A world of four: four forked children with ARCOLL_RANK etc. set; rank 0 hosts the
  *     rendezvous store on a socket this process bound before forking (no port race). Every
  *     collective against references computed here in double precision, an all-reduce of
- *     shared buffers (arcoll_mem_alloc), point-to-point, and the error paths. ARCOLL_ALGO,
- *     ARCOLL_TRANSPORT and the other settings in this process's environment apply, so the
- *     test can be repeated per algorithm or transport.
+ *     shared buffers (arcoll_mem_alloc), point-to-point, the error paths, and a shrink once
+ *     the last rank has left. ARCOLL_ALGO, ARCOLL_TRANSPORT and the other settings in this
+ *     process's environment apply, so the test can be repeated per algorithm or transport.
  *
  * Each process counts its checks in shared memory; the parent prints "N passed, M failed" and
  * exits non-zero when anything failed, crashed or hung (alarm).
@@ -865,6 +865,29 @@ static void test_error_paths(arcoll_comm_t* comm, int rank, int size) {
                "send 16 B from a NULL buffer");
 }
 
+/* The last rank gives up; the others' barrier fails, and they shrink to a communicator of
+ * themselves, which works. */
+static void test_shrink(arcoll_comm_t* comm, int rank, int size) {
+  check_result(arcoll_comm_shrink(comm, NULL), ARCOLL_ERROR_INVALID_ARGUMENT,
+               "arcoll_comm_shrink with no place for the result");
+  if (rank == size - 1) {
+    check_result(arcoll_comm_abort(comm, "the test leaves"), ARCOLL_SUCCESS, "abort to leave");
+    return;
+  }
+  check_result(arcoll_barrier(comm), ARCOLL_ERROR_PEER_FAILURE, "barrier with a rank gone");
+  arcoll_comm_t* survivors = NULL;
+  if (!check_result(arcoll_comm_shrink(comm, &survivors), ARCOLL_SUCCESS, "arcoll_comm_shrink"))
+    return;
+  int got_rank = -1, got_size = -1, one = 1;
+  arcoll_comm_rank(survivors, &got_rank);
+  arcoll_comm_size(survivors, &got_size);
+  check(got_rank == rank && got_size == size - 1, "shrunk: rank %d of %d", got_rank, got_size);
+  check_result(arcoll_allreduce(survivors, &one, &one, 1, ARCOLL_I32, ARCOLL_SUM), ARCOLL_SUCCESS,
+               "allreduce of the survivors");
+  check(one == size - 1, "the survivors' sum is %d", one);
+  check_result(arcoll_comm_destroy(survivors), ARCOLL_SUCCESS, "destroy the survivors' one");
+}
+
 static void run_rank(int rank, int size) {
   arcoll_comm_t* comm = NULL;
   if (!check_result(arcoll_comm_init_from_env(&comm), ARCOLL_SUCCESS, "arcoll_comm_init_from_env"))
@@ -904,6 +927,7 @@ static void run_rank(int rank, int size) {
       REQUIRE_SUCCESS(arcoll_allreduce(comm, &one, &one, 1, ARCOLL_I32, ARCOLL_SUM),
                       "allreduce after the failed calls");
       check(one == size, "the communicator still works after the failed calls (sum %d)", one);
+      test_shrink(comm, rank, size);
     }
   }
   check_result(arcoll_comm_destroy(comm), ARCOLL_SUCCESS, "arcoll_comm_destroy");
