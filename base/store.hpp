@@ -112,6 +112,7 @@ class StoreClient {
   // Waits until `key` exists or `deadline` passes (nullopt).
   std::optional<std::string> get(const std::string& key, net::Clock::time_point deadline);
   std::int64_t add(const std::string& key, std::int64_t delta);
+  const net::Endpoint& endpoint() const { return endpoint_; }
 
  private:
   std::optional<std::string> round_trip(store_protocol::Type type, const std::string& key,

@@ -109,8 +109,8 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
       corrupt_at_(corruption_fault(launch.rank)),
       tuning_(options_.tuning_file.empty() ? Tuning{} : load_tuning(options_.tuning_file)),
       survivors_(launch.rank, launch.world_size, listen_address(launch, options_)),
-      rendezvous_(join(launch, options_, host_name_of(launch.rank, launch.world_size),
-                       survivors_.endpoint(), Clock::now() + options_.timeout)),
+      rendezvous_(arcoll::join(launch, options_, host_name_of(launch.rank, launch.world_size),
+                               survivors_.endpoint(), Clock::now() + options_.timeout)),
       engine_(set_up_engine(rendezvous_, options_, corrupt_at_)) {
   survivors_.meet(rendezvous_.survivors_endpoints, rendezvous_.job_id, rendezvous_.job_token);
   engine_->apply_tuning(tuning_);

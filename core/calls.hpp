@@ -89,6 +89,7 @@ class Communicator::Impl {
   Survivors survivors_;
   Rendezvous rendezvous_;
   std::unique_ptr<Engine> engine_;
+  std::int64_t admitted_ = 0;  // newcomers admitted by grow() (core/membership.cpp)
 
  private:
   // Runs one call on the engine, under call_mutex_.

@@ -4,18 +4,13 @@
 #include "arcoll/communicator.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
 #include <limits>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
-#include "base/auth.hpp"
 #include "base/log.hpp"
-#include "base/socket.hpp"
 #include "core/calls.hpp"
 #include "core/link_costs_source.hpp"
 
@@ -196,129 +191,6 @@ void apply_link_costs_sources(Communicator& comm) {
 }
 
 Communicator::~Communicator() = default;
-
-std::unique_ptr<Communicator> Communicator::duplicate() {
-  return split(0, impl_->options_);
-}
-
-std::unique_ptr<Communicator> Communicator::duplicate(const Options& options) {
-  return split(0, options);
-}
-
-std::unique_ptr<Communicator> Communicator::split(int color) {
-  return split(color, impl_->options_);
-}
-
-std::unique_ptr<Communicator> Communicator::split(int color, const Options& options) {
-  const int n = size();
-  std::vector<std::int32_t> colors(static_cast<std::size_t>(n));
-  const std::int32_t mine = color < 0 ? -1 : color;
-  allgather(&mine, colors.data(), 1, DataType::i32);
-  LaunchInfo launch;
-  launch.source = "split";
-  launch.rank = 0;
-  launch.world_size = 0;
-  int leader = -1;
-  for (int r = 0; r < n; ++r) {
-    if (colors[static_cast<std::size_t>(r)] != mine) continue;
-    if (leader < 0) leader = r;
-    if (r < rank()) ++launch.rank;
-    ++launch.world_size;
-  }
-  launch.world_size = std::max(launch.world_size, 1);
-  // Each group meets at a new store on its lowest rank, which listens where its transports do,
-  // on a port the kernel picks; the address and a fresh token travel through this communicator.
-  constexpr std::size_t kAddress = 256;
-  std::vector<char> own(kAddress, '\0'), all(kAddress * static_cast<std::size_t>(n), '\0');
-  const Rendezvous& here = impl_->rendezvous_;
-  if (mine >= 0 && leader == rank() && launch.world_size > 1) {
-    net::Fd listener = net::listen_on(here.listen_address, 0);
-    std::snprintf(own.data(), own.size(), "%s %d %s", here.listen_address.c_str(),
-                  net::local_endpoint(listener.get()).port, auth::new_token().c_str());
-    launch.store_listen_fd = listener.release();
-  }
-  allgather(own.data(), all.data(), kAddress, DataType::u8);
-  if (mine < 0) return nullptr;
-  if (launch.world_size > 1) {
-    const char* address = all.data() + static_cast<std::size_t>(leader) * kAddress;
-    char host[200] = {}, token[128] = {};
-    if (std::sscanf(address, "%199s %d %127s", host, &launch.master_port, token) != 3)
-      throw ProtocolError("split", "rank " + std::to_string(leader) + " sent a malformed address",
-                          rank());
-    launch.master_addr = host;
-    launch.job_token = token;
-  }
-  return std::make_unique<Communicator>(launch, options);
-}
-
-std::unique_ptr<Communicator> Communicator::shrink() {
-  Impl& impl = *impl_;
-  impl.break_for_shrink();
-  if (size() == 1) return std::make_unique<Communicator>(LaunchInfo{}, impl.options_);
-  // A rank that dies after its proposal reached the others may be decided a member; building
-  // the communicator then fails, and the live ranks agree again (each time one rank fewer).
-  for (int attempt = 1;; ++attempt) {
-    // Each rank offers a store, listening before its address goes out: the lowest member's
-    // serves the new communicator's rendezvous.
-    net::Fd store = net::listen_on(impl.rendezvous_.listen_address, 0);
-    const std::string offer = impl.rendezvous_.listen_address + " " +
-                              std::to_string(net::local_endpoint(store.get()).port);
-    const Survivors::Decision decision =
-        impl.survivors_.agree(offer, net::Clock::now() + impl.options_.timeout);
-    LaunchInfo launch;
-    launch.source = "shrink";
-    launch.world_size = static_cast<int>(decision.members.size());
-    launch.rank = static_cast<int>(
-        std::find(decision.members.begin(), decision.members.end(), rank()) -
-        decision.members.begin());
-    launch.job_token = impl.rendezvous_.job_token;
-    launch.store_listening = true;
-    const std::string& lead = decision.offers.at(decision.members.front());
-    launch.master_addr = lead.substr(0, lead.find(' '));
-    launch.master_port = std::atoi(lead.c_str() + lead.find(' ') + 1);
-    if (launch.rank == 0) launch.store_listen_fd = store.release();
-    // A member that dies now never joins: the first rank to see its agreement connection close
-    // says so in the new store, and every rank waiting for it fails at once.
-    std::atomic<bool> built{false};
-    std::thread watchdog([&] {
-      while (!built.load()) {
-        const int dead = impl.survivors_.first_closed(
-            decision.members, net::Clock::now() + std::chrono::milliseconds(50));
-        if (dead < 0) continue;
-        const auto index = std::find(decision.members.begin(), decision.members.end(), dead) -
-                           decision.members.begin();
-        try {
-          StoreClient store_client({launch.master_addr, launch.master_port},
-                                   net::Clock::now() + std::chrono::seconds(1), rank(),
-                                   launch.job_token, false);
-          mark_failed_to_join(store_client, static_cast<int>(index),
-                              "rank " + std::to_string(dead) +
-                                  " of the communicator shrunk died after the agreement");
-        } catch (const Error&) {
-        }
-        return;
-      }
-    });
-    struct JoinOnExit {
-      std::atomic<bool>& built;
-      std::thread& watchdog;
-      ~JoinOnExit() {
-        built = true;
-        watchdog.join();
-      }
-    } join_on_exit{built, watchdog};
-    try {
-      return std::make_unique<Communicator>(launch, impl.options_);
-    } catch (const Error& e) {
-      if (attempt >= size() || e.code() == ErrorCode::invalid_argument ||
-          e.code() == ErrorCode::configuration)
-        throw;
-      log::warn("rank " + std::to_string(rank()) + ": the survivors' communicator of " +
-                std::to_string(launch.world_size) + " ranks could not be built (" + e.what() +
-                "); agreeing again");
-    }
-  }
-}
 
 int Communicator::rank() const {
   return impl_->rank_;

@@ -115,10 +115,9 @@ int agreement_fault(int rank) {
   if (!fault) return -1;
   int fault_rank = -1, round = -1;
   if (std::sscanf(fault->c_str(), "%d:%d", &fault_rank, &round) != 2 || round < 0)
-    throw ConfigurationError("environment",
-                             "ARCOLL_FAULT_AGREEMENT='" + *fault + "' must be <rank>:<round>, " +
-                                 "round >= 0",
-                             rank);
+    throw ConfigurationError(
+        "environment",
+        "ARCOLL_FAULT_AGREEMENT='" + *fault + "' must be <rank>:<round>, " + "round >= 0", rank);
   return fault_rank == rank ? round : -1;
 }
 
@@ -210,7 +209,12 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
     Peer& q = peer(p);
     q.out = std::move(fd);
     q.connecting = rc != 0;
-    Hello hello{kHelloMagic, kVersion, job_id_, epoch, rank_, p,
+    Hello hello{kHelloMagic,
+                kVersion,
+                job_id_,
+                epoch,
+                rank_,
+                p,
                 hello_mac(token_, job_id_, epoch, rank_, p)};
     put(q.outbox, &hello, sizeof hello);
   }
@@ -320,11 +324,10 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
     if (received.size() < sizeof(Hello)) return false;
     Hello hello;
     std::memcpy(&hello, received.data(), sizeof hello);
-    const bool valid = hello.magic == kHelloMagic && hello.version == kVersion &&
-                       hello.job_id == job_id_ && hello.to == rank_ && hello.from >= 0 &&
-                       hello.from < size_ && hello.from != rank_ &&
-                       auth::same(hello.mac, hello_mac(token_, job_id_, hello.epoch, hello.from,
-                                                       rank_));
+    const bool valid =
+        hello.magic == kHelloMagic && hello.version == kVersion && hello.job_id == job_id_ &&
+        hello.to == rank_ && hello.from >= 0 && hello.from < size_ && hello.from != rank_ &&
+        auth::same(hello.mac, hello_mac(token_, job_id_, hello.epoch, hello.from, rank_));
     if (!valid) {
       log::warn(operation + ": refused a connection from " + net::peer_address(fd.get()) +
                 " that is not a rank of this communicator's job");
@@ -376,9 +379,8 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
       enter_round(held);
     }
     // Done once the decision has left for every live rank.
-    const bool flushed = std::all_of(correct.begin(), correct.end(), [&](int p) {
-      return p == rank_ || peer(p).outbox.empty();
-    });
+    const bool flushed = std::all_of(correct.begin(), correct.end(),
+                                     [&](int p) { return p == rank_ || peer(p).outbox.empty(); });
     if (decided && flushed) break;
 
     const auto now = Clock::now();
@@ -390,8 +392,8 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
         if (p != rank_ && (decided ? !peer(p).outbox.empty() : heard[round].count(p) == 0)) {
           Peer& q = peer(p);
           if (q.out && !q.connecting) {
-            const std::string bytes = frame(
-                Type::excluded, "it did not answer the others' agreement within the timeout");
+            const std::string bytes =
+                frame(Type::excluded, "it did not answer the others' agreement within the timeout");
             (void)::send(q.out.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
             ::shutdown(q.out.get(), SHUT_WR);
             kept_.push_back(std::move(q.out));
@@ -424,8 +426,8 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
         owner.push_back(p);
       }
       if (q.out) {
-        fds.push_back({q.out.get(),
-                       static_cast<short>(q.connecting || !q.outbox.empty() ? POLLOUT : 0), 0});
+        fds.push_back(
+            {q.out.get(), static_cast<short>(q.connecting || !q.outbox.empty() ? POLLOUT : 0), 0});
         owner.push_back(p);
       }
     }
@@ -475,8 +477,8 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
 
   if (excluded_by) {
     leave();
-    throw PeerError(operation,
-                    *excluded_by + "; it is not a member of the survivors' communicator", rank_);
+    throw PeerError(operation, *excluded_by + "; it is not a member of the survivors' communicator",
+                    rank_);
   }
   if (fault_point_ == 0) ::raise(SIGKILL);
   for (int p = 0; p < size_; ++p) {

@@ -76,7 +76,7 @@ class Survivors {
   std::vector<net::Fd> kept_;
   std::map<int, net::Fd> kept_in_;
   std::set<int> failed_;  // the ranks the last agreement saw fail (or silenced)
-  int fault_point_ = 0;  // ARCOLL_FAULT_AGREEMENT for this rank (tests): 0 none
+  int fault_point_ = 0;   // ARCOLL_FAULT_AGREEMENT for this rank (tests): 0 none
 };
 
 }  // namespace arcoll

@@ -14,6 +14,8 @@
 #include <mpi.h>
 #endif
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -49,8 +51,8 @@ struct Flags {
                   lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
                   weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
                   data = kFashionMnistDir, json, profile_layers, timeout, threads = "1", transport,
-                  mpirun_args, ps_servers = "0", test_images;
-  bool list_models = false;
+                  mpirun_args, ps_servers = "0", test_images, kill;
+  bool list_models = false, elastic = false;
 };
 
 // A data-loading failure: exit code 2, as a bad flag.
@@ -68,6 +70,8 @@ struct Plan {
   std::vector<TrainConfig> configs;
   std::string data, json, profile_layers, transport, mpirun_args;
   std::optional<std::chrono::milliseconds> timeout;
+  bool elastic = false;
+  int kill_rank = -1;  // --kill RANK@STEP: the rank that dies, -1 none
 };
 
 double parse_number(const char* flag, const std::string& text, double min, double max) {
@@ -233,6 +237,31 @@ Plan make_plan(const Flags& flags) {
                        " trains on synthetic batches and is not evaluated");
     plan.test_images = parse_integer("--test-images", flags.test_images, 1, 1ll << 40);
   }
+  plan.elastic = flags.elastic;
+  if (!flags.kill.empty()) {
+    const auto at = flags.kill.find('@');
+    if (!flags.elastic) throw UsageError("--kill: only an --elastic run carries on without a rank");
+    if (at == std::string::npos)
+      throw UsageError("--kill " + quoted(flags.kill) + ": expected RANK@STEP (2@300)");
+    const int workers = plan.np.value_or(2);
+    plan.kill_rank = static_cast<int>(
+        parse_integer("--kill's rank", flags.kill.substr(0, at), 0, workers - 1));
+    if (workers < 2) throw UsageError("--kill: a run of one rank has no survivor");
+    const std::int64_t step = parse_integer("--kill's step", flags.kill.substr(at + 1), 0, 1ll << 40);
+    for (TrainConfig& c : plan.configs) {
+      c.kill_rank = plan.kill_rank;
+      c.kill_step = step;
+    }
+  }
+  if (flags.elastic) {
+    if (plan.backends != std::vector<std::string>{"arcoll"})
+      throw UsageError("--elastic: only arcoll's exchange shrinks to its survivors "
+                       "(--backends arcoll)");
+    if (plan.configs.size() != 1)
+      throw UsageError("--elastic runs one configuration: a lost rank is lost for the rest");
+    if (plan.ps_servers > 0) throw UsageError("--elastic: not with --ps-servers");
+    for (TrainConfig& c : plan.configs) c.elastic = true;
+  }
   plan.json = flags.json;
   plan.profile_layers = flags.profile_layers;
   plan.transport = flags.transport;
@@ -391,7 +420,8 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
     if (server) return serve_parameter_servers(plan, job);
   }
   arcoll::Communicator& comm = worker_group ? *worker_group : job;
-  const bool root = comm.rank() == 0;
+  bool root = comm.rank() == 0;
+  bool shrunk = false;  // an elastic run lost a rank: `comm` is broken, its survivors went on
   const std::unique_ptr<TrainingData> data = load_data(comm, plan);
 
   const TrainConfig& first = plan.configs.front();
@@ -444,44 +474,61 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
                 "--np N starts it; under another launcher, leave it out of --backends)\n");
         continue;
       }
-      ExchangeSetup setup{comm,
-                          launch,
-                          options.timeout,
-                          config.algorithm,
-                          config.wire,
-                          config.error_feedback,
-                          parameter,
-                          &job,
-                          plan.ps_servers,
-                          config.lr,
-                          config.momentum};
+      auto setup_on = [&](arcoll::Communicator& on) {
+        return ExchangeSetup{on,
+                             launch,
+                             options.timeout,
+                             config.algorithm,
+                             config.wire,
+                             config.error_feedback,
+                             parameter,
+                             &job,
+                             plan.ps_servers,
+                             config.lr,
+                             config.momentum};
+      };
       if (exchange_info.unavailable)
-        if (auto why = exchange_info.unavailable(setup)) {
+        if (auto why = exchange_info.unavailable(setup_on(comm))) {
           if (skipped.insert(backend).second && root)
             print("# " + backend + " skipped: " + *why + "\n");
           continue;
         }
       TrainRow row{config, {}};
-      {
-        std::unique_ptr<GradientExchange> exchange = exchange_info.create(setup);
-        row.result = trainer.run(backend, *exchange, backward_seconds, [&](const EpochPoint& p) {
-          if (root)
-            print(printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
-                                backend.c_str(), p.epoch, 100 * p.accuracy, p.loss,
-                                p.train_seconds));
-        });
-      }
+      // An elastic run goes on with the survivors: rank 0 of theirs prints.
+      row.result = trainer.run(
+          backend,
+          [&](arcoll::Communicator& on) { return exchange_info.create(setup_on(on)); },
+          backward_seconds, [&](const EpochPoint& p) {
+            if (trainer.communicator().rank() == 0)
+              print(printf_string("#   %s epoch %d: %.2f%% test accuracy, loss %.4f, %.1f s\n",
+                                  backend.c_str(), p.epoch, 100 * p.accuracy, p.loss,
+                                  p.train_seconds));
+          });
+      arcoll::Communicator& now = trainer.communicator();
+      const bool printing = now.rank() == 0;
+      if (printing)
+        for (const LostRank& lost : row.result.lost)
+          print(printf_string(
+              "#   %s: a rank was lost at step %lld: its step failed after %.1f ms, the "
+              "survivors shrank in %.1f ms and sent the weights again in %.1f ms (%.1f ms "
+              "lost); %d ranks go on\n",
+              backend.c_str(), static_cast<long long>(lost.step), 1e3 * lost.failed_step_seconds,
+              1e3 * lost.shrink_seconds, 1e3 * lost.state_seconds,
+              1e3 * (lost.failed_step_seconds + lost.shrink_seconds + lost.state_seconds),
+              lost.ranks_after));
       row.result.single_rank_iteration = single;
-      reduce_result(comm, config.batch, row.result);
-      if (comm.size() == 1) row.result.scaling_efficiency = 1;
+      reduce_result(now, config.batch, row.result);
+      if (now.size() == 1) row.result.scaling_efficiency = 1;
       if (first_weights.empty()) {
         first_weights = trainer.final_weights();
       } else {
         double difference = max_difference(first_weights, trainer.final_weights());
-        comm.allreduce(&difference, 1, arcoll::DataType::f64, arcoll::ReduceOp::max);
+        now.allreduce(&difference, 1, arcoll::DataType::f64, arcoll::ReduceOp::max);
         row.result.weights_max_difference = difference;
       }
-      if (root) print(table_row(row));
+      if (printing) print(table_row(row));
+      root = printing;
+      shrunk = shrunk || !row.result.lost.empty();
       rows.push_back(std::move(row));
     }
     if (!plan.profile_layers.empty()) {
@@ -525,7 +572,7 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
           results_json(rows, metadata(comm, plan, info.build(), argc, argv)).dump(2) + "\n");
     }
   }
-  comm.barrier();
+  if (!shrunk) comm.barrier();
   return rows.empty() && !plan.backends.empty() ? 1 : 0;
 }
 
@@ -593,6 +640,11 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   add("--seed", f.seed, "N", "Initial weights and data order (the same for every backend)")
       ->capture_default_str();
+  app.add_flag("--elastic", f.elastic,
+               "A rank lost mid-run leaves the others to shrink and carry on from their weights, "
+               "their data re-sharded (arcoll's exchange, one configuration)");
+  add("--kill", f.kill, "RANK@STEP",
+      "With --elastic: that rank is SIGKILLed at that step of the run (from 0)");
   add("--data", f.data, "DIR", "Fashion-MNIST's gzipped IDX files")->capture_default_str();
   add("--test-images", f.test_images, "N",
       "Evaluate each epoch on the test set's first N images (default: all 10,000), for quick "
@@ -684,9 +736,15 @@ int main(int argc, char** argv) {
     if (ExchangeRegistry::instance().find(backend_name(backend).first)->needs_mpirun)
       return arbench::reexec_under_mpirun(plan.mpirun_args, ranks, argc, argv);
   try {
-    return arbench::exit_status(arcoll::run_local_ranks(
-        arbench::local_launch(ranks),
-        [&] { return rank_main(plan, arcoll::detect_launch(), argc, argv); }));
+    arcoll::LocalLaunchOptions local = arbench::local_launch(ranks);
+    // An elastic run goes on after a rank fails; the one --kill kills is no failure.
+    if (plan.elastic) local.failure_grace = std::chrono::hours(24);
+    std::vector<arcoll::RankExit> exits = arcoll::run_local_ranks(
+        local, [&] { return rank_main(plan, arcoll::detect_launch(), argc, argv); });
+    std::erase_if(exits, [&](const arcoll::RankExit& e) {
+      return e.rank == plan.kill_rank && e.signal == SIGKILL;
+    });
+    return arbench::exit_status(exits);
   } catch (const arbench::UsageError& e) {
     std::fprintf(stderr, "arbench train: %s\n", e.what());
     return arbench::kUsageError;

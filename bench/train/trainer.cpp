@@ -1,11 +1,13 @@
 #include "trainer.hpp"
 
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <stdexcept>
 
@@ -90,7 +92,8 @@ std::string TrainConfig::label() const {
 }
 
 Trainer::Trainer(arcoll::Communicator& comm, const TrainConfig& config, const TrainingData* data)
-    : comm_(comm),
+    : comm_(&comm),
+      first_rank_(comm.rank()),
       config_(config),
       info_(*NetRegistry::instance().find(config.model)),
       data_(data) {
@@ -113,7 +116,7 @@ StagedNet Trainer::build_net() const {
 std::int64_t Trainer::steps_per_epoch() const {
   if (info_.data == DataKind::imagenet) return config_.steps_per_epoch;
   const std::int64_t whole =
-      data_->train.labels.size(0) / (std::int64_t(comm_.size()) * config_.batch);
+      data_->train.labels.size(0) / (std::int64_t(comm_->size()) * config_.batch);
   return config_.steps_per_epoch > 0 ? std::min<std::int64_t>(whole, config_.steps_per_epoch)
                                      : whole;
 }
@@ -128,15 +131,15 @@ torch::Tensor Trainer::epoch_order(int epoch) const {
 Trainer::Batch Trainer::batch(const torch::Tensor& order, std::int64_t step) const {
   if (info_.data == DataKind::imagenet) return synthetic_;
   // This step's global batch, then this rank's disjoint share of it.
-  const std::int64_t global = std::int64_t(comm_.size()) * config_.batch;
+  const std::int64_t global = std::int64_t(comm_->size()) * config_.batch;
   const torch::Tensor indices =
-      order.slice(0, step * global + comm_.rank(), (step + 1) * global, comm_.size());
+      order.slice(0, step * global + comm_->rank(), (step + 1) * global, comm_->size());
   return {data_->train.images.index_select(0, indices),
           data_->train.labels.index_select(0, indices)};
 }
 
 double Trainer::learning_rate(std::int64_t step, std::int64_t total_steps) const {
-  const double ratio = double(config_.batch) * comm_.size() / config_.reference_batch;
+  const double ratio = double(config_.batch) * comm_->size() / config_.reference_batch;
   const double factor = config_.lr_scaling == LrScaling::linear ? ratio
                         : config_.lr_scaling == LrScaling::sqrt ? std::sqrt(ratio)
                                                                 : 1.0;
@@ -176,7 +179,7 @@ void Trainer::share_buffers(const StagedNet& net) {
   std::vector<torch::Tensor> buffers = float_buffers(net);
   if (buffers.empty()) return;
   std::vector<float> flat = flatten(buffers);
-  comm_.broadcast(flat.data(), flat.size(), arcoll::DataType::f32, 0);
+  comm_->broadcast(flat.data(), flat.size(), arcoll::DataType::f32, 0);
   unflatten(flat, buffers);
 }
 
@@ -187,7 +190,7 @@ double Trainer::evaluate(StagedNet net) {
   net->eval();
   const std::int64_t n = data_->test.labels.size(0);
   std::int64_t counts[2] = {0, 0};  // correct, seen: this rank evaluates every size()-th image
-  const torch::Tensor mine = torch::arange(comm_.rank(), n, comm_.size(), torch::kInt64);
+  const torch::Tensor mine = torch::arange(comm_->rank(), n, comm_->size(), torch::kInt64);
   for (std::int64_t at = 0; at < mine.size(0); at += 1000) {
     const torch::Tensor indices =
         mine.slice(0, at, std::min<std::int64_t>(at + 1000, mine.size(0)));
@@ -198,7 +201,7 @@ double Trainer::evaluate(StagedNet net) {
     counts[1] += indices.size(0);
   }
   net->train();
-  comm_.allreduce(counts, 2, arcoll::DataType::i64, arcoll::ReduceOp::sum);
+  comm_->allreduce(counts, 2, arcoll::DataType::i64, arcoll::ReduceOp::sum);
   return double(counts[0]) / double(counts[1]);
 }
 
@@ -210,9 +213,9 @@ void Trainer::check_replicas(const StagedNet& net, const std::string& backend) {
     for (std::size_t i = 0; i < c.numel() * sizeof(float); ++i)
       hash = (hash ^ bytes[i]) * 1099511628211ull;
   }
-  std::vector<std::uint64_t> all(comm_.size());
-  comm_.allgather(&hash, all.data(), 1, arcoll::DataType::i64);  // 64 bits, moved as they are
-  for (int r = 1; r < comm_.size(); ++r)
+  std::vector<std::uint64_t> all(comm_->size());
+  comm_->allgather(&hash, all.data(), 1, arcoll::DataType::i64);  // 64 bits, moved as they are
+  for (int r = 1; r < comm_->size(); ++r)
     if (all[r] != all[0])
       throw std::runtime_error("the replicas diverged: rank " + std::to_string(r) +
                                "'s weights differ from rank 0's after training through " + backend +
@@ -222,8 +225,8 @@ void Trainer::check_replicas(const StagedNet& net, const std::string& backend) {
 double Trainer::single_rank_iteration() {
   const int iterations = untimed_iterations() + timed_sample();
   double seconds = 0;
-  comm_.barrier();
-  if (comm_.rank() == 0) {
+  comm_->barrier();
+  if (comm_->rank() == 0) {
     StagedNet net = build_net();
     std::vector<torch::Tensor> momentum;
     const torch::Tensor order = epoch_order(0);
@@ -239,33 +242,60 @@ double Trainer::single_rank_iteration() {
     seconds = quantile(times, 0.5);
   }
   // The others wait here, idle, while rank 0 measures.
-  comm_.broadcast(&seconds, 1, arcoll::DataType::f64, 0);
+  comm_->broadcast(&seconds, 1, arcoll::DataType::f64, 0);
   return seconds;
 }
 
-TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
+TrainResult Trainer::run(const std::string& backend, const ExchangeMaker& make_exchange,
                          const std::vector<double>& backward_seconds,
                          const std::function<void(const EpochPoint&)>& on_epoch) {
   TrainResult result;
   result.backend = backend;
-  result.description = exchange.description();
+  std::unique_ptr<GradientExchange> exchange = make_exchange(*comm_);
+  result.description = exchange->description();
   StagedNet net = build_net();
   std::vector<torch::Tensor> params = net->parameters();
   {
     // One start on every rank, from rank 0's weights, as DDP does.
     std::vector<float> flat = flatten(params);
-    exchange.broadcast(flat.data(), flat.size(), 0);
+    exchange->broadcast(flat.data(), flat.size(), 0);
     unflatten(flat, params);
   }
   share_buffers(net);
   // Dropout draws its own masks on each rank.
-  torch::manual_seed(config_.seed * 1000 + static_cast<std::uint64_t>(comm_.rank()) + 1);
+  torch::manual_seed(config_.seed * 1000 + static_cast<std::uint64_t>(comm_->rank()) + 1);
 
   arcoll::replay::Policy policy = arcoll::replay::parse_policy(config_.policy);
   policy.bucket_bytes = config_.bucket_bytes;
-  DataParallel parallel(net, policy, backward_seconds, exchange, comm_.size());
-  result.buckets = parallel.plan().size();
+  auto parallel =
+      std::make_unique<DataParallel>(net, policy, backward_seconds, *exchange, comm_->size());
+  result.buckets = parallel->plan().size();
   std::vector<torch::Tensor> momentum;
+  // After a rank is lost: the survivors' communicator, an exchange and buckets on it, and the
+  // weights and momentum of the new rank 0 (every survivor's are the same: the failed step
+  // changed none).
+  auto carry_on = [&](std::int64_t at, const std::exception_ptr& failure, double failed_step) {
+    const auto shrink_start = Clock::now();
+    parallel.reset();
+    exchange.reset();
+    std::unique_ptr<arcoll::Communicator> survivors = comm_->shrink();
+    if (survivors->size() == comm_->size()) std::rethrow_exception(failure);  // none was lost
+    survivors_.push_back(std::move(survivors));
+    comm_ = survivors_.back().get();
+    const double shrink_seconds = seconds_since(shrink_start);
+    const auto state_start = Clock::now();
+    exchange = make_exchange(*comm_);
+    parallel =
+        std::make_unique<DataParallel>(net, policy, backward_seconds, *exchange, comm_->size());
+    for (std::vector<torch::Tensor>* state : {&params, &momentum}) {
+      if (state->empty()) continue;
+      std::vector<float> flat = flatten(*state);
+      comm_->broadcast(flat.data(), flat.size(), arcoll::DataType::f32, 0);
+      unflatten(flat, *state);
+    }
+    result.lost.push_back(
+        {at, failed_step, shrink_seconds, seconds_since(state_start), comm_->size()});
+  };
   const std::int64_t steps = steps_per_epoch();
   const std::int64_t total_steps = steps * config_.epochs;
   const int untimed = untimed_iterations();
@@ -282,17 +312,27 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
     double loss_sum = 0;
     for (std::int64_t step = 0; step < steps; ++step) {
       const auto start = Clock::now();
+      if (config_.kill_rank == first_rank_ && epoch * steps + step == config_.kill_step)
+        ::raise(SIGKILL);
       const Batch b = batch(order, step);
       for (torch::Tensor& p : params) p.mutable_grad().reset();
       const torch::Tensor loss =
           torch::nn::functional::cross_entropy(net->forward(b.input), b.target);
-      parallel.begin_iteration();
-      loss.backward();
-      const auto backward_end = Clock::now();
-      parallel.finish_iteration();
-      const double waited = seconds_since(backward_end);
+      double waited = 0;
+      try {
+        parallel->begin_iteration();
+        loss.backward();
+        const auto backward_end = Clock::now();
+        parallel->finish_iteration();
+        waited = seconds_since(backward_end);
+      } catch (const std::exception&) {
+        if (!config_.elastic) throw;
+        carry_on(epoch * steps + step, std::current_exception(), seconds_since(start));
+        --step;  // this step again, on the survivors, with their shares of the batch
+        continue;
+      }
       // A parameter server that keeps the weights has stepped them already.
-      if (!exchange.returns_weights())
+      if (!exchange->returns_weights())
         sgd_step(net, momentum, learning_rate(epoch * steps + step, total_steps));
       loss_sum += loss.item<double>();
       if (epoch * steps + step >= untimed) {
@@ -308,7 +348,7 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
     cpu_system += cpu_seconds(after.ru_stime) - cpu_seconds(before.ru_stime);
     result.training_seconds += epoch_seconds;
     if (info_.data == DataKind::fashion_mnist) {
-      parallel.settle_weights();
+      parallel->settle_weights();
       EpochPoint point{epoch + 1, result.training_seconds, evaluate(net),
                        loss_sum / double(std::max<std::int64_t>(1, steps))};
       result.curve.push_back(point);
@@ -321,10 +361,10 @@ TrainResult Trainer::run(const std::string& backend, GradientExchange& exchange,
   result.peak_rss_mib = peak_rss_mib();
   result.cpu_user_percent = 100 * cpu_user / std::max(1e-9, result.training_seconds);
   result.cpu_system_percent = 100 * cpu_system / std::max(1e-9, result.training_seconds);
-  result.bytes_allreduced = double(parallel.bytes_per_iteration()) * double(iterations);
+  result.bytes_allreduced = double(parallel->bytes_per_iteration()) * double(iterations);
   result.exposed_seconds =
       result.iteration_seconds.empty() ? 0 : exposed / double(result.iteration_seconds.size());
-  parallel.settle_weights();
+  parallel->settle_weights();
   check_replicas(net, backend);
   final_weights_.clear();
   for (const torch::Tensor& p : params) final_weights_.push_back(p.detach().clone());
@@ -350,7 +390,7 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
   std::vector<double> other, totals;  // totals: each iteration's whole time
   const torch::Tensor order = epoch_order(0);
   const std::int64_t steps = std::max<std::int64_t>(1, steps_per_epoch());
-  comm_.barrier();
+  comm_->barrier();
   for (int i = 0; i < untimed_iterations() + iterations; ++i) {
     const auto start = Clock::now();
     const Batch b = batch(order, i % steps);
@@ -394,13 +434,13 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
   for (auto& v : forward) flat.push_back(quantile(v, 0.5));
   for (auto it = backward.rbegin(); it != backward.rend(); ++it) flat.push_back(quantile(*it, 0.5));
   flat.push_back(quantile(other, 0.5));
-  comm_.allreduce(flat.data(), flat.size(), arcoll::DataType::f64, arcoll::ReduceOp::avg);
+  comm_->allreduce(flat.data(), flat.size(), arcoll::DataType::f64, arcoll::ReduceOp::avg);
   // A synchronous iteration waits for its slowest rank: where ranks share cores their
   // iterations vary, and the expected slowest of N draws is about the N/(N+1) quantile of every
   // rank's iteration times. The stages are scaled to it (1 for a rank alone).
-  std::vector<double> pooled(totals.size() * static_cast<std::size_t>(comm_.size()));
-  comm_.allgather(totals.data(), pooled.data(), totals.size(), arcoll::DataType::f64);
-  const double ranks = comm_.size();
+  std::vector<double> pooled(totals.size() * static_cast<std::size_t>(comm_->size()));
+  comm_->allgather(totals.data(), pooled.data(), totals.size(), arcoll::DataType::f64);
+  const double ranks = comm_->size();
   const double scale = quantile(pooled, ranks / (ranks + 1)) / quantile(pooled, 0.5);
   for (double& t : flat) t *= scale;
   StageTimes times;

@@ -41,6 +41,11 @@ struct TrainConfig {
   int warmup_iterations = 2;  // synthetic data: untimed iterations first
   double target_accuracy = 0.89;
   std::uint64_t seed = 1;
+  // --elastic: a failed step makes the survivors shrink() and carry on from their weights;
+  // --kill RANK@STEP: that rank (of the first communicator) dies at that step (from 0).
+  bool elastic = false;
+  int kill_rank = -1;
+  std::int64_t kill_step = -1;
   std::string label() const;  // "buckets auto f32 b32 lr0.05 none w0"
 };
 
@@ -54,6 +59,14 @@ struct EpochPoint {
   double loss = 0;           // mean training loss of the epoch
 };
 
+// A rank lost during an elastic run, and what carrying on cost: the failed step until its
+// error, the shrink (agreement and new communicator), and the weights and momentum sent again
+// from the new rank 0 (with the gradient exchange made anew).
+struct LostRank {
+  std::int64_t step = 0;  // of the run, from 0
+  double failed_step_seconds = 0, shrink_seconds = 0, state_seconds = 0;
+  int ranks_after = 0;
+};
 // What one rank measured; reduce_result() makes every rank's into the job's.
 struct TrainResult {
   std::string backend;
@@ -73,6 +86,7 @@ struct TrainResult {
   double weights_max_difference = -1;  // against the first backend of the configuration
   std::vector<EpochPoint> curve;
   std::size_t buckets = 0;
+  std::vector<LostRank> lost;  // elastic runs
 };
 
 // Fashion-MNIST in memory (every rank holds it; each trains on its shard).
@@ -89,9 +103,13 @@ class Trainer {
   // Trains from the seed's initial weights through `exchange`; every rank's final weights
   // are checked to be identical (an error names the rank that diverged).
   // `on_epoch` hears of every evaluated epoch as it ends.
-  TrainResult run(const std::string& backend, GradientExchange& exchange,
+  // `make_exchange` makes the exchange on a communicator (again, after a shrink).
+  using ExchangeMaker = std::function<std::unique_ptr<GradientExchange>(arcoll::Communicator&)>;
+  TrainResult run(const std::string& backend, const ExchangeMaker& make_exchange,
                   const std::vector<double>& backward_seconds,
                   const std::function<void(const EpochPoint&)>& on_epoch);
+  // The communicator the trainer runs on: the one it was made with, or its survivors'.
+  arcoll::Communicator& communicator() { return *comm_; }
   // Each stage's forward and backward time (backward order for backward), measured with
   // every rank computing at once and no exchange; `other` is the rest of an iteration
   // (sampling the batch, the optimizer's step). Medians over `iterations`.
@@ -120,7 +138,11 @@ class Trainer {
   void share_buffers(const StagedNet& net);
   void check_replicas(const StagedNet& net, const std::string& backend);
 
-  arcoll::Communicator& comm_;
+  arcoll::Communicator* comm_;
+  // The survivors' communicators of an elastic run, the last in use; the first rank this
+  // process had (which --kill names).
+  std::vector<std::unique_ptr<arcoll::Communicator>> survivors_;
+  int first_rank_;
   TrainConfig config_;
   const NetInfo& info_;
   const TrainingData* data_;

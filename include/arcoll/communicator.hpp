@@ -67,6 +67,22 @@ class Communicator {
   // call of it fails promptly), and only destroying it remains. A rank that aborted this
   // communicator takes no part.
   std::unique_ptr<Communicator> shrink();
+  // Where newcomers find this communicator to join it ("address:port" of rank 0's rendezvous
+  // store); empty in a world of one, which has none.
+  std::string rendezvous_address() const;
+  // Admits the processes waiting to join through rendezvous_address(): a new communicator of
+  // these ranks followed by the newcomers, in the order they came. Waits, up to the timeout,
+  // until `wait_for` newcomers wait, and admits every one waiting then. Collective: rank 0
+  // counts the newcomers and tells the others, so that all agree on the new size before any
+  // collective of it runs. A newcomer that comes while the group grows waits for the next
+  // grow() of this communicator. Not in a world of one (no store).
+  std::unique_ptr<Communicator> grow(int wait_for = 0);
+  // A process joining a running group through `rendezvous_address` (a member's
+  // rendezvous_address()), proving it knows the job's token: returns once a grow() of the
+  // members admitted it, as one of the last ranks; TimeoutError when none did in time.
+  static std::unique_ptr<Communicator> join(const std::string& rendezvous_address,
+                                            const std::string& job_token,
+                                            const Options& options);
   Communicator& operator=(const Communicator&) = delete;
 
   int rank() const;

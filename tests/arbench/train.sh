@@ -2,8 +2,9 @@
 # arbench train end to end, in a few dozen steps: every policy keeps the replicas identical
 # (arbench train checks every rank's weights bit for bit after each run and fails otherwise),
 # arcoll-, Gloo- and MPI-trained weights agree from the same seed, the throughput models run,
-# the layer profile is a replay model, and a bad data set, ranks that disagree on the batch
-# and a killed rank each end with a clear error. Usage: train.sh ARBENCH
+# the layer profile is a replay model, an elastic run goes on without a killed rank, and a bad
+# data set, ranks that disagree on the batch and a killed rank (not elastic) each end with a
+# clear error. Usage: train.sh ARBENCH
 set -euo pipefail
 arbench=$1
 source "$(dirname "$0")/lib/common.sh"
@@ -99,7 +100,21 @@ cp /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz "$work/corrupt/"
 expect_usage_error_of "$work/corrupt/train-images-idx3-ubyte.gz" \
   "$arbench" train --np 2 --backends arcoll --data "$work/corrupt"
 
-# 5. Two ranks started by hand that disagree on the batch: both exit 2, naming it.
+# 5. Elastic training: rank 1 of 3 dies at step 20; the others shrink, re-shard and finish,
+# their replicas identical (checked at the end), and the launcher takes the kill as planned.
+# Its flags refuse what cannot be.
+"$arbench" train --np 3 --backends arcoll --elastic --kill 1@20 --steps 40 --epochs 1 \
+  --test-images 2000 >"$work/elastic.txt" 2>&1 || fail "the elastic run failed: $(cat "$work/elastic.txt")"
+grep -q "a rank was lost at step 20: .* 2 ranks go on" "$work/elastic.txt" ||
+  fail "the elastic run does not say what the loss cost: $(cat "$work/elastic.txt")"
+grep -qE "^ +arcoll +buckets" "$work/elastic.txt" || fail "no result row: $(cat "$work/elastic.txt")"
+expect_usage_error_of "--kill: only an --elastic run" "$arbench" train --np 3 --kill 1@20
+expect_usage_error_of "--elastic: only arcoll's exchange" \
+  "$arbench" train --np 3 --backends arcoll,gloo --elastic
+expect_usage_error_of "--kill's rank: '3' is outside 0..2" \
+  "$arbench" train --np 3 --backends arcoll --elastic --kill 3@5
+
+# 6. Two ranks started by hand that disagree on the batch: both exit 2, naming it.
 port=$($python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 for r in 0 1; do
   ARCOLL_RANK=$r ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ARCOLL_MASTER_PORT=$port \
@@ -117,7 +132,7 @@ grep -qF "rank 1 was started with '64' where rank 0 has '32'" "$work/mismatch.1.
 grep -qF "rank 1 was started with other arguments" "$work/mismatch.0.err" ||
   fail "rank 0 did not name rank 1: $(cat "$work/mismatch.0.err")"
 
-# 6. A rank killed mid-training: the launcher names it, the others fail naming it within
+# 7. A rank killed mid-training: the launcher names it, the others fail naming it within
 # their timeout.
 start=$(date +%s)
 ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 --test-images 2000 \

@@ -1,11 +1,14 @@
 // The soak: thousands of random collectives (algorithm, collective, type, op, count from 0 to
 // 4 MiB, in place or not) on 5 ranks over two emulated hosts, so that shared memory and TCP
-// both carry them. Every result is checked element by element against an exact reference
-// (see check_shared_result); open file descriptors must not grow, and under LeakSanitizer each rank
-// checks itself for leaks once its communicator is gone. ARCOLL_SOAK_CALLS sets the number of calls
-// (10000), ARCOLL_SOAK_SEED the sequence (1).
+// both carry them; and its elastic form, on 6 ranks of which up to 4 are killed. Every result
+// is checked element by element against an exact reference (see check_shared_result); open
+// file descriptors must not grow, and under LeakSanitizer each rank checks itself for leaks
+// once its communicator is gone. ARCOLL_SOAK_CALLS sets the number of calls (10000; a quarter
+// of it for the elastic form), ARCOLL_SOAK_SEED the sequence (1).
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -326,6 +330,109 @@ int soak_rank(int calls, unsigned seed) {
     std::printf("leak check: not in this build (the test command's sanitized build has it)\n");
   }
   return status;
+}
+
+// The elastic soak: 6 ranks run random collectives; a schedule that every rank draws alike
+// SIGKILLs up to 4 of them, each at the start of a random call. The survivors' call fails;
+// they shrink() and run that call again on their new communicator, and every result after a
+// shrink is checked against the reference for the survivors. Each call is drawn from a
+// generator of its own, with the world size it runs on.
+constexpr int kElasticRanks = 6;
+
+struct Kill {
+  int call;
+  int victim;  // a rank of the first communicator
+};
+
+std::vector<Kill> kill_schedule(unsigned seed, int calls) {
+  std::mt19937_64 rng(seed * 7919u + 17u);
+  const int kills = 1 + static_cast<int>(rng() % (kElasticRanks - 2));
+  std::vector<int> alive(kElasticRanks);
+  for (int r = 0; r < kElasticRanks; ++r) alive[static_cast<std::size_t>(r)] = r;
+  std::vector<Kill> schedule;
+  int at = 0;
+  for (int k = 0; k < kills; ++k) {
+    at += 1 + static_cast<int>(rng() % static_cast<unsigned>(std::max(1, calls / kills - 1)));
+    const std::size_t who = rng() % alive.size();
+    schedule.push_back({at, alive[who]});
+    alive.erase(alive.begin() + static_cast<std::ptrdiff_t>(who));
+  }
+  return schedule;
+}
+
+int elastic_soak_rank(int calls, unsigned seed) {
+  auto comm = Communicator::from_env();
+  const int first_rank = comm->rank();
+  const std::vector<Kill> schedule = kill_schedule(seed, calls);
+  std::vector<std::string> algorithms = Communicator::allreduce_algorithms();
+  algorithms.push_back("auto");
+  std::vector<std::unique_ptr<Communicator>> retired;  // destroyed once the soak ends
+  std::vector<char> a, b;
+  std::size_t wrong_calls = 0, next_kill = 0, checked_after_a_kill = 0;
+  for (int i = 0; i < calls; ++i) {
+    if (next_kill < schedule.size() && schedule[next_kill].call == i &&
+        schedule[next_kill].victim == first_rank)
+      ::raise(SIGKILL);
+    std::mt19937_64 rng(seed * 1000003ull + static_cast<unsigned>(i));
+    const Call c = next_call(rng, algorithms, comm->size());
+    try {
+      const std::size_t wrong = run_and_check(*comm, i, c, a, b);
+      if (wrong != 0 && ++wrong_calls <= 10)
+        std::printf("call %d (%s) on %d ranks: %zu wrong elements on rank %d\n", i,
+                    c.describe().c_str(), comm->size(), wrong, comm->rank());
+      if (next_kill > 0) ++checked_after_a_kill;
+    } catch (const Error& e) {
+      if (next_kill >= schedule.size() || schedule[next_kill].call != i) {
+        std::printf("call %d (%s) failed with no rank killed: %s\n", i, c.describe().c_str(),
+                    e.what());
+        return 3;
+      }
+      const int before = comm->size();
+      auto shrunk = comm->shrink();
+      if (shrunk->size() != before - 1) {
+        std::printf("after the kill at call %d: %d ranks where %d were expected\n", i,
+                    shrunk->size(), before - 1);
+        return 7;
+      }
+      retired.push_back(std::move(comm));
+      comm = std::move(shrunk);
+      ++next_kill;
+      --i;  // the failed call again, on the survivors
+    }
+  }
+  comm->barrier();
+  std::printf(
+      "%d calls, %zu kills survived, %zu calls checked after a kill, %zu with wrong "
+      "results, %d ranks at the end\n",
+      calls, next_kill, checked_after_a_kill, wrong_calls, comm->size());
+  return wrong_calls == 0 ? 0 : 4;
+}
+
+TEST(Soak, RandomKillsAreSurvivedByShrinkingAndResultsStayCorrect) {
+  const char* calls_text = std::getenv("ARCOLL_SOAK_CALLS");
+  const char* seed_text = std::getenv("ARCOLL_SOAK_SEED");
+  const int calls = (calls_text != nullptr ? std::atoi(calls_text) : 10000) / 4;
+  const unsigned seed = seed_text != nullptr ? static_cast<unsigned>(std::atoi(seed_text)) : 1;
+  const std::vector<Kill> schedule = kill_schedule(seed, calls);
+  LocalLaunchOptions options;
+  options.ranks = kElasticRanks;
+  options.env = {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TIMEOUT", "60"}};
+  options.failure_grace = std::chrono::minutes(10);  // the survivors carry on
+  auto exits = launch(options, [&] { return elastic_soak_rank(calls, seed); });
+  ASSERT_EQ(exits.size(), static_cast<std::size_t>(kElasticRanks));
+  for (const auto& e : exits) {
+    const bool victim = std::any_of(schedule.begin(), schedule.end(),
+                                    [&](const Kill& k) { return k.victim == e.rank; });
+    if (victim) {
+      EXPECT_EQ(e.signal, SIGKILL) << "rank " << e.rank << ":\n" << e.output;
+      continue;
+    }
+    EXPECT_TRUE(e.ok()) << "rank " << e.rank << ":\n" << e.output;
+    EXPECT_NE(e.output.find(std::to_string(schedule.size()) + " kills survived"), std::string::npos)
+        << e.output;
+    EXPECT_NE(e.output.find("0 with wrong results"), std::string::npos) << e.output;
+    std::printf("rank %d: %s", e.rank, e.output.c_str());
+  }
 }
 
 TEST(Soak, RandomCollectivesOnMixedTransportsStayCorrectWithoutGrowth) {

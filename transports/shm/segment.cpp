@@ -269,6 +269,9 @@ void Segments::set_up(const TransportSetup& setup) {
                 "through shared memory");
     }
   }
+  // Every rank removes every name, not only its own: a peer killed between here and its own
+  // removal leaves none behind.
+  for (int p : setup.peers) ::shm_unlink(segment_name(setup.job_id, p).c_str());
 }
 
 }  // namespace arcoll::shm
