@@ -272,9 +272,12 @@ TrainResult Trainer::run(const std::string& backend, const ExchangeMaker& make_e
   result.buckets = parallel->plan().size();
   std::vector<torch::Tensor> momentum;
   // After a rank is lost: the survivors' communicator, an exchange and buckets on it, and the
-  // weights and momentum of the new rank 0 (every survivor's are the same: the failed step
-  // changed none).
-  auto carry_on = [&](std::int64_t at, const std::exception_ptr& failure, double failed_step) {
+  // weights and momentum of the rank that got furthest. A survivor whose last bytes from the
+  // dead rank a reset connection dropped fails the step before the others: every one goes on
+  // from the latest failed step, with the state of the lowest rank that failed it (a failed
+  // step changes no weight). Returns that step.
+  auto carry_on = [&](std::int64_t failed_at, const std::exception_ptr& failure,
+                      double failed_step) {
     const auto shrink_start = Clock::now();
     parallel.reset();
     exchange.reset();
@@ -284,17 +287,24 @@ TrainResult Trainer::run(const std::string& backend, const ExchangeMaker& make_e
     comm_ = survivors_.back().get();
     const double shrink_seconds = seconds_since(shrink_start);
     const auto state_start = Clock::now();
+    std::int64_t resume = failed_at;
+    comm_->allreduce(&resume, 1, arcoll::DataType::i64, arcoll::ReduceOp::max);
+    std::int32_t root = failed_at == resume ? comm_->rank() : comm_->size();
+    comm_->allreduce(&root, 1, arcoll::DataType::i32, arcoll::ReduceOp::min);
     exchange = make_exchange(*comm_);
     parallel =
         std::make_unique<DataParallel>(net, policy, backward_seconds, *exchange, comm_->size());
+    if (momentum.empty() && resume > 0)  // it is made at the first step
+      for (const torch::Tensor& p : params) momentum.push_back(torch::zeros_like(p));
     for (std::vector<torch::Tensor>* state : {&params, &momentum}) {
       if (state->empty()) continue;
       std::vector<float> flat = flatten(*state);
-      comm_->broadcast(flat.data(), flat.size(), arcoll::DataType::f32, 0);
+      comm_->broadcast(flat.data(), flat.size(), arcoll::DataType::f32, root);
       unflatten(flat, *state);
     }
     result.lost.push_back(
-        {at, failed_step, shrink_seconds, seconds_since(state_start), comm_->size()});
+        {resume, failed_step, shrink_seconds, seconds_since(state_start), comm_->size()});
+    return resume;
   };
   const std::int64_t steps = steps_per_epoch();
   const std::int64_t total_steps = steps * config_.epochs;
@@ -327,8 +337,11 @@ TrainResult Trainer::run(const std::string& backend, const ExchangeMaker& make_e
         waited = seconds_since(backward_end);
       } catch (const std::exception&) {
         if (!config_.elastic) throw;
-        carry_on(epoch * steps + step, std::current_exception(), seconds_since(start));
-        --step;  // this step again, on the survivors, with their shares of the batch
+        const std::int64_t resume =
+            carry_on(epoch * steps + step, std::current_exception(), seconds_since(start));
+        if (resume / steps != epoch)
+          throw std::runtime_error("the survivors of a lost rank failed in different epochs");
+        step = resume % steps - 1;  // that step again, among the survivors, re-sharded
         continue;
       }
       // A parameter server that keeps the weights has stepped them already.

@@ -3,6 +3,7 @@
 #include <pybind11/chrono.h>
 #include <cstdlib>
 #include <stdexcept>
+#include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -52,7 +53,25 @@ PYBIND11_MODULE(arcoll_torch, m) {
           "alike.")
       .def("abort", &ProcessGroupArcoll::abort, py::arg("reason") = "abort() called from Python",
            py::call_guard<py::gil_scoped_release>(),
-           "Gives up: every rank's calls fail at once naming this rank and the reason.");
+           "Gives up: every rank's calls fail at once naming this rank and the reason.")
+      .def(
+          "_shrink",
+          [](ProcessGroupArcoll& pg, int global_rank) {
+            c10::intrusive_ptr<ProcessGroupArcoll> shrunk;
+            std::vector<std::int32_t> global_ranks;
+            {
+              py::gil_scoped_release released;
+              shrunk = pg.shrink();
+              global_ranks.resize(static_cast<std::size_t>(shrunk->communicator().size()));
+              const std::int32_t mine = global_rank;
+              shrunk->communicator().allgather(&mine, global_ranks.data(), 1,
+                                               arcoll::DataType::i32);
+            }
+            return py::make_tuple(shrunk, global_ranks);
+          },
+          py::arg("global_rank"),
+          "The backend of the live ranks after a failure, and each one's global rank "
+          "(arcoll_torch.shrink makes a group of it).");
 
   m.def(
       "configure",
@@ -108,6 +127,45 @@ PYBIND11_MODULE(arcoll_torch, m) {
                                   "' is not a size (1M, 256K, 4096; 0: off)");
     arcoll::torch_backend::share_cpu_tensors(*bytes);
   }
+
+  // shrink(group) in Python: the group torch's calls take differs between torch 1.13 (the
+  // backend itself) and 2.x (a ProcessGroup holding backends per device), and torch.distributed
+  // keeps each group's ranks in its own tables, which its functions (get_rank(group),
+  // all_reduce(..., group=...)) read.
+  py::exec(R"(
+def shrink(group=None):
+    """After a failed collective (a rank died, was stopped past the timeout, or aborted): a new
+    process group of the live ranks, renumbered in the old order, for DDP(process_group=...) and
+    torch.distributed's calls (group=...). Every live rank calls it; the old group stays broken.
+    `group`: an arcoll group (default: the default group)."""
+    import torch
+    import torch.distributed
+    from torch.distributed import distributed_c10d as c10d
+    group = group if group is not None else c10d._get_default_group()
+    holds_backends = not isinstance(group, ProcessGroupArcoll)
+    backend = group._get_backend(torch.device("cpu")) if holds_backends else group
+    shrunk, global_ranks = backend._shrink(c10d.get_rank())
+    ranks = {g: r for r, g in enumerate(global_ranks)}
+    name = "arcoll_shrunk_" + str(id(shrunk))
+    if not holds_backends:  # torch 1.13: the backend is the group
+        c10d._pg_map[shrunk] = (c10d.Backend("arcoll"), None)
+        c10d._pg_names[shrunk] = name
+        c10d._pg_group_ranks[shrunk] = ranks
+        return shrunk
+    pg = torch.distributed.ProcessGroup(torch.distributed.HashStore(), shrunk.rank(),
+                                        shrunk.size())
+    custom = torch.distributed.ProcessGroup.BackendType.CUSTOM
+    pg._set_default_backend(custom)
+    pg._register_backend(torch.device("cpu"), custom, shrunk)
+    pg._set_group_name(name)
+    c10d._world.pg_map[pg] = ("arcoll", None)
+    c10d._world.pg_names[pg] = name
+    c10d._world.pg_group_ranks[pg] = ranks
+    c10d._world.pg_backend_config[pg] = "cpu:arcoll"
+    c10d._register_process_group(name, pg)
+    return pg
+)",
+           m.attr("__dict__"));
 
   m.def("transports", &arcoll::Communicator::transports,
         "The transports of this build (ARCOLL_TRANSPORT's choices besides \"auto\").");

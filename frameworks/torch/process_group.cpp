@@ -303,14 +303,28 @@ ProcessGroupArcoll::ProcessGroupArcoll(const c10::intrusive_ptr<c10d::Store>& st
   comm_ = std::make_unique<Communicator>(launch, options);
   log::debug("arcoll_torch rank " + std::to_string(rank) + ": " +
              use_calibrated_link_costs(*comm_));
+  start_timeline();
+}
+
+ProcessGroupArcoll::ProcessGroupArcoll(std::unique_ptr<Communicator> comm,
+                                       std::chrono::milliseconds timeout)
+    : TorchBackend(comm->rank(), comm->size()), comm_(std::move(comm)), timeout_(timeout) {
+  start_timeline();
+}
+
+void ProcessGroupArcoll::start_timeline() {
   if (auto path = settings().timeline; path || std::getenv("ARCOLL_TIMELINE")) {
     std::string file = path ? *path : std::getenv("ARCOLL_TIMELINE");
     if (auto at = file.find("{rank}"); at != std::string::npos)
-      file.replace(at, 6, std::to_string(rank));
-    else if (size > 1)
-      file += "." + std::to_string(rank);
+      file.replace(at, 6, std::to_string(comm_->rank()));
+    else if (comm_->size() > 1)
+      file += "." + std::to_string(comm_->rank());
     timeline_ = std::make_shared<Timeline>(file);
   }
+}
+
+c10::intrusive_ptr<ProcessGroupArcoll> ProcessGroupArcoll::shrink() {
+  return c10::make_intrusive<ProcessGroupArcoll>(comm_->shrink(), timeout_);
 }
 
 ProcessGroupArcoll::~ProcessGroupArcoll() {

@@ -53,6 +53,8 @@ class ProcessGroupArcoll final : public TorchBackend {
   // `timeout` passed).
   ProcessGroupArcoll(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout);
+  // A group on a communicator made already (the survivors' of shrink()).
+  ProcessGroupArcoll(std::unique_ptr<Communicator> comm, std::chrono::milliseconds timeout);
   ~ProcessGroupArcoll() override;
 
   const std::string getBackendName() const override { return "arcoll"; }
@@ -97,6 +99,8 @@ class ProcessGroupArcoll final : public TorchBackend {
   Communicator& communicator() { return *comm_; }
   // Gives up on the group: every rank's calls fail at once naming this rank and `reason`.
   void abort(const std::string& reason);
+  // After a failure: a group of the live ranks (Communicator::shrink()); every one calls it.
+  c10::intrusive_ptr<ProcessGroupArcoll> shrink();
 
  private:
   // Wraps an arcoll call's Work: `outputs` are the future's value; `finish` (run on the
@@ -107,6 +111,8 @@ class ProcessGroupArcoll final : public TorchBackend {
                                       std::function<void()> finish = {},
                                       std::shared_ptr<void> keep = {});
 
+  // ARCOLL_TIMELINE or arcoll_torch.configure(timeline=...): a trace of this rank's calls.
+  void start_timeline();
   std::unique_ptr<Communicator> comm_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Timeline> timeline_;  // null unless asked for

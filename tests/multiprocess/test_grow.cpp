@@ -156,7 +156,6 @@ TEST(Grow, AReplacementJoinsTheSurvivorsOfALostRank) {
   run_with_newcomers(
       4, 1, replace_a_lost_rank,
       [](Communicator& comm, std::vector<Newcomer>& n) {
-        comm.barrier();
         if (comm.rank() == 2) ::raise(SIGKILL);
         EXPECT_THROW(comm.barrier(), Error);
         auto survivors = comm.shrink();
