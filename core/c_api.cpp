@@ -2,6 +2,8 @@
 // arguments and turns exceptions into result codes through c_api_checks.hpp.
 #include "arcoll/arcoll.h"
 
+#include <cstring>
+
 #include <string>
 
 #include "arcoll/launch.hpp"
@@ -119,6 +121,32 @@ arcoll_result_t arcoll_comm_abort(arcoll_comm_t* comm, const char* reason) {
 arcoll_result_t arcoll_comm_shrink(arcoll_comm_t* comm, arcoll_comm_t** out) {
   static constexpr const char* kFunction = "arcoll_comm_shrink";
   return new_handle(kFunction, out, [&] { return get(kFunction, comm).shrink(); });
+}
+
+arcoll_result_t arcoll_comm_rendezvous_address(const arcoll_comm_t* comm, char* buffer,
+                                               size_t size) {
+  static constexpr const char* kFunction = "arcoll_comm_rendezvous_address";
+  return guarded(kFunction, [&] {
+    const std::string address = get(kFunction, comm).rendezvous_address();
+    if (address.empty())
+      throw arcoll::ConfigurationError(kFunction, "a communicator of one rank has no store");
+    if (buffer == nullptr || size <= address.size())
+      invalid(kFunction, "the address takes " + std::to_string(address.size() + 1) + " bytes");
+    std::memcpy(buffer, address.c_str(), address.size() + 1);
+  });
+}
+
+arcoll_result_t arcoll_comm_grow(arcoll_comm_t* comm, int wait_for, arcoll_comm_t** out) {
+  static constexpr const char* kFunction = "arcoll_comm_grow";
+  return new_handle(kFunction, out, [&] { return get(kFunction, comm).grow(wait_for); });
+}
+
+arcoll_result_t arcoll_comm_join(const char* address, const char* token, arcoll_comm_t** out) {
+  static constexpr const char* kFunction = "arcoll_comm_join";
+  return new_handle(kFunction, out, [&] {
+    if (address == nullptr || token == nullptr) invalid(kFunction, "a NULL address or token");
+    return arcoll::Communicator::join(address, token, arcoll::Options::from_env());
+  });
 }
 
 arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank) {

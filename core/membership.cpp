@@ -141,6 +141,10 @@ std::unique_ptr<Communicator> Communicator::shrink() {
   }
 }
 
+const std::string& Communicator::job_token() const {
+  return impl_->rendezvous_.job_token;
+}
+
 std::string Communicator::rendezvous_address() const {
   const Rendezvous& r = impl_->rendezvous_;
   if (r.server) return r.listen_address + ":" + std::to_string(r.server->endpoint().port);

@@ -17,6 +17,26 @@
 namespace py = pybind11;
 using arcoll::torch_backend::ProcessGroupArcoll;
 
+namespace {
+
+// Makes a backend (GIL released) and gathers every rank's global rank in torch.distributed
+// (-1: a newcomer, which has none), for torch's tables of the group made of it.
+template <class Make>
+py::tuple with_global_ranks(Make make, int global_rank) {
+  c10::intrusive_ptr<ProcessGroupArcoll> backend;
+  std::vector<std::int32_t> global_ranks;
+  {
+    py::gil_scoped_release released;
+    backend = make();
+    global_ranks.resize(static_cast<std::size_t>(backend->communicator().size()));
+    const std::int32_t mine = global_rank;
+    backend->communicator().allgather(&mine, global_ranks.data(), 1, arcoll::DataType::i32);
+  }
+  return py::make_tuple(backend, global_ranks);
+}
+
+}  // namespace
+
 PYBIND11_MODULE(arcoll_torch, m) {
   m.doc() =
       "arcoll as a torch.distributed backend: import arcoll_torch, then "
@@ -57,21 +77,31 @@ PYBIND11_MODULE(arcoll_torch, m) {
       .def(
           "_shrink",
           [](ProcessGroupArcoll& pg, int global_rank) {
-            c10::intrusive_ptr<ProcessGroupArcoll> shrunk;
-            std::vector<std::int32_t> global_ranks;
-            {
-              py::gil_scoped_release released;
-              shrunk = pg.shrink();
-              global_ranks.resize(static_cast<std::size_t>(shrunk->communicator().size()));
-              const std::int32_t mine = global_rank;
-              shrunk->communicator().allgather(&mine, global_ranks.data(), 1,
-                                               arcoll::DataType::i32);
-            }
-            return py::make_tuple(shrunk, global_ranks);
+            return with_global_ranks([&] { return pg.shrink(); }, global_rank);
           },
           py::arg("global_rank"),
           "The backend of the live ranks after a failure, and each one's global rank "
-          "(arcoll_torch.shrink makes a group of it).");
+          "(arcoll_torch.shrink makes a group of it).")
+      .def(
+          "_grow",
+          [](ProcessGroupArcoll& pg, const c10::intrusive_ptr<c10d::Store>& store,
+             const std::string& key, int wait_for, int global_rank) {
+            return with_global_ranks([&] { return pg.grow(store, key, wait_for); },
+                                     global_rank);
+          },
+          py::arg("store"), py::arg("key"), py::arg("wait_for"), py::arg("global_rank"),
+          "The backend of the members and the newcomers, and each one's global rank (-1 for a "
+          "newcomer; arcoll_torch.grow makes a group of it).")
+      .def_static(
+          "_join",
+          [](const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+             std::chrono::milliseconds timeout) {
+            return with_global_ranks([&] { return ProcessGroupArcoll::join(store, key, timeout); },
+                                     -1);
+          },
+          py::arg("store"), py::arg("key"), py::arg("timeout"),
+          "A newcomer's backend in the group named at `key` of `store`, and each rank's global "
+          "rank (arcoll_torch.join makes a group of it).");
 
   m.def(
       "configure",
@@ -128,35 +158,29 @@ PYBIND11_MODULE(arcoll_torch, m) {
     arcoll::torch_backend::share_cpu_tensors(*bytes);
   }
 
-  // shrink(group) in Python: the group torch's calls take differs between torch 1.13 (the
-  // backend itself) and 2.x (a ProcessGroup holding backends per device), and torch.distributed
-  // keeps each group's ranks in its own tables, which its functions (get_rank(group),
-  // all_reduce(..., group=...)) read.
+  // shrink, grow and join in Python: the group torch's calls take differs between torch 1.13
+  // (the backend itself) and 2.x (a ProcessGroup holding backends per device), and
+  // torch.distributed keeps each group's ranks in its own tables, which its functions
+  // (get_rank(group), all_reduce(..., group=...)) read.
   py::exec(R"(
-def shrink(group=None):
-    """After a failed collective (a rank died, was stopped past the timeout, or aborted): a new
-    process group of the live ranks, renumbered in the old order, for DDP(process_group=...) and
-    torch.distributed's calls (group=...). Every live rank calls it; the old group stays broken.
-    `group`: an arcoll group (default: the default group)."""
+def _group_of(backend, global_ranks):
+    """`backend` as a group torch's calls take: itself on torch 1.13, a ProcessGroup holding it
+    on 2.x; in torch's tables with its members' global ranks."""
     import torch
     import torch.distributed
     from torch.distributed import distributed_c10d as c10d
-    group = group if group is not None else c10d._get_default_group()
-    holds_backends = not isinstance(group, ProcessGroupArcoll)
-    backend = group._get_backend(torch.device("cpu")) if holds_backends else group
-    shrunk, global_ranks = backend._shrink(c10d.get_rank())
-    ranks = {g: r for r, g in enumerate(global_ranks)}
-    name = "arcoll_shrunk_" + str(id(shrunk))
-    if not holds_backends:  # torch 1.13: the backend is the group
-        c10d._pg_map[shrunk] = (c10d.Backend("arcoll"), None)
-        c10d._pg_names[shrunk] = name
-        c10d._pg_group_ranks[shrunk] = ranks
-        return shrunk
-    pg = torch.distributed.ProcessGroup(torch.distributed.HashStore(), shrunk.rank(),
-                                        shrunk.size())
+    ranks = {g: r for r, g in enumerate(global_ranks) if g >= 0}
+    name = "arcoll_" + str(id(backend))
+    if not hasattr(c10d, "_world"):  # torch 1.13: the backend is the group
+        c10d._pg_map[backend] = (c10d.Backend("arcoll"), None)
+        c10d._pg_names[backend] = name
+        c10d._pg_group_ranks[backend] = ranks
+        return backend
+    pg = torch.distributed.ProcessGroup(torch.distributed.HashStore(), backend.rank(),
+                                        backend.size())
     custom = torch.distributed.ProcessGroup.BackendType.CUSTOM
     pg._set_default_backend(custom)
-    pg._register_backend(torch.device("cpu"), custom, shrunk)
+    pg._register_backend(torch.device("cpu"), custom, backend)
     pg._set_group_name(name)
     c10d._world.pg_map[pg] = ("arcoll", None)
     c10d._world.pg_names[pg] = name
@@ -164,6 +188,41 @@ def shrink(group=None):
     c10d._world.pg_backend_config[pg] = "cpu:arcoll"
     c10d._register_process_group(name, pg)
     return pg
+
+
+def _backend_of(group):
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+    group = group if group is not None else c10d._get_default_group()
+    return group if isinstance(group, ProcessGroupArcoll) else group._get_backend(
+        torch.device("cpu"))
+
+
+def shrink(group=None):
+    """After a failed collective (a rank died, was stopped past the timeout, or aborted): a new
+    process group of the live ranks, renumbered in the old order, for DDP(process_group=...) and
+    torch.distributed's calls (group=...). Every live rank calls it; the old group stays broken.
+    `group`: an arcoll group (default: the default group)."""
+    from torch.distributed import distributed_c10d as c10d
+    return _group_of(*_backend_of(group)._shrink(c10d.get_rank()))
+
+
+def grow(store, wait_for=1, group=None, key="arcoll/grow"):
+    """The members' side of adding ranks: rank 0 tells newcomers at `key` of `store` (a store
+    they reach too) where to join; every member waits, up to the timeout, for `wait_for` of
+    them, and gets a group of the members followed by every newcomer waiting, in the order they
+    came. Every member calls it."""
+    from torch.distributed import distributed_c10d as c10d
+    return _group_of(*_backend_of(group)._grow(store, key, wait_for, c10d.get_rank()))
+
+
+def join(store, key="arcoll/grow", timeout=None):
+    """A newcomer's side: once the members' grow() has said at `key` of `store` where to join,
+    joins them; returns the group (this process has no default group: use group.rank(),
+    group.size() and torch.distributed's calls with group=...)."""
+    import datetime
+    timeout = timeout if timeout is not None else datetime.timedelta(minutes=5)
+    return _group_of(*ProcessGroupArcoll._join(store, key, timeout))
 )",
            m.attr("__dict__"));
 

@@ -327,6 +327,28 @@ c10::intrusive_ptr<ProcessGroupArcoll> ProcessGroupArcoll::shrink() {
   return c10::make_intrusive<ProcessGroupArcoll>(comm_->shrink(), timeout_);
 }
 
+c10::intrusive_ptr<ProcessGroupArcoll> ProcessGroupArcoll::grow(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::string& key, int wait_for) {
+  if (comm_->rank() == 0) {
+    const std::string value = comm_->rendezvous_address() + " " + comm_->job_token();
+    store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  return c10::make_intrusive<ProcessGroupArcoll>(comm_->grow(wait_for), timeout_);
+}
+
+c10::intrusive_ptr<ProcessGroupArcoll> ProcessGroupArcoll::join(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+    std::chrono::milliseconds timeout) {
+  store->wait({key}, timeout);
+  const std::vector<uint8_t> bytes = store->get(key);
+  std::istringstream value(std::string(bytes.begin(), bytes.end()));
+  std::string address, token;
+  value >> address >> token;
+  TORCH_CHECK(!address.empty(), "arcoll: malformed group address in torch's store");
+  return c10::make_intrusive<ProcessGroupArcoll>(
+      Communicator::join(address, token, options_for(timeout)), timeout);
+}
+
 ProcessGroupArcoll::~ProcessGroupArcoll() {
   // Destroying the communicator waits for its progress thread, whose completion callbacks may
   // need the GIL (a Python callback on a future): never hold it meanwhile.

@@ -101,6 +101,14 @@ class ProcessGroupArcoll final : public TorchBackend {
   void abort(const std::string& reason);
   // After a failure: a group of the live ranks (Communicator::shrink()); every one calls it.
   c10::intrusive_ptr<ProcessGroupArcoll> shrink();
+  // The members' side of Communicator::grow(): rank 0 first tells newcomers, at `key` of
+  // `store`, where to join and the token; then the group with them appended.
+  c10::intrusive_ptr<ProcessGroupArcoll> grow(const c10::intrusive_ptr<c10d::Store>& store,
+                                              const std::string& key, int wait_for);
+  // A newcomer's side: waits for `key` in `store`, then joins the group it names.
+  static c10::intrusive_ptr<ProcessGroupArcoll> join(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const std::string& key,
+                                                     std::chrono::milliseconds timeout);
 
  private:
   // Wraps an arcoll call's Work: `outputs` are the future's value; `finish` (run on the

@@ -127,6 +127,25 @@ ARCOLL_C_API arcoll_result_t arcoll_comm_abort(arcoll_comm_t* comm, const char* 
  * is set to NULL. */
 ARCOLL_C_API arcoll_result_t arcoll_comm_shrink(arcoll_comm_t* comm, arcoll_comm_t** out);
 
+/* Where a process that knows the job's token finds this communicator to join it
+ * (arcoll_comm_join): "address:port" of rank 0's store, NUL-terminated into `buffer` of `size`
+ * bytes. ARCOLL_ERROR_INVALID_ARGUMENT when it does not fit; ARCOLL_ERROR_CONFIGURATION in a
+ * world of one, which has no store. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_rendezvous_address(const arcoll_comm_t* comm,
+                                                            char* buffer, size_t size);
+
+/* Admits the processes waiting to join (Communicator::grow()): waits up to the timeout until
+ * `wait_for` wait, and makes *out a communicator of these ranks followed by every newcomer
+ * waiting, in the order they came. Every member calls it; `comm` stays usable. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_grow(arcoll_comm_t* comm, int wait_for,
+                                              arcoll_comm_t** out);
+
+/* Joins a running group at `address` (a member's arcoll_comm_rendezvous_address) with the job's
+ * `token`: returns once the members' arcoll_comm_grow admitted this process, *out its
+ * communicator (settings from ARCOLL_* variables); ARCOLL_ERROR_TIMEOUT when none did in time. */
+ARCOLL_C_API arcoll_result_t arcoll_comm_join(const char* address, const char* token,
+                                              arcoll_comm_t** out);
+
 /* Rank of this process in the communicator, 0 .. size-1. */
 ARCOLL_C_API arcoll_result_t arcoll_comm_rank(const arcoll_comm_t* comm, int* rank);
 /* Number of ranks. */

@@ -70,6 +70,9 @@ class Communicator {
   // Where newcomers find this communicator to join it ("address:port" of rank 0's rendezvous
   // store); empty in a world of one, which has none.
   std::string rendezvous_address() const;
+  // The job's secret that join() asks of newcomers (ARCOLL_JOB_TOKEN, or the launcher's): for
+  // a program to hand to the processes it starts; "" when the job has none.
+  const std::string& job_token() const;
   // Admits the processes waiting to join through rendezvous_address(): a new communicator of
   // these ranks followed by the newcomers, in the order they came. Waits, up to the timeout,
   // until `wait_for` newcomers wait, and admits every one waiting then. Collective: rank 0

@@ -7,8 +7,8 @@
  *  3. A world of four: four forked children with ARCOLL_RANK etc. set; rank 0 hosts the
  *     rendezvous store on a socket this process bound before forking (no port race). Every
  *     collective against references computed here in double precision, an all-reduce of
- *     shared buffers (arcoll_mem_alloc), point-to-point, the error paths, and a shrink once
- *     the last rank has left. ARCOLL_ALGO, ARCOLL_TRANSPORT and the other settings in this
+ *     shared buffers (arcoll_mem_alloc), point-to-point, the error paths, a shrink once the
+ *     last rank has left, and a newcomer joining the survivors. ARCOLL_ALGO, ARCOLL_TRANSPORT and the other settings in this
  *     process's environment apply, so the test can be repeated per algorithm or transport.
  *
  * Each process counts its checks in shared memory; the parent prints "N passed, M failed" and
@@ -865,9 +865,35 @@ static void test_error_paths(arcoll_comm_t* comm, int rank, int size) {
                "send 16 B from a NULL buffer");
 }
 
+/* A process that joins the survivors below (arcoll_comm_join): forked by rank 0 before its
+ * communicator exists, it reads their address from `address_pipe`. Its exit code says whether
+ * it joined as rank 3 of 4 and the grown group's sum came right. */
+static pid_t start_newcomer(int* address_pipe) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid != 0) {
+    close(fds[0]);
+    *address_pipe = fds[1];
+    return pid;
+  }
+  close(fds[1]);
+  char address[128] = {0};
+  if (read(fds[0], address, sizeof address - 1) <= 0) _exit(20);
+  arcoll_comm_t* grown = NULL;
+  const char* token = getenv("ARCOLL_JOB_TOKEN"); /* none set here: the job has none */
+  if (arcoll_comm_join(address, token != NULL ? token : "", &grown) != ARCOLL_SUCCESS) _exit(21);
+  int got_rank = -1, got_size = -1, one = 1;
+  arcoll_comm_rank(grown, &got_rank);
+  arcoll_comm_size(grown, &got_size);
+  if (arcoll_allreduce(grown, &one, &one, 1, ARCOLL_I32, ARCOLL_SUM) != ARCOLL_SUCCESS) _exit(22);
+  arcoll_comm_destroy(grown);
+  _exit(got_rank == 3 && got_size == 4 && one == 4 ? 0 : 23);
+}
+
 /* The last rank gives up; the others' barrier fails, and they shrink to a communicator of
- * themselves, which works. */
-static void test_shrink(arcoll_comm_t* comm, int rank, int size) {
+ * themselves, which works; a newcomer (rank 0's, `address_pipe`) then joins them. */
+static void test_shrink_and_grow(arcoll_comm_t* comm, int rank, int size, int* address_pipe) {
   check_result(arcoll_comm_shrink(comm, NULL), ARCOLL_ERROR_INVALID_ARGUMENT,
                "arcoll_comm_shrink with no place for the result");
   if (rank == size - 1) {
@@ -885,10 +911,31 @@ static void test_shrink(arcoll_comm_t* comm, int rank, int size) {
   check_result(arcoll_allreduce(survivors, &one, &one, 1, ARCOLL_I32, ARCOLL_SUM), ARCOLL_SUCCESS,
                "allreduce of the survivors");
   check(one == size - 1, "the survivors' sum is %d", one);
+  char address[128];
+  check_result(arcoll_comm_rendezvous_address(survivors, address, 4),
+               ARCOLL_ERROR_INVALID_ARGUMENT, "rendezvous address into 4 bytes");
+  if (check_result(arcoll_comm_rendezvous_address(survivors, address, sizeof address),
+                   ARCOLL_SUCCESS, "arcoll_comm_rendezvous_address") &&
+      *address_pipe >= 0) {
+    check(write(*address_pipe, address, strlen(address)) == (ssize_t)strlen(address),
+          "the address went to the newcomer");
+    close(*address_pipe);
+    *address_pipe = -1;
+  }
+  arcoll_comm_t* grown = NULL;
+  if (check_result(arcoll_comm_grow(survivors, 1, &grown), ARCOLL_SUCCESS, "arcoll_comm_grow")) {
+    one = 1;
+    check_result(arcoll_allreduce(grown, &one, &one, 1, ARCOLL_I32, ARCOLL_SUM), ARCOLL_SUCCESS,
+                 "allreduce with the newcomer");
+    check(one == size, "the grown group's sum is %d", one);
+    check_result(arcoll_comm_destroy(grown), ARCOLL_SUCCESS, "destroy the grown one");
+  }
   check_result(arcoll_comm_destroy(survivors), ARCOLL_SUCCESS, "destroy the survivors' one");
 }
 
 static void run_rank(int rank, int size) {
+  int address_pipe = -1;
+  const pid_t newcomer = rank == 0 ? start_newcomer(&address_pipe) : -1;
   arcoll_comm_t* comm = NULL;
   if (!check_result(arcoll_comm_init_from_env(&comm), ARCOLL_SUCCESS, "arcoll_comm_init_from_env"))
     return;
@@ -927,10 +974,17 @@ static void run_rank(int rank, int size) {
       REQUIRE_SUCCESS(arcoll_allreduce(comm, &one, &one, 1, ARCOLL_I32, ARCOLL_SUM),
                       "allreduce after the failed calls");
       check(one == size, "the communicator still works after the failed calls (sum %d)", one);
-      test_shrink(comm, rank, size);
+      test_shrink_and_grow(comm, rank, size, &address_pipe);
     }
   }
   check_result(arcoll_comm_destroy(comm), ARCOLL_SUCCESS, "arcoll_comm_destroy");
+  if (newcomer > 0) {
+    if (address_pipe >= 0) close(address_pipe); /* an earlier failure: the newcomer gives up */
+    int status = 0;
+    waitpid(newcomer, &status, 0);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the newcomer joined and summed right "
+          "(exit status %d)", status);
+  }
 }
 
 /* ---- The parent ------------------------------------------------------------------------ */

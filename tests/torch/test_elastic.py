@@ -1,7 +1,9 @@
 """Training that carries on without a lost rank: 4 ranks train a small model with DDP on arcoll;
 rank 2 is SIGKILLed mid-training; the survivors' step raises, they arcoll_torch.shrink() the
-default group, rebuild DDP on the new group and train on; the new group's all_reduce,
-all_gather and ranks are right, and every survivor ends with the same weights.
+default group, rebuild DDP on the new group and train on; then a replacement started by hand
+joins them (arcoll_torch.grow on the survivors, arcoll_torch.join on it) and takes their
+weights. Each group's all_reduce, all_gather and ranks are right, and every rank ends with the
+same weights.
 
 Usage: PYTHONPATH=build/python python3 tests/torch/test_elastic.py"""
 import datetime
@@ -20,6 +22,7 @@ import harness  # noqa: E402
 import arcoll_torch  # noqa: E402
 
 SIZE, VICTIM, KILL_AT, STEPS = 4, 2, 5, 12
+REPLACEMENT = 10  # the replacement's name in the results
 
 
 def train_step(ddp, optimizer, rank):
@@ -29,11 +32,37 @@ def train_step(ddp, optimizer, rank):
     optimizer.step()
 
 
-def rank_main(rank, method, results):
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def check_group(group, rank, results, model):
+    """The group's ranks, a sum and a gather over it, and whether this rank's weights are its
+    rank 0's."""
+    total = torch.tensor([group.rank() + 1.0])
+    dist.all_reduce(total, group=group)
+    gathered = [torch.zeros(1) for _ in range(group.size())]
+    dist.all_gather(gathered, torch.tensor([float(rank)]), group=group)
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    first = weights.clone()
+    dist.broadcast(first, 0, group=group)
+    results.put((rank, group.rank(), group.size(), total.item(), [int(t.item()) for t in gathered],
+                 bool(torch.equal(weights, first))))
+
+
+def replacement_main(store_path, results):
+    group = arcoll_torch.join(dist.FileStore(store_path, -1))
+    model = make_model()
+    for p in model.parameters():  # the survivors' weights
+        dist.broadcast(p.data, 0, group=group)
+    check_group(group, REPLACEMENT, results, model)
+
+
+def rank_main(rank, method, store_path, results):
     dist.init_process_group("arcoll", init_method=method, rank=rank, world_size=SIZE,
                             timeout=datetime.timedelta(seconds=30))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    model = make_model()
     ddp = DDP(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     group = None
@@ -48,16 +77,12 @@ def rank_main(rank, method, results):
             group = arcoll_torch.shrink()
             ddp = DDP(model, process_group=group)
             train_step(ddp, optimizer, group.rank())
-    rank_in_group, size = dist.get_rank(group), dist.get_world_size(group)
-    total = torch.tensor([rank_in_group + 1.0])
-    dist.all_reduce(total, group=group)
-    gathered = [torch.zeros(1) for _ in range(size)]
-    dist.all_gather(gathered, torch.tensor([float(rank)]), group=group)
-    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-    first = weights.clone()
-    dist.broadcast(first, 0, group=group)
-    results.put((rank, rank_in_group, size, total.item(), [int(t.item()) for t in gathered],
-                 bool(torch.equal(weights, first))))
+    assert (dist.get_rank(group), dist.get_world_size(group)) == (group.rank(), group.size())
+    check_group(group, rank, results, model)
+    grown = arcoll_torch.grow(dist.FileStore(store_path, -1), 1, group)
+    for p in model.parameters():
+        dist.broadcast(p.data, 0, group=grown)
+    check_group(grown, rank, results, model)
 
 
 if __name__ == "__main__":
@@ -65,7 +90,10 @@ if __name__ == "__main__":
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as workdir:
         method = harness.init_method("tcp", workdir)
-        procs = [ctx.Process(target=rank_main, args=(r, method, results)) for r in range(SIZE)]
+        store_path = os.path.join(workdir, "grow-store")
+        procs = [ctx.Process(target=rank_main, args=(r, method, store_path, results))
+                 for r in range(SIZE)]
+        procs.append(ctx.Process(target=replacement_main, args=(store_path, results)))
         for p in procs:
             p.start()
         for p in procs:
@@ -77,16 +105,18 @@ if __name__ == "__main__":
     assert codes[VICTIM] == -signal.SIGKILL and all(
         c == 0 for r, c in enumerate(codes) if r != VICTIM), codes
     survivors = [r for r in range(SIZE) if r != VICTIM]
-    out = {}
+    shrunk, grown = {}, {}
     while not results.empty():
         rank, new_rank, size, total, gathered, same = results.get()
-        out[rank] = (new_rank, size, total, gathered, same)
-    assert sorted(out) == survivors, out
+        (shrunk if size == SIZE - 1 else grown)[rank] = (new_rank, size, total, gathered, same)
+    assert sorted(shrunk) == survivors, shrunk
     for new_rank, rank in enumerate(survivors):
-        got_rank, size, total, gathered, same = out[rank]
-        assert (got_rank, size) == (new_rank, SIZE - 1), out[rank]
-        assert total == sum(range(1, SIZE)), out[rank]
-        assert gathered == survivors, out[rank]
-        assert same, f"rank {rank}'s weights differ from the new rank 0's"
+        assert shrunk[rank] == (new_rank, SIZE - 1, sum(range(1, SIZE)), survivors, True), \
+            shrunk[rank]
+    members = survivors + [REPLACEMENT]
+    assert sorted(grown) == members, grown
+    for new_rank, rank in enumerate(members):
+        assert grown[rank] == (new_rank, SIZE, sum(range(1, SIZE + 1)), members, True), \
+            grown[rank]
     print(f"torch elastic: {len(survivors)} survivors of rank {VICTIM}'s death shrank, trained "
-          "on with DDP and agree")
+          "on with DDP and agree; a replacement joined them")
