@@ -1,8 +1,10 @@
 """DDP training that carries on when a rank dies, from the survivors' weights in memory (no
 checkpoint): the failed step raises, the survivors shrink the group to themselves, build DDP
-again on it, re-shard the data among themselves and redo the step.
+again on it, re-shard the data among themselves and redo the step. With --rejoin-step, a
+replacement started at the beginning waits to join, and the survivors admit it at that step.
 
-    PYTHONPATH=build/python python3 examples/torch/elastic_ddp.py --np 4 --kill-rank 2 --kill-step 100
+    PYTHONPATH=build/python python3 examples/torch/elastic_ddp.py --np 4 --kill-rank 2 \
+        --kill-step 100 --rejoin-step 200
 
 Each survivor's rank and the group's size change; the model, the optimizer's state and the
 step count are the survivors' own (DDP keeps the replicas equal, so every survivor holds the
@@ -11,6 +13,7 @@ import argparse
 import datetime
 import os
 import signal
+import tempfile
 import time
 
 import torch
@@ -29,18 +32,37 @@ def shard(step, batch, rank, size):
     return images[rank::size], labels[rank::size]
 
 
-def train(rank, args):
-    dist.init_process_group("arcoll", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
-                            world_size=args.np, timeout=datetime.timedelta(seconds=30))
+def make_model():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
+    return torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
         torch.nn.Linear(16 * 12 * 12, 10))
+
+
+def train(rank, args):
+    if rank < 0:  # the replacement: it joins when the survivors grow, and takes their step
+        group = arcoll_torch.join(dist.FileStore(args.store, -1))
+        step = torch.zeros(1, dtype=torch.int64)
+        dist.broadcast(step, 0, group=group)
+        print(f"replacement: joined as rank {group.rank()} of {group.size()} at step "
+              f"{step.item()}", flush=True)
+        run(rank, args, group, int(step.item()))
+        return
+    dist.init_process_group("arcoll", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank,
+                            world_size=args.np, timeout=datetime.timedelta(seconds=30))
+    run(rank, args, dist.group.WORLD, 0)
+
+
+def run(rank, args, group, step):
+    model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    group = dist.group.WORLD
-    ddp = DDP(model, process_group=group)
-    step = 0
+    ddp = DDP(model, process_group=group)  # the weights of the group's rank 0
     while step < args.steps:
+        if step == args.rejoin_step and rank >= 0 and group.size() < args.np:
+            group = arcoll_torch.grow(dist.FileStore(args.store, -1), 1, group)
+            dist.broadcast(torch.tensor([step]), 0, group=group)
+            ddp = DDP(model, process_group=group)
+            print(f"rank {rank}: the replacement joined; {group.size()} ranks", flush=True)
         if rank == args.kill_rank and step == args.kill_step:
             os.kill(os.getpid(), signal.SIGKILL)
         images, labels = shard(step, args.batch, group.rank(), group.size())
@@ -69,10 +91,13 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--kill-rank", type=int, default=2)
     parser.add_argument("--kill-step", type=int, default=100)
+    parser.add_argument("--rejoin-step", type=int, default=-1,
+                        help="the step at which a replacement joins (-1: none)")
     parser.add_argument("--port", type=int, default=29573)
     args = parser.parse_args()
-    processes = [mp.get_context("spawn").Process(target=train, args=(r, args))
-                 for r in range(args.np)]
+    args.store = os.path.join(tempfile.mkdtemp(), "store")  # where the replacement learns where to join
+    ranks = list(range(args.np)) + ([-1] if args.rejoin_step >= 0 else [])
+    processes = [mp.get_context("spawn").Process(target=train, args=(r, args)) for r in ranks]
     for p in processes:
         p.start()
     for p in processes:
