@@ -107,18 +107,27 @@ std::string frame(Type type, const std::string& body) {
   return out;
 }
 
-// ARCOLL_FAULT_AGREEMENT=<rank>:<round>, for testing: rank <rank> dies (SIGKILL) as it enters
-// that round of an agreement, having sent the rounds before; round 0: once it has decided and
-// sent its decision. The point for `rank`, -1 for none.
-int agreement_fault(int rank) {
+// ARCOLL_FAULT_AGREEMENT=<rank>:<round>[:unheard], for testing: rank <rank> dies (SIGKILL) as
+// it enters that round of an agreement, having sent the rounds before; round 0: once it has
+// decided and sent its decision. With "unheard" it connects but sends nothing, not even its
+// hello, so that the others hear of it only through the connections they made to it.
+struct AgreementFault {
+  int round = -1;  // -1: none for this rank
+  bool unheard = false;
+};
+AgreementFault agreement_fault(int rank) {
   const auto fault = env::get("ARCOLL_FAULT_AGREEMENT");
-  if (!fault) return -1;
-  int fault_rank = -1, round = -1;
-  if (std::sscanf(fault->c_str(), "%d:%d", &fault_rank, &round) != 2 || round < 0)
+  if (!fault) return {};
+  int fault_rank = -1, round = -1, consumed = 0;
+  const int fields = std::sscanf(fault->c_str(), "%d:%d%n", &fault_rank, &round, &consumed);
+  const std::string rest = fields == 2 ? fault->substr(static_cast<std::size_t>(consumed)) : "";
+  if (fields != 2 || round < 0 || (!rest.empty() && rest != ":unheard"))
     throw ConfigurationError(
         "environment",
-        "ARCOLL_FAULT_AGREEMENT='" + *fault + "' must be <rank>:<round>, " + "round >= 0", rank);
-  return fault_rank == rank ? round : -1;
+        "ARCOLL_FAULT_AGREEMENT='" + *fault + "' must be <rank>:<round>[:unheard], round >= 0",
+        rank);
+  if (fault_rank != rank) return {};
+  return {round, !rest.empty()};
 }
 
 std::string ranks_text(const std::set<int>& ranks) {
@@ -139,8 +148,10 @@ struct Survivors::Peer {
   std::string inbox;
 };
 
-Survivors::Survivors(int rank, int size, const std::string& address)
-    : rank_(rank), size_(size), fault_point_(agreement_fault(rank)) {
+Survivors::Survivors(int rank, int size, const std::string& address) : rank_(rank), size_(size) {
+  const AgreementFault fault = agreement_fault(rank);
+  fault_point_ = fault.round;
+  fault_unheard_ = fault.unheard;
   if (size_ > 1) {
     listener_ = net::listen_on(address, 0);
     net::set_nonblocking(listener_.get());
@@ -168,6 +179,7 @@ void Survivors::leave() {
 Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point deadline) {
   const std::uint64_t epoch = ++epoch_;
   kept_.clear();
+  kept_out_.clear();
   kept_in_.clear();
   failed_.clear();
   early_.erase(early_.begin(), early_.lower_bound(epoch));
@@ -182,7 +194,7 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
     peer(p) = Peer{};
   };
   auto send = [&](int p, const std::string& bytes) {
-    if (correct.count(p) != 0) peer(p).outbox += bytes;
+    if (correct.count(p) != 0 && !fault_unheard_) peer(p).outbox += bytes;
   };
   const std::string operation = "shrink";
 
@@ -216,7 +228,7 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
                 rank_,
                 p,
                 hello_mac(token_, job_id_, epoch, rank_, p)};
-    put(q.outbox, &hello, sizeof hello);
+    if (!fault_unheard_) put(q.outbox, &hello, sizeof hello);
   }
   // Connections that peers made before this rank began the epoch.
   for (auto& [from, fd] : early_[epoch])
@@ -426,8 +438,12 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
         owner.push_back(p);
       }
       if (q.out) {
+        // Nothing ever comes back on the connection this rank sends on: readable means that
+        // the peer closed it, which is how a peer that died before its own hello arrived is
+        // found (the kernel had accepted the connection; the peer had read what it held).
         fds.push_back(
-            {q.out.get(), static_cast<short>(q.connecting || !q.outbox.empty() ? POLLOUT : 0), 0});
+            {q.out.get(),
+             static_cast<short>(q.connecting || !q.outbox.empty() ? POLLIN | POLLOUT : POLLIN), 0});
         owner.push_back(p);
       }
     }
@@ -457,7 +473,10 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
         }
         q.connecting = false;
       }
-      if ((fds[i].revents & (POLLERR | POLLHUP)) != 0) {
+      if ((fds[i].revents & (POLLIN | POLLERR | POLLHUP)) != 0) {
+        // Closed by the peer: what it sent on its own connection first counts (a decision, or
+        // this rank's exclusion).
+        if (q.in) read_from(who);
         fail_peer(who);
         continue;
       }
@@ -483,7 +502,7 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
   if (fault_point_ == 0) ::raise(SIGKILL);
   for (int p = 0; p < size_; ++p) {
     Peer& q = peer(p);
-    if (q.out) kept_.push_back(std::move(q.out));
+    if (q.out) kept_out_[p] = std::move(q.out);
     if (q.in) kept_in_[p] = std::move(q.in);
   }
   Decision decision;
@@ -508,13 +527,16 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
 int Survivors::first_closed(const std::vector<int>& members, Clock::time_point until) {
   for (int m : members)
     if (failed_.erase(m) != 0) return m;  // failed during the agreement, after its proposal
+  // Either connection with a member closing says it is gone; on neither does anything but
+  // its own decision come after the agreement.
   std::vector<pollfd> fds;
   std::vector<int> whose;
   for (int m : members)
-    if (auto it = kept_in_.find(m); it != kept_in_.end()) {
-      fds.push_back({it->second.get(), POLLIN, 0});
-      whose.push_back(m);
-    }
+    for (auto* kept : {&kept_in_, &kept_out_})
+      if (auto it = kept->find(m); it != kept->end()) {
+        fds.push_back({it->second.get(), POLLIN, 0});
+        whose.push_back(m);
+      }
   if (::poll(fds.data(), fds.size(), net::poll_timeout_ms(until)) <= 0) return -1;
   for (std::size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
@@ -522,6 +544,7 @@ int Survivors::first_closed(const std::vector<int>& members, Clock::time_point u
     const ssize_t got = ::recv(fds[i].fd, drop, sizeof drop, MSG_DONTWAIT);
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       kept_in_.erase(whose[i]);
+      kept_out_.erase(whose[i]);
       return whose[i];
     }
   }

@@ -71,12 +71,14 @@ class Survivors {
   // Connections accepted for an epoch this rank has yet to begin (a peer that began it first).
   std::map<std::uint64_t, std::vector<std::pair<int, net::Fd>>> early_;
   // The last agreement's connections: kept open until the next one, or the end, so that what
-  // this rank sent last (its decision) is read before the connection closes; those it
-  // received on by the sender's rank (first_closed() watches them).
+  // this rank sent last (its decision, an exclusion) is read before the connection closes;
+  // those with the members by rank, sent on and received on (first_closed() watches them).
   std::vector<net::Fd> kept_;
+  std::map<int, net::Fd> kept_out_;
   std::map<int, net::Fd> kept_in_;
   std::set<int> failed_;  // the ranks the last agreement saw fail (or silenced)
-  int fault_point_ = 0;   // ARCOLL_FAULT_AGREEMENT for this rank (tests): 0 none
+  int fault_point_ = -1;  // ARCOLL_FAULT_AGREEMENT for this rank (tests): its round, -1 none
+  bool fault_unheard_ = false;
 };
 
 }  // namespace arcoll

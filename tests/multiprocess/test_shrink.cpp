@@ -55,17 +55,20 @@ void check_survivors(Communicator& old, Communicator& shrunk, const std::vector<
 
 // (world size, victim killed in an all-reduce, a rank that dies in the agreement or -1, the
 // round it dies entering: 1 before it proposes, 2 after its proposal went out, 0 once it has
-// decided and sent its decision).
-using Deaths = std::tuple<int, int, int, int>;
+// decided and sent its decision; whether it dies unheard: having heard every other rank in
+// round 1 and sent nothing, so that the others learn of it only from the connections they
+// made to it).
+using Deaths = std::tuple<int, int, int, int, bool>;
 class DeathsAroundTheAgreement : public ::testing::TestWithParam<Deaths> {};
 
 TEST_P(DeathsAroundTheAgreement, SurvivorsShrinkAndComputeRight) {
-  const auto [world, victim, second, round] = GetParam();
+  const auto [world, victim, second, round, unheard] = GetParam();
   LocalLaunchOptions options;
   options.ranks = world;
   options.env = {{"ARCOLL_TIMEOUT", kLongTimeout}};
   if (second >= 0)
-    options.env["ARCOLL_FAULT_AGREEMENT"] = std::to_string(second) + ":" + std::to_string(round);
+    options.env["ARCOLL_FAULT_AGREEMENT"] =
+        std::to_string(second) + ":" + std::to_string(round) + (unheard ? ":unheard" : "");
   options.failure_grace = std::chrono::seconds(60);
   auto exits = launch(options, [&] {
     auto comm = Communicator::from_env();
@@ -90,21 +93,23 @@ TEST_P(DeathsAroundTheAgreement, SurvivorsShrinkAndComputeRight) {
 }
 
 std::string deaths_name(const ::testing::TestParamInfo<Deaths>& info) {
-  const auto [world, victim, second, round] = info.param;
+  const auto [world, victim, second, round, unheard] = info.param;
   std::string name = std::to_string(world) + "ranks_victim" + std::to_string(victim);
   if (second >= 0)
     name += "_rank" + std::to_string(second) +
             (round == 0 ? std::string("_dies_after_deciding")
-                        : "_dies_entering_round" + std::to_string(round));
+                        : "_dies_entering_round" + std::to_string(round)) +
+            (unheard ? "_unheard" : "");
   return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, DeathsAroundTheAgreement,
-                         ::testing::Values(Deaths(2, 1, -1, 0), Deaths(3, 0, -1, 0),
-                                           Deaths(4, 2, -1, 0), Deaths(5, 4, -1, 0),
-                                           Deaths(8, 3, -1, 0), Deaths(4, 1, 2, 1),
-                                           Deaths(5, 0, 3, 2), Deaths(6, 5, 0, 2),
-                                           Deaths(4, 3, 0, 0), Deaths(6, 2, 4, 0)),
+                         ::testing::Values(Deaths(2, 1, -1, 0, false), Deaths(3, 0, -1, 0, false),
+                                           Deaths(4, 2, -1, 0, false), Deaths(5, 4, -1, 0, false),
+                                           Deaths(8, 3, -1, 0, false), Deaths(4, 1, 2, 1, false),
+                                           Deaths(5, 0, 3, 2, false), Deaths(6, 5, 0, 2, false),
+                                           Deaths(4, 3, 0, 0, false), Deaths(6, 2, 4, 0, false),
+                                           Deaths(5, 0, 3, 2, true), Deaths(3, 2, 0, 2, true)),
                          deaths_name);
 
 // Nobody failed: shrink() keeps every rank, as a fresh duplicate.
