@@ -166,6 +166,7 @@ std::vector<RankExit> run_local_ranks(const LocalLaunchOptions& options,
     c.pid = ::fork();
     if (c.pid < 0)
       throw SystemError("local launch", std::string("fork(): ") + std::strerror(errno));
+    c.exit.pid = c.pid;
     if (c.pid == 0) {
       if (piped) ::close(pipe_fds[0]);
       for (int other = 0; other < r; ++other)

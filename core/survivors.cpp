@@ -500,6 +500,10 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
                     rank_);
   }
   if (fault_point_ == 0) ::raise(SIGKILL);
+  // A live rank closes no connection of the agreement: the others take a closed one for its
+  // death. Those whose hello had yet to arrive (the peer knew the decision from others before
+  // this rank heard from it) stay open too.
+  for (auto& [fd, received] : unknown) kept_.push_back(std::move(fd));
   for (int p = 0; p < size_; ++p) {
     Peer& q = peer(p);
     if (q.out) kept_out_[p] = std::move(q.out);

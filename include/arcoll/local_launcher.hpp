@@ -33,6 +33,7 @@ struct LocalLaunchOptions {
 
 struct RankExit {
   int rank = 0;
+  int pid = 0;        // the rank's process
   int exit_code = 0;  // meaningful when signal == 0
   int signal = 0;     // signal that ended the rank, 0 if it exited
   bool killed_by_launcher = false;  // still running failure_grace after another rank failed

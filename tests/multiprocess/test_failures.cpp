@@ -60,7 +60,7 @@ TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
     return allreduce_until_error(*comm, victim, 5);
   });
   // Segments are unlinked once mapped: the killed rank left nothing behind.
-  for (const auto& name : leaked_segments(segments_before))
+  for (const auto& name : leaked_segments(segments_before, exits))
     ADD_FAILURE() << "left in /dev/shm: " << name;
   ASSERT_EQ(exits.size(), 4u);
   expect_survivors_named(exits, victim, 10.0 + 5.0);
@@ -85,6 +85,7 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
   constexpr double kTimeout = 10;
   std::vector<double> detections;
   const auto segments_before = arcoll_segments();
+  std::vector<RankExit> every_trial;
   for (int seed = 1; seed <= kTrials; ++seed) {
     std::mt19937 rng(static_cast<unsigned>(seed));
     const int world = 3 + static_cast<int>(rng() % 3);
@@ -134,6 +135,7 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
       return 3;
     });
     ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
+    every_trial.insert(every_trial.end(), exits.begin(), exits.end());
     EXPECT_EQ(exits[static_cast<std::size_t>(victim)].signal, SIGKILL) << describe(exits);
     const std::string name = "rank " + std::to_string(victim);
     for (const auto& e : exits) {
@@ -146,7 +148,7 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
       if (detected >= 0) detections.push_back(detected);
     }
   }
-  for (const auto& name : leaked_segments(segments_before))
+  for (const auto& name : leaked_segments(segments_before, every_trial))
     ADD_FAILURE() << "left in /dev/shm: " << name;
   ASSERT_FALSE(detections.empty());
   std::sort(detections.begin(), detections.end());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -101,23 +102,30 @@ std::set<std::string> arcoll_segments() {
 namespace {
 // Whether the segment's header names a process that still runs: a job of another test running
 // alongside, never one of the ranks this test launched, which are reaped before it looks.
-bool owned_by_live_process(const std::string& name) {
+// Whether a segment may have been left by one of `ranks`: one of them owns it and has ended,
+// or it has no owner yet. A segment of another test running meanwhile is that test's: live,
+// or owned by a rank of its own that it killed, whose survivors remove it in their time.
+bool left_by(const std::string& name, const std::vector<RankExit>& ranks) {
   shm::SegmentOwner owner;
   const int fd = ::open(("/dev/shm/" + name).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   const bool read = ::pread(fd, &owner, sizeof owner, offsetof(shm::SegmentHeader, owner)) ==
                     static_cast<ssize_t>(sizeof owner);
   ::close(fd);
-  return read && owner.pid > 0 && owner.pid != ::getpid() && !shm::has_ended(owner);
+  if (!read || owner.pid <= 0) return true;
+  return std::any_of(ranks.begin(), ranks.end(),
+                     [&](const RankExit& e) { return e.pid == owner.pid; }) &&
+         shm::has_ended(owner);
 }
 }  // namespace
 
-std::set<std::string> leaked_segments(const std::set<std::string>& before) {
+std::set<std::string> leaked_segments(const std::set<std::string>& before,
+                                      const std::vector<RankExit>& ranks) {
   std::set<std::string> left;
   for (int attempt = 0; attempt < 20; ++attempt) {
     left.clear();
     for (const auto& name : arcoll_segments())
-      if (before.count(name) == 0 && !owned_by_live_process(name)) left.insert(name);
+      if (before.count(name) == 0 && left_by(name, ranks)) left.insert(name);
     if (left.empty()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -41,10 +41,11 @@ int thread_count();
 
 // Shared-memory segments of arcoll jobs in /dev/shm now (their names).
 std::set<std::string> arcoll_segments();
-// Segments present now but not `before` that stay for 2 s, less those whose owner still runs: a
-// job's segments are unlinked once mapped, and those of jobs still starting (other tests running
-// alongside) have a live owner.
-std::set<std::string> leaked_segments(const std::set<std::string>& before);
+// Segments present now but not `before` that stay for 2 s and were left by `ranks` (owned by one
+// of them that has ended, or by none): a job's segments are unlinked once mapped, and those of
+// other tests running alongside are theirs.
+std::set<std::string> leaked_segments(const std::set<std::string>& before,
+                                      const std::vector<RankExit>& ranks);
 
 // Seconds since `start`.
 double seconds_since(std::chrono::steady_clock::time_point start);

@@ -146,10 +146,10 @@ TEST_P(DyingWhileJoining, LeavesNothingInDevShm) {
   });
   // Rank 1 may have died after every rank had mapped its segment (nothing to leave then), or
   // before: the survivors' failed setup, or the next job's start, removes it.
-  for (const auto& name : leaked_segments(before))
+  for (const auto& name : leaked_segments(before, exits))
     ADD_FAILURE() << "left in /dev/shm after the job: " << name << "\n" << describe(exits);
   run_ranks(2, [](Communicator& comm) { comm.barrier(); });
-  EXPECT_TRUE(leaked_segments(before).empty()) << describe(exits);
+  EXPECT_TRUE(leaked_segments(before, exits).empty()) << describe(exits);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ways, DyingWhileJoining, ::testing::Values(SIGKILL, SIGABRT),
@@ -174,7 +174,7 @@ TEST_F(Leftovers, AFailedCallLeavesNothing) {
     return 3;
   });
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
-  EXPECT_TRUE(leaked_segments(before).empty());
+  EXPECT_TRUE(leaked_segments(before, exits).empty());
 }
 
 }  // namespace
