@@ -56,10 +56,12 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "default of arbench without arguments")
       ->capture_default_str();
   add("--repeat", flags.repeat, "R",
-      "Time each size R times (-n iterations each), in turn with the other backends of the run "
-      "(--compare, --algo all), so that a slow phase of the host weighs on all of them: the "
-      "median is reported, and min, max, p99 and the coefficient of variation go to the JSON "
-      "and a cv(%) column, for arbench compare")
+      "Time each size R times (-n iterations each) in R passes through the sizes, in turn "
+      "with the other backends of the run (--compare, --algo all), so that a slow phase of the "
+      "host weighs on all of them and on one pass: the median is reported, ratios whose passes "
+      "disagree are marked noisy, and every pass, min, max, p99 and the coefficient of "
+      "variation go to the JSON and a cv(%) column, for arbench compare; 5 passes of 10 ms "
+      "without arguments")
       ->capture_default_str();
   add("--min-busbw", flags.min_busbw, "GB/s",
       "Fail (exit 1, a FAILED line) when the average bus bandwidth is below this: a health gate");

@@ -87,7 +87,8 @@ json group_json(const GroupResult& g) {
   if (g.spread)
     j["spread"] = {{"repeats", g.spread->count},       {"min_us", g.spread->min_us},
                    {"median_us", g.spread->median_us}, {"max_us", g.spread->max_us},
-                   {"p99_us", g.spread->p99_us},       {"cv", g.spread->cv}};
+                   {"p99_us", g.spread->p99_us},       {"cv", g.spread->cv},
+                   {"passes_us", g.spread->passes_us}};
   return j;
 }
 
@@ -106,13 +107,35 @@ std::string iters_text(const SweepSettings& sweep) {
                        kMinAutoIters);
 }
 
-// The busbw ratios (out of place) of `first` over `peer` at each size of the rows of `kind`'s
-// collective, type and operator, in size order.
-std::vector<std::pair<std::size_t, double>> versus_ratios(const std::string& first,
-                                                          const BackendInfo& peer,
-                                                          const std::vector<Row>& rows,
-                                                          const Row& kind) {
-  std::vector<std::pair<std::size_t, double>> ratios;
+// A busbw ratio (out of place) of two backends at a size, and whether their passes disagree
+// on it by more than kNoisyRatio.
+struct Ratio {
+  std::size_t size_bytes = 0;
+  double value = 0;
+  bool noisy = false;
+};
+
+// `mine`'s busbw over `theirs`', from their medians; noisy when, pass by pass (the backends
+// take turns within a pass, so a phase of the host weighs on both), the ratios' interquartile
+// range exceeds kNoisyRatio of their lower quartile.
+Ratio ratio_of(const Row& mine, const Row& theirs) {
+  Ratio r{mine.size_bytes, mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs, false};
+  const auto& a = mine.out_of_place.spread;
+  const auto& b = theirs.out_of_place.spread;
+  if (!a || !b || a->passes_us.size() != b->passes_us.size() || a->passes_us.size() < 2) return r;
+  std::vector<double> passes;
+  for (std::size_t i = 0; i < a->passes_us.size(); ++i)
+    if (a->passes_us[i] > 0) passes.push_back(b->passes_us[i] / a->passes_us[i]);
+  const double low = quantile(passes, 0.25);
+  r.noisy = low > 0 && quantile(passes, 0.75) / low > 1 + kNoisyRatio;
+  return r;
+}
+
+// The ratios of `first` over `peer` at each size of the rows of `kind`'s collective, type and
+// operator, in size order.
+std::vector<Ratio> versus_ratios(const std::string& first, const BackendInfo& peer,
+                                 const std::vector<Row>& rows, const Row& kind) {
+  std::vector<Ratio> ratios;
   for (const Row& mine : rows) {
     if (mine.backend != first || mine.coll != kind.coll || mine.type != kind.type ||
         mine.op != kind.op)
@@ -121,14 +144,15 @@ std::vector<std::pair<std::size_t, double>> versus_ratios(const std::string& fir
       if (theirs.backend == peer.name && theirs.coll == mine.coll && theirs.type == mine.type &&
           theirs.op == mine.op && theirs.size_bytes == mine.size_bytes &&
           theirs.out_of_place.busbw_gbs > 0 && mine.out_of_place.busbw_gbs > 0)
-        ratios.emplace_back(mine.size_bytes,
-                            mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs);
+        ratios.push_back(ratio_of(mine, theirs));
   }
   return ratios;
 }
 
-std::string ratio_at(const std::pair<std::size_t, double>& r) {
-  return printf_string("x%.2f at %s", r.second, format_bytes(static_cast<double>(r.first)).c_str());
+std::string ratio_at(const Ratio& r) {
+  return printf_string("x%.2f at %s%s", r.value,
+                       format_bytes(static_cast<double>(r.size_bytes)).c_str(),
+                       r.noisy ? " (noisy)" : "");
 }
 
 // "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
@@ -143,7 +167,7 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
         std::none_of(kinds.begin(), kinds.end(), [&](const Row* k) { return k->coll == row.coll; }))
       kinds.push_back(&row);
   std::string out;
-  std::pair<std::size_t, double> lowest_of_all{0, std::numeric_limits<double>::infinity()};
+  Ratio lowest_of_all{0, std::numeric_limits<double>::infinity(), false};
   const Row* lowest_kind = nullptr;
   for (const Row* kind : kinds) {
     const auto ratios = versus_ratios(first, peer, rows, *kind);
@@ -154,13 +178,13 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
       out += head + ": " + ratio_at(ratios.back()) + " (busbw ratio)\n";
       continue;
     }
-    const auto lowest =
+    const Ratio lowest =
         *std::min_element(ratios.begin(), ratios.end(),
-                          [](const auto& a, const auto& b) { return a.second < b.second; });
+                          [](const Ratio& a, const Ratio& b) { return a.value < b.value; });
     out += head + ": " + ratio_at(ratios.front());
     if (ratios.size() > 1) out += ", " + ratio_at(ratios.back()) + "; lowest " + ratio_at(lowest);
     out += " (busbw ratio)\n";
-    if (lowest.second < lowest_of_all.second) {
+    if (lowest.value < lowest_of_all.value) {
       lowest_of_all = lowest;
       lowest_kind = kind;
     }
@@ -169,6 +193,20 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
     out += "# " + first + " vs " + peer.name + ": lowest " + ratio_at(lowest_of_all) + " in " +
            std::string(to_string(lowest_kind->coll)) + "\n";
   return out;
+}
+
+// Whether any ratio of `first` over the other backends is noisy.
+bool any_noisy(const RunInfo& info, const std::vector<Row>& rows) {
+  for (const Row& mine : rows)
+    if (mine.backend == info.backends.front().name)
+      for (std::size_t i = 1; i < info.backends.size(); ++i)
+        for (const Row& theirs : rows)
+          if (theirs.backend == info.backends[i].name && theirs.coll == mine.coll &&
+              theirs.type == mine.type && theirs.op == mine.op &&
+              theirs.size_bytes == mine.size_bytes && theirs.out_of_place.busbw_gbs > 0 &&
+              mine.out_of_place.busbw_gbs > 0 && ratio_of(mine, theirs).noisy)
+            return true;
+  return false;
 }
 
 }  // namespace
@@ -321,18 +359,26 @@ std::string compare_header(const RunInfo& info) {
   std::string line3 = printf_string("# %10s  %12s  %6s  %6s", "(B)", "(elements)", "", "");
   for (std::size_t i = 0; i < info.backends.size(); ++i) {
     const bool ratio = i > 0;
-    const int width = ratio ? 35 : 27;
+    const int width = ratio ? 38 : 27;
     line1 += printf_string(" | %-*s", width, info.backends[i].name.c_str());
     line2 += printf_string(" | %9s  %7s  %6s", "time", "busbw", "#wrong");
     line3 += printf_string(" | %9s  %7s  %6s", "(us)", "(GB/s)", "");
     if (ratio) {
-      line2 += printf_string("  %6s", "ratio");
-      line3 += printf_string("  %6s", "");
+      line2 += printf_string("  %9s", "ratio");
+      line3 += printf_string("  %9s", "");
     }
   }
-  return "# out-of-place time and busbw; #wrong of both groups; ratio: " +
-         (info.backends.empty() ? std::string("arcoll") : info.backends.front().name) +
-         " busbw / that backend's busbw\n" + line1 + "\n" + line2 + "\n" + line3 + "\n";
+  const std::string first = info.backends.empty() ? "arcoll" : info.backends.front().name;
+  std::string out = "# out-of-place time and busbw";
+  if (info.sweep.repeat > 1)
+    out += printf_string(" (medians of %d passes, the backends in turn at each size)",
+                         info.sweep.repeat);
+  out += "; #wrong of both groups; ratio: " + first + " busbw / that backend's busbw";
+  if (info.sweep.repeat > 1)
+    out += printf_string(
+        "; ?: noisy, the passes' ratios spread by more than %.0f%% (interquartile range)",
+        kNoisyRatio * 100);
+  return out + "\n" + line1 + "\n" + line2 + "\n" + line3 + "\n";
 }
 
 std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
@@ -358,10 +404,12 @@ std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
     }
     if (i > 0) {
       std::string ratio = "-";
-      if (row != nullptr && reference != nullptr && row->out_of_place.busbw_gbs > 0)
-        ratio =
-            printf_string("x%.2f", reference->out_of_place.busbw_gbs / row->out_of_place.busbw_gbs);
-      out += printf_string("  %6s", ratio.c_str());
+      if (row != nullptr && reference != nullptr && row->out_of_place.busbw_gbs > 0 &&
+          reference->out_of_place.busbw_gbs > 0) {
+        const Ratio r = ratio_of(*reference, *row);
+        ratio = printf_string("x%.2f%s", r.value, r.noisy ? "?" : "");
+      }
+      out += printf_string("  %9s", ratio.c_str());
     }
   }
   return out + "\n";
@@ -380,6 +428,12 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
   for (std::size_t i = 1; i < info.backends.size(); ++i)
     out += versus_lines(info.backends.front().name, info.backends[i], rows);
+  if (any_noisy(info, rows))
+    out += printf_string(
+        "# noisy: this machine changed pace during the run (another job, the clock, the memory):\n"
+        "#   the ratios marked noisy or ? moved by more than %.0f%% from pass to pass and are not\n"
+        "#   facts; run again, or with a larger --repeat\n",
+        kNoisyRatio * 100);
   return out + "#\n";
 }
 

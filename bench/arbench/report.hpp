@@ -12,6 +12,10 @@
 
 namespace arbench {
 
+// A ratio of two backends whose passes (--repeat) disagree by more than this (their
+// interquartile range over the lower quartile) is called noisy rather than presented as a fact.
+inline constexpr double kNoisyRatio = 0.25;
+
 // Where one rank ran.
 struct RankPlace {
   int rank = 0;

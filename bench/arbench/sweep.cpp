@@ -147,8 +147,14 @@ class Group {
                         : settings.iters;
   }
 
-  void time() {
+  // `rewarm`: other sizes ran since this group last did (passes), so one untimed iteration
+  // brings its state (caches, the backends' buffers for this size) back first.
+  void time(bool rewarm) {
     stage_inputs();
+    if (rewarm) {
+      backend_.run(call_);
+      stage_inputs();
+    }
     backend_.barrier();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < result_.iters; ++i) backend_.run(call_);
@@ -200,6 +206,7 @@ GroupResult finish(const std::vector<double>& repetitions, std::size_t bytes, do
     for (double t : repetitions) mean += t / static_cast<double>(repetitions.size());
     for (double t : repetitions) squares += (t - mean) * (t - mean);
     s.cv = mean > 0 ? std::sqrt(squares / static_cast<double>(repetitions.size() - 1)) / mean : 0;
+    for (double t : repetitions) s.passes_us.push_back(t * 1e6);
     g.spread = s;
   }
   g.time_us = seconds * 1e6;
@@ -294,30 +301,9 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           running.push_back(backend);
         }
       }
-      for (std::size_t size : settings.sizes) {
-        // Every backend's groups are prepared, then timed in turn, repetition by repetition,
-        // so that a phase of the host (another job, the clock, the memory's state) weighs on
-        // every backend alike rather than on whichever ran through it.
-        const std::size_t first = rows.size();
-        std::vector<std::unique_ptr<Group>> groups;  // out of place, in place; per backend
-        for (Backend* backend : running) {
-          Row row;
-          row.backend = backend->name();
-          row.coll = coll;
-          row.type = type;
-          row.op = op;
-          row.root = rooted(coll) ? 0 : -1;
-          row.count = row_elements(coll, size / arcoll::size_of(type), n);
-          row.size_bytes = row.count * arcoll::size_of(type);
-          if (callbacks.before) callbacks.before(row, rows.size(), total);
-          const auto [send_buffer, recv_buffer] = buffers_of(*backend);
-          for (const bool in_place : {false, true})
-            groups.push_back(std::make_unique<Group>(comm, *backend, coll, patterns, send_buffer,
-                                                     recv_buffer, row.count, in_place, settings));
-          rows.push_back(row);
-        }
-        for (int r = 0; r < settings.repeat; ++r)
-          for (const auto& group : groups) group->time();
+      // A size's rows once its last pass is timed: checked, and every rank's times gathered.
+      auto finish_size = [&](std::size_t first,
+                             const std::vector<std::unique_ptr<Group>>& groups) {
         for (std::size_t b = 0; b < running.size(); ++b) {
           Row& row = rows[first + b];
           const bool checked = settings.check && running[b]->reduces();
@@ -351,7 +337,44 @@ std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend
           }
           if (callbacks.after) callbacks.after(row, first + b, total);
         }
+      };
+      // Every size's groups are prepared (warmed up, their iteration counts agreed), then timed
+      // pass by pass through the sizes, every backend of a size in turn, so that a phase of the
+      // host (another job, the clock, the memory's state) weighs on every backend alike and on
+      // one pass of a size rather than on all of them; a size's rows end with its last pass.
+      struct SizeGroups {
+        std::size_t first_row;
+        std::vector<std::unique_ptr<Group>> groups;  // out of place, in place; per backend
+      };
+      std::vector<SizeGroups> sizes;
+      for (std::size_t size : settings.sizes) {
+        SizeGroups& at = sizes.emplace_back(SizeGroups{rows.size(), {}});
+        for (Backend* backend : running) {
+          Row row;
+          row.backend = backend->name();
+          row.coll = coll;
+          row.type = type;
+          row.op = op;
+          row.root = rooted(coll) ? 0 : -1;
+          row.count = row_elements(coll, size / arcoll::size_of(type), n);
+          row.size_bytes = row.count * arcoll::size_of(type);
+          if (callbacks.before) callbacks.before(row, rows.size(), total);
+          const auto [send_buffer, recv_buffer] = buffers_of(*backend);
+          for (const bool in_place : {false, true})
+            at.groups.push_back(std::make_unique<Group>(comm, *backend, coll, patterns,
+                                                        send_buffer, recv_buffer, row.count,
+                                                        in_place, settings));
+          rows.push_back(row);
+        }
       }
+      const bool rewarm = settings.repeat > 1 && sizes.size() > 1;
+      for (int pass = 1; pass <= settings.repeat; ++pass)
+        for (SizeGroups& at : sizes) {
+          if (callbacks.pass && !running.empty())
+            callbacks.pass(pass, settings.repeat, rows[at.first_row]);
+          for (const auto& group : at.groups) group->time(rewarm);
+          if (pass == settings.repeat) finish_size(at.first_row, at.groups);
+        }
     }
   return rows;
 }

@@ -31,9 +31,11 @@ struct SweepSettings {
   // -n auto: each group times as many iterations as fill about this many seconds (at least
   // kMinAutoIters), counted from a probe the ranks agree on; 0: `iters` iterations.
   double target_seconds = 0;
-  // Timings of `iters` iterations per group (after one warm-up): a row's time is their
+  // Passes through the sizes, each timing `iters` iterations per group: a row's time is their
   // median, and their spread says how noisy it is (nccl-tests' -N runs the sweep again).
-  // The backends of a size take turns, one repetition each.
+  // Every size's groups are warmed up first; then each pass runs through all the sizes, the
+  // backends of a size in turn, so that a slow phase of the host (seconds to minutes on a
+  // VM) lands on one pass of every backend rather than on all passes of one size.
   int repeat = 1;
   bool check = true;
   // Mixed precision: arcoll carries f32 as this 16-bit type (f32: not at all); f32 rows then
@@ -53,6 +55,7 @@ struct Spread {
   int count = 0;
   double min_us = 0, median_us = 0, max_us = 0, p99_us = 0;
   double cv = 0;  // coefficient of variation: standard deviation / mean
+  std::vector<double> passes_us;  // each pass's time, in pass order
 };
 
 struct GroupResult {
@@ -94,9 +97,9 @@ std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_byte
 std::size_t row_count(const SweepSettings& settings);
 
 struct SweepCallbacks {
-  // Called on every rank before a size's rows start (each backend's, in turn) and after each
-  // completes, with the row's index and the number of rows. `before` sees the row's size,
-  // count, type and op only.
+  // Called on every rank before a size's rows are warmed up (each backend's, in turn) and after
+  // each completes (its last pass), with the row's index and the number of rows. `before`
+  // sees the row's size, count, type and op only.
   std::function<void(const Row&, std::size_t index, std::size_t total)> before;
   std::function<void(const Row&, std::size_t index, std::size_t total)> after;
   // Called on every rank, once per collective, type and operator a backend cannot run, before
@@ -104,11 +107,14 @@ struct SweepCallbacks {
   std::function<void(const std::string& backend, Coll, arcoll::DataType, arcoll::ReduceOp,
                      const std::string& reason)>
       skipped;
+  // With several passes: called on every rank as pass `pass` (1-based) of `passes` reaches a
+  // size.
+  std::function<void(int pass, int passes, const Row&)> pass;
 };
 
-// The sweep through each of `backends`, interleaved: for every collective, type, op and size
-// (nccl-tests' order), each backend in turn, once per repetition (rows in that order; a
-// backend that cannot run a collective with a type and op has no rows for it). Every rank
+// The sweep through each of `backends`, interleaved: for every collective, type and op, the
+// sizes (nccl-tests' order) once per pass, each backend in turn at each size (rows in that
+// order; a backend that cannot run a collective with a type and op has no rows for it). Every rank
 // calls this with the same settings. `comm` carries arbench's own coordination (the slowest
 // rank's time, the #wrong sum). Errors of the library propagate as arcoll::Error.
 std::vector<Row> run_sweep(arcoll::Communicator& comm, const std::vector<Backend*>& backends,

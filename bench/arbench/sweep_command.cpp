@@ -37,6 +37,7 @@ namespace arbench {
 namespace {
 
 constexpr std::size_t kMaxSizes = 100'000;
+constexpr int kFirstRunPasses = 5;  // arbench without arguments
 
 // "\r[ 5/13] f32 sum 32 KiB" on stderr, redrawn in place; a no-op when disabled.
 class Progress {
@@ -156,6 +157,12 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   else
     plan.sweep.iters = static_cast<int>(parse_integer("-n/--iters", flags.iters, 1, 1'000'000));
   plan.sweep.repeat = static_cast<int>(parse_integer("--repeat", flags.repeat, 1, 10'000));
+  // The first run's ratios are what a newcomer takes away: they come from the medians of
+  // passes spread over the run, each a fifth as long, and say where the passes disagree.
+  if (argc == 1) {
+    plan.sweep.repeat = kFirstRunPasses;
+    plan.sweep.target_seconds = kAutoTargetSeconds / kFirstRunPasses;
+  }
   if (!flags.min_busbw.empty()) {
     char* end = nullptr;
     const double gbs = std::strtod(flags.min_busbw.c_str(), &end);
@@ -505,6 +512,12 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
                     std::string(arcoll::to_string(row.type)) + " " +
                     std::string(arcoll::to_string(row.op)) + " " +
                     format_bytes(static_cast<double>(row.size_bytes)));
+    };
+    callbacks.pass = [&](int pass, int passes, const Row& row) {
+      progress.show(
+          printf_string("[pass %d/%d] ", pass, passes) + std::string(to_string(row.coll)) + " " +
+          std::string(arcoll::to_string(row.type)) + " " + std::string(arcoll::to_string(row.op)) +
+          " " + format_bytes(static_cast<double>(row.size_bytes)));
     };
     callbacks.skipped = [&](const std::string& backend, Coll coll, arcoll::DataType type,
                             arcoll::ReduceOp op, const std::string& reason) {

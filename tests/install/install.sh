@@ -2,7 +2,7 @@
 # The installed arcoll as a downstream project sees it: `cmake --install` into a fresh prefix,
 # then examples/ configured and built as a project of its own against that prefix, through
 # find_package(arcoll CONFIG) with the shared and with the static library and through
-# pkg-config, every program run on 2 ranks and its sums checked; the installed arbench runs
+# pkg-config, every example run on 2 or 3 ranks and its results checked; the installed arbench runs
 # too, and the installed headers include nothing that is not installed.
 #
 # Usage: bash install.sh BUILD_DIR SOURCE_DIR
@@ -32,25 +32,41 @@ for header in "$prefix"/include/arcoll/*; do
   fi
 done
 
-# Runs `program` as ranks 0 and 1 of a job and checks rank 0's sums: rank r contributes r + i.
+# Runs `program` as ranks 0 .. n-1 of a job; every rank must exit 0. Rank 0's output is left
+# in $work/rank0.out.
 port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-run_two_ranks() {
-  local program=$1 master_port pids=() rank status
+run_ranks() {
+  local n=$1 program=$2 master_port pids=() rank status
   master_port=$(port)
-  for rank in 0 1; do
-    ARCOLL_RANK=$rank ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 \
+  for ((rank = 0; rank < n; ++rank)); do
+    ARCOLL_RANK=$rank ARCOLL_WORLD_SIZE=$n ARCOLL_MASTER_ADDR=127.0.0.1 \
       ARCOLL_MASTER_PORT=$master_port ARCOLL_JOB_TOKEN=install-test \
       timeout 60 "$program" >"$work/rank$rank.out" 2>&1 &
     pids+=($!)
   done
-  for rank in 0 1; do
+  for ((rank = 0; rank < n; ++rank)); do
     status=0
     wait "${pids[$rank]}" || status=$?
-    ((status == 0)) || fail "$program: rank $rank exited with $status: $(cat "$work/rank$rank.out")"
+    ((status == 0)) || fail "$program on $n ranks: rank $rank exited with $status: $(cat "$work/rank$rank.out")"
   done
-  grep -q "sum over 2 ranks.*: 1 3 5 7 9 11 13 15$" "$work/rank0.out" ||
-    fail "$program printed wrong sums: $(cat "$work/rank0.out")"
 }
+# The all-reduce examples: rank r contributes r + i, so rank 0 prints the sums 1 3 5 ... 15.
+run_allreduce() {
+  run_ranks 2 "$1"
+  grep -q "sum over 2 ranks.*: 1 3 5 7 9 11 13 15$" "$work/rank0.out" ||
+    fail "$1 printed wrong sums: $(cat "$work/rank0.out")"
+}
+# The other examples check their own results and say "<name>: ok" on rank 0.
+run_example() {
+  local n=$1 program=$2 name
+  name=$(basename "$program")
+  name=${name#example_}
+  run_ranks "$n" "$program"
+  grep -q "^$name: ok" "$work/rank0.out" || fail "$program on $n ranks: $(cat "$work/rank0.out")"
+}
+# Each example and the ranks it runs on (3 where its groups or servers need them).
+declare -A example_ranks=([nonblocking]=2 [nonblocking_c]=2 [parameter_server]=3
+  [shared_buffers]=2 [communicators]=3 [errors]=2)
 
 # CMake: shared, then static.
 for static in OFF ON; do
@@ -61,8 +77,14 @@ for static in OFF ON; do
   cmake --build "$dir" >"$work/build.log" 2>&1 ||
     fail "examples do not build against the install (static $static): $(cat "$work/build.log")"
   for program in example_allreduce example_allreduce_c; do
-    run_two_ranks "$dir/$program"
+    run_allreduce "$dir/$program"
   done
+  for name in "${!example_ranks[@]}"; do
+    run_example "${example_ranks[$name]}" "$dir/example_$name"
+  done
+  built=$(cd "$dir" && ls example_* | wc -l)
+  ((built == ${#example_ranks[@]} + 2)) ||
+    fail "examples built but not run here: $(cd "$dir" && ls example_*)"
 done
 
 # pkg-config, as a Makefile would use it.
@@ -76,8 +98,8 @@ c++ -std=c++20 $cflags "$source_dir/examples/allreduce.cpp" -o "$work/allreduce"
 # shellcheck disable=SC2086
 cc $cflags "$source_dir/examples/allreduce.c" -o "$work/allreduce_c" $libs -Wl,-rpath,"$libdir" ||
   fail "the C example does not build with pkg-config"
-run_two_ranks "$work/allreduce"
-run_two_ranks "$work/allreduce_c"
+run_allreduce "$work/allreduce"
+run_allreduce "$work/allreduce_c"
 
 timeout 120 "$prefix/bin/arbench" --np 2 -b 8 -e 1K -f 8 -w 1 -n 2 >"$work/arbench.out" 2>&1 ||
   fail "the installed arbench failed: $(cat "$work/arbench.out")"
