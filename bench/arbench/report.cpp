@@ -195,20 +195,6 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
   return out;
 }
 
-// Whether any ratio of `first` over the other backends is noisy.
-bool any_noisy(const RunInfo& info, const std::vector<Row>& rows) {
-  for (const Row& mine : rows)
-    if (mine.backend == info.backends.front().name)
-      for (std::size_t i = 1; i < info.backends.size(); ++i)
-        for (const Row& theirs : rows)
-          if (theirs.backend == info.backends[i].name && theirs.coll == mine.coll &&
-              theirs.type == mine.type && theirs.op == mine.op &&
-              theirs.size_bytes == mine.size_bytes && theirs.out_of_place.busbw_gbs > 0 &&
-              mine.out_of_place.busbw_gbs > 0 && ratio_of(mine, theirs).noisy)
-            return true;
-  return false;
-}
-
 }  // namespace
 
 Summary summarize(const std::vector<Row>& rows) {
@@ -426,13 +412,15 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
                          s.avg_busbw_gbs);
   }
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
+  std::string versus;
   for (std::size_t i = 1; i < info.backends.size(); ++i)
-    out += versus_lines(info.backends.front().name, info.backends[i], rows);
-  if (any_noisy(info, rows))
+    versus += versus_lines(info.backends.front().name, info.backends[i], rows);
+  out += versus;
+  if (versus.find(" (noisy)") != std::string::npos)
     out += printf_string(
-        "# noisy: this machine changed pace during the run (another job, the clock, the memory):\n"
-        "#   the ratios marked noisy or ? moved by more than %.0f%% from pass to pass and are not\n"
-        "#   facts; run again, or with a larger --repeat\n",
+        "# noisy: the ratios marked (noisy) moved by more than %.0f%% from pass to pass: this\n"
+        "#   machine changed pace during the run (another job, the clock, the memory), so they\n"
+        "#   are not facts; run again, or with a larger --repeat\n",
         kNoisyRatio * 100);
   return out + "#\n";
 }
