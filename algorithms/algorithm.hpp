@@ -11,7 +11,7 @@
 #include "algorithms/layout.hpp"
 #include "algorithms/point_to_point.hpp"
 #include "arcoll/types.hpp"
-#include "base/registry.hpp"
+#include "src/base/registry.hpp"
 
 namespace arcoll {
 

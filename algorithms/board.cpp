@@ -15,7 +15,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/cost_model.hpp"
-#include "base/reduce.hpp"
+#include "src/base/reduce.hpp"
 
 namespace arcoll {
 namespace {

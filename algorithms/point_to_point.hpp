@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "base/request.hpp"
+#include "src/base/request.hpp"
 
 namespace arcoll {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "base/cuda/kernels.hpp"
+#include "src/base/cuda/kernels.hpp"
 
 namespace {
 

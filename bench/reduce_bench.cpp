@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "arcoll/types.hpp"
-#include "base/reduce.hpp"
+#include "src/base/reduce.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@ find_package(nlohmann_json CONFIG QUIET)
 if(NOT nlohmann_json_FOUND)
   message(FATAL_ERROR "arcoll needs nlohmann-json: run scripts/install-deps.sh")
 endif()
-# Required: OpenSSL's libcrypto for the job token's HMAC challenge-response (base/auth.hpp).
+# Required: OpenSSL's libcrypto for the job token's HMAC challenge-response (src/base/auth.hpp).
 find_package(OpenSSL QUIET COMPONENTS Crypto)
 if(NOT OpenSSL_FOUND)
   message(FATAL_ERROR "arcoll needs OpenSSL (libssl-dev) to authenticate connections: run scripts/install-deps.sh")
@@ -85,7 +85,7 @@ if(CUDAToolkit_FOUND)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
   set(ARCOLL_WITH_CUDA ON)
-  # The kernels (base/cuda/) are built for these architectures, named rather than guessed from
+  # The kernels (src/base/cuda/) are built for these architectures, named rather than guessed from
   # a GPU the building machine may not have: Ampere and Hopper by default.
   if(NOT CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "base/registry.hpp"
+#include "src/base/registry.hpp"
 
 namespace arcoll::replay {
 

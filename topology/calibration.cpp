@@ -17,10 +17,10 @@
 #include "arcoll/error.hpp"
 #include "arcoll/host.hpp"
 #include "arcoll/tuning.hpp"
-#include "base/env.hpp"
-#include "base/log.hpp"
+#include "src/base/env.hpp"
+#include "src/base/log.hpp"
 #include "build_info.hpp"
-#include "core/link_costs_source.hpp"
+#include "src/core/link_costs_source.hpp"
 #include "topology/tuning_probe.hpp"
 
 namespace arcoll {

@@ -3,7 +3,7 @@
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
 #include "arcoll/parameter_server.hpp"
-#include "base/json_file.hpp"
+#include "src/base/json_file.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll {

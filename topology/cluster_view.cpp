@@ -7,7 +7,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/topology.hpp"
-#include "base/cpu_location.hpp"
+#include "src/base/cpu_location.hpp"
 
 namespace arcoll {
 namespace {

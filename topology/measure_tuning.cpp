@@ -12,8 +12,8 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/tuning.hpp"
-#include "base/cpu_location.hpp"
-#include "base/reduce.hpp"
+#include "src/base/cpu_location.hpp"
+#include "src/base/reduce.hpp"
 #include "topology/exchange_rates.hpp"
 #include "topology/tuning_probe.hpp"
 

@@ -17,9 +17,9 @@
 
 #include "arcoll/options.hpp"
 #include "arcoll/transport_costs.hpp"
-#include "base/registry.hpp"
-#include "base/request.hpp"
-#include "base/socket.hpp"
+#include "src/base/registry.hpp"
+#include "src/base/request.hpp"
+#include "src/base/socket.hpp"
 
 namespace arcoll {
 
@@ -35,7 +35,7 @@ struct TransportSetup {
   const Options* options = nullptr;
   std::string listen_address;              // local IPv4 address to listen on
   std::uint64_t job_id = 0;                // shared by every rank of this job
-  std::string job_token;                   // the job's secret (base/auth.hpp); may be empty
+  std::string job_token;                   // the job's secret (src/base/auth.hpp); may be empty
   net::Clock::time_point deadline;         // for connection setup
   std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
   bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)

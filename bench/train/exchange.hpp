@@ -15,7 +15,7 @@
 #include "arcoll/communicator.hpp"
 #include "arcoll/launch.hpp"
 #include "arcoll/parameter_server.hpp"
-#include "base/registry.hpp"
+#include "src/base/registry.hpp"
 
 namespace arbench::train {
 

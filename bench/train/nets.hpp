@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "base/registry.hpp"
+#include "src/base/registry.hpp"
 
 namespace arbench::train {
 

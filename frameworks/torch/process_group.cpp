@@ -18,8 +18,8 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
 #include "arcoll/tuning.hpp"
-#include "base/log.hpp"
-#include "base/socket.hpp"
+#include "src/base/log.hpp"
+#include "src/base/socket.hpp"
 
 namespace arcoll::torch_backend {
 namespace {

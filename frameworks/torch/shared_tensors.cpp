@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "arcoll/memory.hpp"
-#include "base/shared_memory.hpp"
+#include "src/base/shared_memory.hpp"
 
 namespace arcoll::torch_backend {
 namespace {

@@ -61,7 +61,7 @@ class Communicator {
   // After a failure (a rank died, was stopped past the deadline, or aborted): a new
   // communicator of the live ranks, renumbered in this one's order, its transports set up
   // afresh (as MPIX_Comm_shrink). The live ranks agree on who they are even when more of them
-  // fail meanwhile (core/survivors.hpp); each waits at most the timeout for a silent rank,
+  // fail meanwhile (src/core/survivors.hpp); each waits at most the timeout for a silent rank,
   // which is then left out and, if it comes back, fails its own shrink() with an error saying
   // so. Every live rank calls it; this communicator is broken from then on (a rank still in a
   // call of it fails promptly), and only destroying it remains. A rank that aborted this

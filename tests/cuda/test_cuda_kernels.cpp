@@ -1,4 +1,4 @@
-// The CUDA kernels (base/cuda/kernels.hpp) against the host's (base/reduce.hpp), element by
+// The CUDA kernels (src/base/cuda/kernels.hpp) against the host's (src/base/reduce.hpp), element by
 // element, and the "cuda" kind of device memory: built wherever the CUDA toolkit is, skipped
 // (saying so) where no GPU is.
 #include <cuda_runtime.h>
@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
-#include "base/cuda/kernels.hpp"
-#include "base/device_memory.hpp"
-#include "base/reduce.hpp"
+#include "src/base/cuda/kernels.hpp"
+#include "src/base/device_memory.hpp"
+#include "src/base/reduce.hpp"
 #include "tests/support/reference.hpp"
 
 namespace arcoll::testing {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "base/store.hpp"
+#include "src/base/store.hpp"
 
 using namespace arcoll::store_protocol;
 

@@ -1,4 +1,4 @@
-// Calls on device memory (staged through host copies, core/device_staging.hpp), on the
+// Calls on device memory (staged through host copies, src/core/device_staging.hpp), on the
 // emulated device of tests/support/emulated_device.hpp: a rank that reads or writes a device
 // buffer with the host crashes. All-reduce is checked against the double-precision reference;
 // every other call against the same call on host buffers, whose own tests check it against the

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "base/socket.hpp"
-#include "base/store.hpp"
+#include "src/base/socket.hpp"
+#include "src/base/store.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 #include "tests/support/strangers.hpp"

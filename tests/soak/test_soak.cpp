@@ -23,7 +23,7 @@
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
-#include "base/crc32c.hpp"
+#include "src/base/crc32c.hpp"
 #include "tests/support/ranks.hpp"
 
 // LeakSanitizer's entry point, present when the program is linked with it (this file itself

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "base/device_memory.hpp"
+#include "src/base/device_memory.hpp"
 
 namespace arcoll::testing {
 namespace {

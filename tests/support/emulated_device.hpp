@@ -1,4 +1,4 @@
-// Device memory for the tests of machines without a GPU (base/device_memory.hpp's "emulated"
+// Device memory for the tests of machines without a GPU (src/base/device_memory.hpp's "emulated"
 // kind): the address a test hands the library can be neither read nor written by the host
 // (mapped without access, so a host read or write of it crashes the rank), while the kind's
 // copies go through a second, readable mapping of the same pages. A call that

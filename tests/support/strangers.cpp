@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "arcoll/communicator.hpp"
-#include "base/auth.hpp"
+#include "src/base/auth.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "arcoll/local_launcher.hpp"
-#include "base/socket.hpp"
-#include "base/store.hpp"
+#include "src/base/socket.hpp"
+#include "src/base/store.hpp"
 
 namespace arcoll::testing {
 

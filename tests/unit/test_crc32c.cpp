@@ -1,4 +1,4 @@
-#include "base/crc32c.hpp"
+#include "src/base/crc32c.hpp"
 
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@
 
 #include "arcoll/error.hpp"
 #include "arcoll/types.hpp"
-#include "base/reduce.hpp"
+#include "src/base/reduce.hpp"
 
 namespace arcoll::kernels {
 namespace {

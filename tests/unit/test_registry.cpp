@@ -8,7 +8,7 @@
 
 #include "arcoll/error.hpp"
 #include "arcoll/tuning.hpp"
-#include "base/registry.hpp"
+#include "src/base/registry.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll {

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "arcoll/error.hpp"
-#include "base/shared_memory.hpp"
+#include "src/base/shared_memory.hpp"
 
 namespace arcoll::shared_memory {
 namespace {

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "base/store.hpp"
+#include "src/base/store.hpp"
 
 namespace arcoll {
 namespace {

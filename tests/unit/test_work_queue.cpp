@@ -1,4 +1,4 @@
-// The progress thread of non-blocking calls (core/work_queue): calls run one at a time in
+// The progress thread of non-blocking calls (src/core/work_queue): calls run one at a time in
 // issue order on a thread of their own; a Work completes once, with its call's error if any,
 // for any number of waiters and callbacks on any thread. Also run under ThreadSanitizer
 // (tests/sanitizers), as the store's server is.
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/work_queue.hpp"
+#include "src/core/work_queue.hpp"
 
 namespace arcoll {
 namespace {

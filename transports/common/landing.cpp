@@ -1,6 +1,6 @@
 #include "transports/common/landing.hpp"
 
-#include "base/reduce.hpp"
+#include "src/base/reduce.hpp"
 
 namespace arcoll::transport {
 

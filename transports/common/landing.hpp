@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "base/request.hpp"
+#include "src/base/request.hpp"
 
 namespace arcoll::transport {
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "base/request.hpp"
+#include "src/base/request.hpp"
 #include "transports/common/landing.hpp"
 
 namespace arcoll::transport {

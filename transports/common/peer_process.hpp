@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "base/socket.hpp"
+#include "src/base/socket.hpp"
 
 namespace arcoll::transport {
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "base/shared_memory.hpp"
+#include "src/base/shared_memory.hpp"
 
 namespace arcoll::transport {
 

@@ -5,7 +5,7 @@
 //
 // So only memory whose end this process learns of is kept registered: regions of
 // arcoll::mem_alloc, registered whole on first use and dropped when mem_free releases them
-// (the allocator's hook, base/shared_memory.hpp), which is also what a program that wants its
+// (the allocator's hook, src/base/shared_memory.hpp), which is also what a program that wants its
 // buffers registered once allocates. Any other memory (the heap, the stack), whose free() and
 // munmap() nobody is told of, is registered for one message and deregistered when it
 // completes: registration costs a system call and pinning per large message there, and no

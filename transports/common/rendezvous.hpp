@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "base/request.hpp"
+#include "src/base/request.hpp"
 #include "transports/common/matching.hpp"
 #include "transports/common/registration.hpp"
 

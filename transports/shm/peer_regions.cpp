@@ -4,7 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "base/socket.hpp"
+#include "src/base/socket.hpp"
 
 namespace arcoll::shm {
 

@@ -1,4 +1,4 @@
-// Peers' shared memory (arcoll::mem_alloc, base/shared_memory.hpp) as this rank maps it: a send
+// Peers' shared memory (arcoll::mem_alloc, src/base/shared_memory.hpp) as this rank maps it: a send
 // from such memory travels as a descriptor of its region, and the receiver maps the region
 // once, read-only, to read or reduce messages straight out of it.
 #pragma once

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
-#include "base/store.hpp"
+#include "src/base/log.hpp"
+#include "src/base/store.hpp"
 
 namespace arcoll::shm {
 namespace {

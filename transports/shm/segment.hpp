@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/socket.hpp"
+#include "src/base/socket.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::shm {

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "base/reduce.hpp"
+#include "src/base/reduce.hpp"
 #include "transports/shm/shm_transport.hpp"
 
 namespace arcoll::shm {

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
-#include "base/shared_memory.hpp"
+#include "src/base/log.hpp"
+#include "src/base/shared_memory.hpp"
 #include "transports/shm/shm_transport.hpp"
 
 namespace arcoll::shm {

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "base/shared_memory.hpp"
+#include "src/base/shared_memory.hpp"
 #include "transports/common/matching.hpp"
 #include "transports/shm/peer_regions.hpp"
 #include "transports/shm/ring.hpp"

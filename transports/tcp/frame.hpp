@@ -41,7 +41,7 @@ struct FrameHeader {
   std::uint64_t sequence;       // message number on this peer pair, from 0
   std::uint64_t message_bytes;  // size of the whole message
   std::uint64_t offset;         // where this frame's payload goes in the message
-  std::uint64_t signature;      // the collective call it belongs to (core/call_signature.hpp)
+  std::uint64_t signature;      // the collective call it belongs to (src/core/call_signature.hpp)
 };
 // Wire structs are laid out without padding (so their bytes are the wire format) and keep
 // their natural alignment (so their fields can be read in place).

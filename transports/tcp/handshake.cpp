@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
-#include "base/store.hpp"
+#include "src/base/log.hpp"
+#include "src/base/store.hpp"
 
 namespace arcoll::tcp {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "base/auth.hpp"
-#include "base/socket.hpp"
+#include "src/base/auth.hpp"
+#include "src/base/socket.hpp"
 #include "transports/tcp/frame.hpp"
 #include "transports/transport.hpp"
 

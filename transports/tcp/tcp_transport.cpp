@@ -18,8 +18,8 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
-#include "base/store.hpp"
+#include "src/base/log.hpp"
+#include "src/base/store.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 
 namespace arcoll::tcp {

@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
+#include "src/base/log.hpp"
 #include "transports/common/peer_process.hpp"
 #include "transports/ucx/ucx_transport.hpp"
 

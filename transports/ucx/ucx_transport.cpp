@@ -15,8 +15,8 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
-#include "base/log.hpp"
-#include "base/store.hpp"
+#include "src/base/log.hpp"
+#include "src/base/store.hpp"
 #include "transports/common/landing.hpp"
 #include "transports/common/peer_process.hpp"
 

@@ -45,7 +45,7 @@ enum AmId : unsigned { kData = 1, kAbort = 2, kGoodbye = 3, kHello = 4, kFarewel
 // Ahead of every active message's bytes.
 struct Header {
   std::uint64_t sequence;     // on this peer pair, from 0, across every kind
-  std::uint64_t signature;    // data: its call's (core/call_signature.hpp)
+  std::uint64_t signature;    // data: its call's (src/core/call_signature.hpp)
   std::uint64_t failed_call;  // abort: the collective its sender gave up on
   std::uint32_t tag;          // data
   std::int32_t from;          // the sender's rank

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "base/socket.hpp"
+#include "src/base/socket.hpp"
 #include "transports/common/registration.hpp"
 
 namespace arcoll {

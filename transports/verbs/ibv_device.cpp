@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
-#include "base/env.hpp"
+#include "src/base/env.hpp"
 #include "transports/verbs/device.hpp"
 
 namespace arcoll::verbs {

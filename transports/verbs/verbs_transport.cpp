@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
-#include "base/env.hpp"
-#include "base/log.hpp"
-#include "base/store.hpp"
+#include "src/base/env.hpp"
+#include "src/base/log.hpp"
+#include "src/base/store.hpp"
 #include "transports/common/landing.hpp"
 
 namespace arcoll::verbs {

@@ -14,7 +14,7 @@
 #include "arcoll/communicator.hpp"
 #include "arcoll/parameter_server.hpp"
 #include "arcoll/types.hpp"
-#include "base/registry.hpp"
+#include "src/base/registry.hpp"
 
 namespace arbench {
 

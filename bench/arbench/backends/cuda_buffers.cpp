@@ -2,7 +2,7 @@
 // (modulo the GPUs there, so several ranks may share one); the sweep's host inputs are copied
 // to two device buffers before the timed calls and the result back before the check, as the
 // nccl backend does, and the calls get device pointers, which the library stages through
-// pinned host memory (core/device_staging.hpp).
+// pinned host memory (src/core/device_staging.hpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>

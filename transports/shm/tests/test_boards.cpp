@@ -1,4 +1,4 @@
-// The shared boards of the shm transport (core/boards.hpp), through the board all-reduce:
+// The shared boards of the shm transport (src/core/boards.hpp), through the board all-reduce:
 // results at and around their capacity, posts reused across many calls of changing sizes
 // between calls that send messages, and a rank that comes late, dies, aborts or is in
 // another call: every other rank fails within its deadline naming it, never hangs.
@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
-#include "core/boards.hpp"
+#include "src/core/boards.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 #include "transports/shm/segment.hpp"

@@ -1,0 +1,83 @@
+// One point-to-point transfer in flight, shared by the caller that waits on it and the
+// transport that moves its bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "arcoll/error.hpp"
+#include "arcoll/types.hpp"
+
+namespace arcoll {
+
+struct Request {
+  enum class Kind : std::uint8_t { send, recv };
+
+  Kind kind = Kind::send;
+  int peer = 0;
+  std::uint32_t tag = 0;
+  // The collective call this message belongs to (call_signature.hpp), 0 for point-to-point;
+  // carried in the message header, compared by the receive that takes it.
+  std::uint64_t signature = 0;
+  void* buffer = nullptr;  // const for sends
+  std::size_t bytes = 0;
+  // A receive whose message is combined into `buffer` as it lands instead of copied as it is
+  // (transports/common/landing.hpp): reduced element-wise with `with`, buffer[i] = with[i] op
+  // message[i] (`with` may be `buffer`; null: no reduction), and widened from the 16-bit wire
+  // format `wire` to the buffer's f32 elements when `wire` differs from `type`. `bytes` counts
+  // the message, which is half the buffer when widened.
+  struct Landing {
+    const void* with = nullptr;
+    DataType type = DataType::f32;
+    ReduceOp op = ReduceOp::sum;
+    DataType wire = DataType::f32;
+  };
+  std::optional<Landing> landing;
+  // A send of a call whose receivers reduce what lands, or pass it on as it lands (the
+  // reductions; broadcast's chain).
+  bool pipelined_call = false;
+  // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
+  // its message lands with streaming stores (kernels::Stores::streaming).
+  bool streaming_stores = false;
+  // A receive whose landed result is sent on (PointToPoint::irecv_reduce_send): this send of
+  // `buffer`'s bytes, posted with the receive to a transport that forwards() and started by it,
+  // piece by piece as the pieces land (whole, for a message held before its receive came, or
+  // where the transport lets the peer read the result in place).
+  // The receive's waiter waits for both.
+  std::shared_ptr<Request> forward;
+  // Set by the transport.
+  std::size_t transferred = 0;
+  bool done = false;
+  std::exception_ptr error;  // set together with done when the transfer failed
+
+  std::string describe() const;  // "recv of 1048576 B from rank 3 (tag 0x80000012)"
+};
+
+// "0x80000012": how tags appear in messages.
+std::string hex_tag(std::uint32_t tag);
+
+// A receive that met a message of another call or size: what each side said, reported by the
+// transport as data and worded by the core, which knows what the signatures mean
+// (src/core/call_signature.hpp). The failure of the receive's transport until then.
+class CallMismatch : public InvalidArgument {
+ public:
+  CallMismatch(const Request& receive, std::uint64_t arrived_bytes,
+               std::uint64_t arrived_signature);
+  int peer;
+  std::uint32_t tag;
+  std::uint64_t expected_bytes, arrived_bytes;
+  std::uint64_t expected_signature, arrived_signature;
+};
+
+// The mismatch between `receive` and a message of `bytes` with `signature`, or null when the
+// message belongs to it.
+std::exception_ptr check_match(const Request& receive, std::uint64_t bytes,
+                               std::uint64_t signature);
+
+using RequestPtr = std::shared_ptr<Request>;
+
+}  // namespace arcoll

@@ -1,0 +1,503 @@
+#include "src/core/calls.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "algorithms/cost_model.hpp"
+#include "arcoll/error.hpp"
+#include "src/base/log.hpp"
+#include "src/base/reduce.hpp"
+#include "src/core/call_signature.hpp"
+
+namespace arcoll {
+namespace {
+
+using net::Clock;
+
+// The algorithm each collective but all-reduce uses when Options::algorithm is "auto" or
+// names an algorithm that does not implement that collective (board: on the shared boards
+// while a call fits there, else by its messages algorithm). All-reduce under auto takes the
+// cost model's choice.
+const std::map<Collective, std::string> kDefaultAlgorithm = {
+    {Collective::allreduce, "ring"},        {Collective::reduce_scatter, "board"},
+    {Collective::allgather, "board"},       {Collective::broadcast, "board"},
+    {Collective::barrier, "dissemination"}, {Collective::reduce, "board"},
+    {Collective::gather, "board"},          {Collective::scatter, "board"},
+    {Collective::alltoall, "board"},        {Collective::alltoallv, "direct"},
+};
+
+void check_algorithm(const std::string& name, int rank) {
+  if (name == "auto" || AlgorithmRegistry::instance().find(name) != nullptr) return;
+  throw InvalidArgument("communicator",
+                        "unknown algorithm '" + name + "' (known: auto, " +
+                            AlgorithmRegistry::instance().name_list() + ")",
+                        rank);
+}
+
+// Checked before anyone waits on this rank; the log names the rank from here on.
+Options checked(const Options& options, int rank) {
+  log::set_rank(rank);
+  if (options.chunk_bytes == 0) throw InvalidArgument("communicator", "chunk_bytes must be > 0");
+  if (std::string why = timeout_problem(options.timeout); !why.empty())
+    throw InvalidArgument("communicator", why);
+  if (options.sockets_per_peer < 1 || options.sockets_per_peer > 64)
+    throw InvalidArgument("communicator", "sockets_per_peer must be within 1..64");
+  if (options.channels < 1 || options.channels > kMaxChannels)
+    throw InvalidArgument("communicator",
+                          "channels must be within 1.." + std::to_string(kMaxChannels));
+  if (options.wire != DataType::f32 && options.wire != DataType::f16 &&
+      options.wire != DataType::bf16)
+    throw InvalidArgument("communicator", "the wire format must be f32, f16 or bf16");
+  check_algorithm(options.algorithm, rank);
+  if (options.transport != "auto" &&
+      TransportRegistry::instance().find(options.transport) == nullptr)
+    throw InvalidArgument("communicator",
+                          "unknown transport '" + options.transport + "' (known: auto, " +
+                              TransportRegistry::instance().name_list() + ")",
+                          rank);
+  return options;
+}
+
+// Collectives whose result is a reduction (`count` elements in recv; reduce: on the root).
+bool reduces(Collective collective) {
+  return collective == Collective::allreduce || collective == Collective::reduce_scatter ||
+         collective == Collective::reduce;
+}
+
+// Collectives whose receivers reduce what lands or pass it on as it lands
+// (Request::pipelined_call).
+bool pipelined(Collective collective) {
+  return reduces(collective) || collective == Collective::broadcast;
+}
+
+bool rooted(Collective collective) {
+  return collective == Collective::broadcast || collective == Collective::reduce ||
+         collective == Collective::gather || collective == Collective::scatter;
+}
+
+bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+// "allreduce of 1024 f32": a queued call's description.
+std::string describe(Collective collective, const CollectiveArgs& args) {
+  if (collective == Collective::barrier) return "barrier";
+  return std::string(to_string(collective)) + " of " +
+         (collective == Collective::alltoallv ? std::string("blocks of")
+                                              : std::to_string(args.count)) +
+         " " + std::string(to_string(args.type));
+}
+
+// The transports of a rank that joined; a rank whose setup fails tells the others.
+std::unique_ptr<Engine> set_up_engine(const Rendezvous& rendezvous, const Options& options,
+                                      std::uint64_t corrupt_at) {
+  try {
+    return std::make_unique<Engine>(rendezvous, options, corrupt_at);
+  } catch (const Error& e) {
+    fail_join(rendezvous, e);
+    throw;
+  }
+}
+
+}  // namespace
+
+Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
+    : options_(checked(options, launch.rank)),
+      rank_(launch.rank),
+      corrupt_at_(corruption_fault(launch.rank)),
+      tuning_(options_.tuning_file.empty() ? Tuning{} : load_tuning(options_.tuning_file)),
+      survivors_(launch.rank, launch.world_size, listen_address(launch, options_)),
+      rendezvous_(arcoll::join(launch, options_, host_name_of(launch.rank, launch.world_size),
+                               survivors_.endpoint(), Clock::now() + options_.timeout)),
+      engine_(set_up_engine(rendezvous_, options_, corrupt_at_)) {
+  survivors_.meet(rendezvous_.survivors_endpoints, rendezvous_.job_id, rendezvous_.job_token);
+  engine_->apply_tuning(tuning_);
+  finish_join(rendezvous_, Clock::now() + options_.timeout);
+}
+
+Communicator::Impl::~Impl() {
+  if (const std::size_t pending = queue_.pending(); pending > 0)
+    abort("the communicator was destroyed with " + std::to_string(pending) +
+          " call(s) not completed");
+  {
+    std::lock_guard call(call_mutex_);
+    std::lock_guard lock(ended_mutex_);
+    for (InFlight& f : in_flight_)
+      ended_.emplace_back(
+          std::move(f.work),
+          make_error(ErrorCode::peer_failure, f.operation,
+                     "the communicator was destroyed before it completed", rank_, f.request->peer));
+    in_flight_.clear();
+    any_ended_.store(true, std::memory_order_release);
+  }
+  end_transfers();
+}
+
+// ---- checks ------------------------------------------------------------------------------
+
+void Communicator::Impl::check_buffer(const char* operation, const void* buffer, std::size_t count,
+                                      DataType type, std::size_t blocks) const {
+  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::i64))
+    throw InvalidArgument(operation, "unknown data type", rank_);
+  // Bytes must fit in 63 bits, with room for the size() blocks of gathered buffers.
+  std::size_t bytes = 0;
+  if (__builtin_mul_overflow(count, size_of(type) * static_cast<std::size_t>(rendezvous_.size),
+                             &bytes) ||
+      bytes > std::numeric_limits<std::size_t>::max() >> 1)
+    throw InvalidArgument(operation, "count " + std::to_string(count) + " overflows", rank_);
+  if (buffer == nullptr && count * blocks != 0)
+    throw InvalidArgument(operation, "null buffer with count " + std::to_string(count * blocks),
+                          rank_);
+}
+
+void Communicator::Impl::check_overlap(const char* operation, const void* send,
+                                       std::size_t send_count, const void* recv,
+                                       std::size_t recv_count, DataType type,
+                                       std::optional<std::ptrdiff_t> in_place_offset) const {
+  if (send_count == 0 || recv_count == 0) return;
+  const auto s = reinterpret_cast<std::uintptr_t>(send);
+  const auto r = reinterpret_cast<std::uintptr_t>(recv);
+  const std::size_t element = size_of(type);
+  if (s >= r + recv_count * element || r >= s + send_count * element) return;
+  if (in_place_offset &&
+      s - r == static_cast<std::uintptr_t>(*in_place_offset * static_cast<std::ptrdiff_t>(element)))
+    return;
+  throw InvalidArgument(operation,
+                        in_place_offset
+                            ? "the send and receive buffers overlap without being the in-place "
+                              "form (see communicator.hpp): the result would depend on the "
+                              "algorithm"
+                            : "the send and receive buffers overlap: this call has no in-place "
+                              "form",
+                        rank_);
+}
+
+void Communicator::Impl::check_reduction(const char* operation, DataType type, ReduceOp op) const {
+  if (static_cast<unsigned>(op) > static_cast<unsigned>(ReduceOp::avg))
+    throw InvalidArgument(operation, "unknown reduction operator", rank_);
+  if (!is_supported(type, op))
+    throw InvalidArgument(operation,
+                          "avg is only defined for floating-point types, not " +
+                              std::string(to_string(type)) +
+                              " (integer averages would truncate): use sum and divide",
+                          rank_);
+}
+
+void Communicator::Impl::check_root(const char* operation, int root) const {
+  if (root < 0 || root >= rendezvous_.size)
+    throw InvalidArgument(operation,
+                          "root " + std::to_string(root) + " is not a rank of this " +
+                              std::to_string(rendezvous_.size) + "-rank communicator",
+                          rank_);
+}
+
+void Communicator::Impl::check_transfer(const char* operation, const Transfer& t, int tag) const {
+  if (t.peer < 0 || t.peer >= rendezvous_.size || t.peer == rank_)
+    throw InvalidArgument(operation,
+                          "peer " + std::to_string(t.peer) + " is not another rank of this " +
+                              std::to_string(rendezvous_.size) + "-rank communicator",
+                          rank_);
+  if (t.buffer == nullptr && t.bytes != 0)
+    throw InvalidArgument(operation, "null buffer with " + std::to_string(t.bytes) + " bytes",
+                          rank_, t.peer);
+  if (tag < 0) throw InvalidArgument(operation, "tags must be >= 0", rank_);
+}
+
+// ---- issuing -----------------------------------------------------------------------------
+
+// A blocking call runs on the caller's thread when nothing is queued, as fast as before there
+// was a queue; else it takes its turn on the progress thread and the caller waits for it.
+void Communicator::Impl::execute(Collective collective, const CollectiveArgs& args) {
+  if (queue_.idle()) {
+    EndTransfersOnExit ended{*this};
+    return run(collective, args);
+  }
+  refuse_on_progress_thread(describe(collective, args));
+  submit(collective, args)->wait();
+}
+
+// A completion callback runs on the progress thread: a blocking call or a setting made there
+// while calls are queued would wait for the thread it runs on. Refused before anything is
+// queued.
+void Communicator::Impl::refuse_on_progress_thread(const std::string& operation) const {
+  if (queue_.on_its_thread())
+    throw InvalidArgument(operation,
+                          "a completion callback cannot wait for this communicator's queued "
+                          "calls (it runs on the thread that serves them); issue the "
+                          "non-blocking form instead",
+                          rank_);
+}
+
+void Communicator::Impl::drain(const char* operation) {
+  if (!queue_.idle()) refuse_on_progress_thread(operation);
+  queue_.drain();
+}
+
+WorkPtr Communicator::Impl::submit(Collective collective, const CollectiveArgs& args) {
+  return queue_.submit(describe(collective, args), [this, collective, args] {
+    EndTransfersOnExit ended{*this};
+    run(collective, args);
+  });
+}
+
+void Communicator::Impl::execute_coalesced(std::vector<Buffer> buffers, DataType type,
+                                           ReduceOp op) {
+  if (queue_.idle()) {
+    EndTransfersOnExit ended{*this};
+    return run_coalesced(buffers, type, op);
+  }
+  refuse_on_progress_thread("coalesced allreduce");
+  submit_coalesced(std::move(buffers), type, op)->wait();
+}
+
+WorkPtr Communicator::Impl::submit_coalesced(std::vector<Buffer> buffers, DataType type,
+                                             ReduceOp op) {
+  std::string description = "coalesced allreduce of " + std::to_string(buffers.size()) + " buffers";
+  return queue_.submit(std::move(description), [this, buffers = std::move(buffers), type, op] {
+    EndTransfersOnExit ended{*this};
+    run_coalesced(buffers, type, op);
+  });
+}
+
+void Communicator::Impl::execute_transfers(const char* operation, std::vector<Transfer> transfers,
+                                           int tag) {
+  if (queue_.idle()) {
+    EndTransfersOnExit ended{*this};
+    return run_transfers(operation, transfers, tag);
+  }
+  refuse_on_progress_thread(operation);
+  submit_transfers(operation, std::move(transfers), tag)->wait();
+}
+
+WorkPtr Communicator::Impl::submit_transfers(const char* operation, std::vector<Transfer> transfers,
+                                             int tag) {
+  return queue_.submit(operation, [this, operation, transfers = std::move(transfers), tag] {
+    EndTransfersOnExit ended{*this};
+    run_transfers(operation, transfers, tag);
+  });
+}
+
+// ---- settings ----------------------------------------------------------------------------
+
+void Communicator::Impl::set_algorithm(const std::string& name) {
+  check_algorithm(name, rank_);
+  drain("set_algorithm");
+  std::lock_guard call(call_mutex_);
+  options_.algorithm = name;
+  fixed_plans_.clear();
+}
+
+void Communicator::Impl::set_wire(DataType wire, std::optional<bool> error_feedback) {
+  if (wire != DataType::f32 && wire != DataType::f16 && wire != DataType::bf16)
+    throw InvalidArgument("set_wire", "the wire format must be f32, f16 or bf16", rank_);
+  drain("set_wire");
+  std::lock_guard call(call_mutex_);
+  options_.wire = wire;
+  if (error_feedback) options_.wire_error_feedback = *error_feedback;
+  fixed_plans_.clear();
+}
+
+void Communicator::Impl::set_tuning(const Tuning& tuning) {
+  drain("set_tuning");
+  std::lock_guard call(call_mutex_);
+  tuning_ = tuning;
+  engine_->apply_tuning(tuning_);
+  auto_plans_.clear();
+}
+
+void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
+  if (std::string why = timeout_problem(timeout); !why.empty())
+    throw InvalidArgument("set_timeout", why, rank_);
+  drain("set_timeout");
+  std::lock_guard call(call_mutex_);
+  options_.timeout = timeout;
+}
+
+Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes) const {
+  const auto b = static_cast<double>(bytes);
+  const Layout& layout = engine_->layout();
+  return algorithm == "auto" ? cost::best(layout, b) : cost::predict(algorithm, layout, b);
+}
+
+Communicator::Impl::PlannedCall Communicator::Impl::planned(Collective collective,
+                                                            Plan plan) const {
+  const CollectiveFn* fn = find_collective(plan.algorithm, collective);
+  const int index = AlgorithmRegistry::instance().index_of(plan.algorithm);
+  return {std::move(plan), fn, index};
+}
+
+const Communicator::Impl::PlannedCall& Communicator::Impl::plan_for(Collective collective,
+                                                                    std::size_t bytes) {
+  // Cached: small collectives should not pay for the model or for looking up names.
+  if (collective == Collective::allreduce && options_.algorithm == "auto") {
+    auto cached = auto_plans_.find(bytes);
+    if (cached != auto_plans_.end()) return cached->second;
+    if (auto_plans_.size() > 4096) auto_plans_.clear();  // sizes seen by one job stay few
+    return auto_plans_[bytes] = planned(collective, predict("auto", bytes));
+  }
+  auto fixed = fixed_plans_.find(collective);
+  if (fixed != fixed_plans_.end()) return fixed->second;
+  const bool implemented = find_collective(options_.algorithm, collective) != nullptr;
+  return fixed_plans_[collective] = planned(
+             collective, {implemented ? options_.algorithm : kDefaultAlgorithm.at(collective),
+                          options_.chunk_bytes, 0});
+}
+
+// ---- running -----------------------------------------------------------------------------
+
+void Communicator::Impl::apply_error_feedback(const CollectiveArgs& args, DataType wire,
+                                              const void* buffer) {
+  auto& residual = residuals_[{buffer, args.count}];
+  residual.resize(args.count, 0.0f);
+  // recv = send + what rounding lost last time; the new residual is what it loses now.
+  kernels::reduce(args.recv, args.send, residual.data(), args.count, DataType::f32, ReduceOp::sum);
+  std::copy_n(static_cast<const float*>(args.recv), args.count, residual.begin());
+  engine_->round_through_wire(args.recv, args.count, wire);
+  const auto* rounded = static_cast<const float*>(args.recv);
+  for (std::size_t i = 0; i < args.count; ++i) residual[i] -= rounded[i];
+}
+
+void Communicator::Impl::fail(const Error& e, const std::string& operation) {
+  broken_ = e.what();
+  engine_->fail(e, operation);
+}
+
+void Communicator::Impl::abort(const std::string& reason) {
+  survivors_.leave();
+  // A call in progress sees the request within moments, fails and tells the peers.
+  if (!engine_->request_abort(reason)) return;
+  std::lock_guard call(call_mutex_);
+  if (!broken_.empty()) return;
+  broken_ = engine_->abort_text();
+  engine_->abort_links(broken_);
+}
+
+void Communicator::Impl::break_for_shrink() {
+  engine_->request_abort("it is shrinking the communicator to its survivors");
+  std::lock_guard call(call_mutex_);
+  if (!broken_.empty()) return;
+  broken_ = engine_->abort_text();
+  engine_->abort_links(broken_);
+}
+
+void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {
+  std::lock_guard call(call_mutex_);
+  SettleOnExit settle{*this};
+  check_usable(
+      [&] { return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1); });
+  const int size = rendezvous_.size;
+  // Device buffers: the call runs on host copies of them.
+  CollectiveArgs host;
+  try {
+    host = staging_.stage(collective, args, rank_, size);
+  } catch (const Error&) {
+    staging_.drop();
+    throw;
+  }
+  ++sequence_;
+  const bool narrowable =
+      collective == Collective::allreduce || collective == Collective::reduce_scatter;
+  const DataType wire =
+      narrowable && args.type == DataType::f32 && size > 1 ? options_.wire : DataType::f32;
+  const bool narrowed = wire != DataType::f32;
+  const std::size_t bytes = args.count * size_of(args.type);
+  const PlannedCall& chosen = plan_for(collective, narrowed ? bytes / 2 : bytes);
+  engine_->begin({.kind = to_string(collective),
+                  .sequence = sequence_,
+                  .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
+                                     args.root, args.count, wire}),
+                  .root = args.root,
+                  .wire = wire,
+                  .chunk_bytes = chosen.plan.chunk_bytes,
+                  .streaming_stores = bytes >= options_.streaming_bytes,
+                  .pipelined = pipelined(collective)},
+                 options_.timeout);
+  CollectiveArgs effective = host;
+  if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
+  try {
+    const bool narrowed_allreduce = narrowed && collective == Collective::allreduce;
+    if (narrowed_allreduce && options_.wire_error_feedback) {
+      apply_error_feedback(host, wire, args.recv);
+      effective.send = host.recv;
+    }
+    const bool checks_root = rooted(collective) && size > 1;
+    if (checks_root) engine_->post_root_check(args.root);
+    (*chosen.fn)(*engine_, effective);
+    if (checks_root) engine_->finish_root_check();
+    engine_->end();
+    // The rank that finished a segment holds it in f32, the others as it came off the wire:
+    // one more rounding makes every rank's result the same.
+    if (narrowed_allreduce) engine_->round_through_wire(host.recv, args.count, wire);
+    // The reductions leave args.count reduced elements in recv (reduce: on the root).
+    const bool holds_result = collective != Collective::reduce || args.root == rank_;
+    if (args.op == ReduceOp::avg && reduces(collective) && holds_result)
+      kernels::divide_by(host.recv, args.count, args.type, size);
+    staging_.finish();
+  } catch (const Error& e) {
+    staging_.drop();
+    // This rank's own bad argument leaves the communicator usable; one that another rank
+    // disagrees with (a call mismatch) breaks it, and the peers are told.
+    const bool own_mistake = e.code() == ErrorCode::invalid_argument &&
+                             e.peer() == Error::kNoRank && engine_->transport_failure() == nullptr;
+    if (own_mistake) throw_error(e.code(), engine_->call_name(), e.message(), rank_, e.peer());
+    fail(e, engine_->call_name());
+  }
+}
+
+void Communicator::Impl::run_coalesced(const std::vector<Buffer>& buffers, DataType type,
+                                       ReduceOp op) {
+  // One all-reduce over the buffers laid end to end (as Horovod's tensor fusion and torch's
+  // coalesced calls do): one message stream, one pass of the algorithm.
+  const std::size_t elem = size_of(type);
+  std::size_t total = 0;
+  for (const Buffer& b : buffers) total += b.count;
+  coalesced_.resize(total * elem);
+  std::size_t at = 0;
+  for (const Buffer& b : buffers) {
+    copy_to_host(coalesced_.data() + at, b.data, b.count * elem);
+    at += b.count * elem;
+  }
+  run(Collective::allreduce, {coalesced_.data(), coalesced_.data(), total, type, op, 0});
+  at = 0;
+  for (const Buffer& b : buffers) {
+    copy_from_host(b.data, coalesced_.data() + at, b.count * elem);
+    at += b.count * elem;
+  }
+}
+
+void Communicator::Impl::run_transfers(const char* operation,
+                                       const std::vector<Transfer>& transfers, int tag) {
+  std::lock_guard call(call_mutex_);
+  SettleOnExit settle{*this};
+  check_usable([&] { return std::string(operation); });
+  engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
+  try {
+    std::vector<RequestPtr> posted;
+    for (const Transfer& t : transfers) {
+      const bool send = t.kind == Request::Kind::send;
+      const bool overlapped =
+          std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& o) {
+            return o.kind != t.kind && overlap(o.buffer, o.bytes, t.buffer, t.bytes);
+          });
+      // Device memory: a host copy (what a send reads, or a receive shares with one).
+      void* buffer = staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
+      // A send whose bytes a receive of the same call overwrites goes from a copy.
+      if (send && overlapped) {
+        send_copy_.assign(static_cast<const char*>(buffer),
+                          static_cast<const char*>(buffer) + t.bytes);
+        buffer = send_copy_.data();
+      }
+      posted.push_back(
+          engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag)));
+    }
+    for (const RequestPtr& r : posted) engine_->wait(r);
+    staging_.finish();
+  } catch (const Error& e) {
+    staging_.drop();
+    fail(e, operation);
+  }
+}
+
+}  // namespace arcoll

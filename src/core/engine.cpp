@@ -1,0 +1,639 @@
+#include "src/core/engine.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <tuple>
+
+#include "src/base/crc32c.hpp"
+#include "src/base/env.hpp"
+#include "src/base/log.hpp"
+#include "src/base/reduce.hpp"
+#include "src/core/call_signature.hpp"
+#include "src/core/rendezvous.hpp"
+#include "transports/common/landing.hpp"
+
+namespace arcoll {
+namespace {
+
+using net::Clock;
+
+// Tags of collectives have the top bit set (user point-to-point tags must not), the channel
+// in the next bits and the call's sequence number in the low 24.
+constexpr std::uint32_t kCollectiveTagBit = 0x80000000u;
+constexpr int kChannelShift = 24;
+constexpr std::uint32_t kSequenceMask = (1u << kChannelShift) - 1;
+static_assert(kMaxChannels <= 64, "channels must fit in bits 24..29 of a tag");
+// Bit 30 marks the engine's own messages of a collective (the root check), apart from every
+// channel of its algorithm.
+constexpr std::uint32_t kCheckTagBit = 0x40000000u;
+
+// While several transports serve a communicator, a wait sleeps on the one it waits for in
+// slices this long, polling the others between slices.
+constexpr auto kMixedWaitSlice = std::chrono::microseconds(200);
+// How often a blocked wait looks for an abort() from another thread.
+constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
+
+LinkCost link_cost(const TransportCosts& c) {
+  auto per_byte = [](double gbs) { return gbs > 0 ? 1.0 / (gbs * 1e9) : 0.0; };
+  return {c.latency_us * 1e-6, per_byte(c.bandwidth_gbs), per_byte(c.reduce_gbs),
+          per_byte(c.cached_bandwidth_gbs), per_byte(c.cached_reduce_gbs),
+          per_byte(c.small_bandwidth_gbs)};
+}
+
+std::string hex32(std::uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
+}  // namespace
+
+std::uint64_t corruption_fault(int rank) {
+  const auto fault = env::get("ARCOLL_FAULT_CORRUPT");
+  if (!fault) return 0;
+  int fault_rank = -1;
+  unsigned long long nth = 0;
+  if (std::sscanf(fault->c_str(), "%d:%llu", &fault_rank, &nth) != 2 || nth == 0)
+    throw ConfigurationError(
+        "environment", "ARCOLL_FAULT_CORRUPT='" + *fault + "' must be <rank>:<n>, n >= 1", rank);
+  return fault_rank == rank ? nth : 0;
+}
+
+Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64_t corrupt_at)
+    : options_(options),
+      rank_(rendezvous.rank),
+      size_(rendezvous.size),
+      host_of_(rendezvous.host_of),
+      numa_of_(rendezvous.numa_of),
+      store_(rendezvous.store.get()),
+      within_host_(&transport_for(true, options.transport)),
+      across_hosts_(&transport_for(false, options.transport)),
+      corrupt_at_(corrupt_at) {
+  TransportSetup setup;
+  setup.rank = rank_;
+  setup.size = size_;
+  setup.options = &options_;
+  setup.deadline = Clock::now() + options_.timeout;
+  setup.job_id = rendezvous.job_id;
+  setup.job_token = rendezvous.job_token;
+  setup.store = store_;
+  setup.listen_address = rendezvous.listen_address;
+  setup.busy_poll = options_.busy_poll;
+  if (setup.busy_poll.count() < 0) {
+    // With a core per rank, spin briefly. With more ranks than cores, poll longer but yield
+    // the core between polls: the peer being waited for is likely the one that needs it, and
+    // gets it at once instead of after a sleep and a wake-up.
+    setup.busy_poll = std::chrono::microseconds(rendezvous.oversubscribed ? 1000 : 50);
+    setup.poll_yields = rendezvous.oversubscribed;
+  }
+  quick_looks_ = !setup.poll_yields;
+  // Per pair of ranks, the transport the registry picks; one transport object per kind used.
+  route_.assign(static_cast<std::size_t>(size_), nullptr);
+  for (const TransportInfo* info : {within_host_, across_hosts_}) {
+    if (!transports_.empty() && info == within_host_) continue;  // one transport for both
+    setup.peers.clear();
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && (rendezvous.same_host(r, rank_) ? within_host_ : across_hosts_) == info)
+        setup.peers.push_back(r);
+    // A world of one still gets the transport of its host, serving no peer.
+    if (setup.peers.empty() && !(size_ == 1 && info == within_host_)) continue;
+    auto& transport = transports_.emplace_back(info->create(setup));
+    for (int r : setup.peers) route_[static_cast<std::size_t>(r)] = transport.get();
+    transport_name_ += (transport_name_.empty() ? "" : "+") + info->name;
+  }
+  layout_.ranks = size_;
+  layout_.hosts = rendezvous.host_count;
+  layout_.ranks_per_host = rendezvous.local_size;
+  for (int r = 0; r < size_; ++r)
+    if (std::count(host_of_.begin(), host_of_.end(), host_of_[static_cast<std::size_t>(r)]) !=
+        rendezvous.local_size)
+      layout_.ranks_per_host = 0;
+  layout_.chunk_bytes = options_.chunk_bytes;
+  layout_.channels = options_.channels;
+  // Boards carry f32 as it is: with a narrower wire the model prices a call at the wire's
+  // size, which boards do not save.
+  SharedBoards* shared = transports_.size() == 1 && size_ > 1 && options_.wire == DataType::f32
+                            ? transports_.front()->boards()
+                            : nullptr;
+  if (shared != nullptr) {
+    boards_ = std::make_unique<CallBoards>(*shared, rank_, size_);
+    layout_.board_capacity = boards_->capacity();
+  }
+  call_.chunk_bytes = options_.chunk_bytes;
+  log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
+             std::to_string(rendezvous.host_count) + " host(s), transport " + transport_name_);
+}
+
+Engine::~Engine() = default;
+
+int Engine::node_of(int rank) const {
+  return host_of_[static_cast<std::size_t>(rank)];
+}
+
+int Engine::numa_of(int rank) const {
+  return numa_of_[static_cast<std::size_t>(rank)];
+}
+
+std::string Engine::transport_to(int peer) const {
+  const Transport* t = route_[static_cast<std::size_t>(peer)];
+  return t == nullptr ? "self" : std::string(t->name());
+}
+
+void Engine::apply_tuning(const Tuning& tuning) {
+  const Tuning defaults = default_tuning();
+  auto costs_of = [&](const std::string& transport) {
+    for (const Tuning* t : {&tuning, &defaults})
+      if (auto it = t->transports.find(transport); it != t->transports.end())
+        return link_cost(it->second);
+    return LinkCost{};
+  };
+  layout_.intra = costs_of(within_host_->name);
+  layout_.inter = costs_of(across_hosts_->name);
+  // Priced for f32 calls on the communicator's wire, as irecv_reduce_send decides.
+  const bool forwarded = unstaged(options_.wire);
+  for (const auto& t : transports_) {
+    if (t->name() == within_host_->name) layout_.intra.forwards = forwarded && t->forwards();
+    if (t->name() == across_hosts_->name) layout_.inter.forwards = forwarded && t->forwards();
+  }
+  for (LinkCost* link : {&layout_.intra, &layout_.inter})
+    set_cache_window(*link, tuning.last_level_cache_bytes, layout_.ranks_per_host);
+}
+
+void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
+  call_ = call;
+  tag_ = call.sequence == 0
+             ? 0
+             : kCollectiveTagBit | static_cast<std::uint32_t>(call.sequence & kSequenceMask);
+  timeout_ = timeout;
+  in_collective_ = call.sequence != 0;
+  root_check_open_ = false;
+  if (in_collective_) last_collective_ = call.sequence;
+  deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
+  staged_.clear();  // what a failed call left; the communicator is broken then anyway
+  unforwarded_.clear();
+  if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature, call.root);
+}
+
+void Engine::end() {
+  for (const auto& t : transports_) {
+    const PeerFailedCall failed = t->peer_failed_call();
+    if (failed.call > call_.sequence) continue;
+    // The reason comes before the number (shm: in the ring; tcp: the frame that carried it).
+    t->progress(Clock::now(), Waiting::sleep);
+    if (auto failure = t->failure()) raise(failure);
+    throw PeerError(call_name(),
+                    "rank " + std::to_string(failed.rank) + " failed in collective #" +
+                        std::to_string(failed.call) + " (its reason did not arrive)",
+                    rank_, failed.rank);
+  }
+  in_collective_ = false;
+}
+
+void Engine::post_root_round(int round) {
+  const int distance = 1 << round;
+  const int to = (rank_ + distance) % size_, from = (rank_ + size_ - distance % size_) % size_;
+  const std::uint32_t tag = tag_ | kCheckTagBit | static_cast<std::uint32_t>(round) << kChannelShift;
+  roots_told_[static_cast<std::size_t>(round)] = roots_seen_;
+  root_sent_ = post(Request::Kind::send, to, &roots_told_[static_cast<std::size_t>(round)],
+                    sizeof(RootsSeen), tag, {});
+  root_received_ = post(Request::Kind::recv, from, &roots_heard_, sizeof roots_heard_, tag, {});
+}
+
+void Engine::post_root_check(int root) {
+  // Every rank's board says which call it entered, with which root: looked at by waits that
+  // block meanwhile (ranks that each name themselves the root of a gather, or of a large
+  // broadcast, wait for one another), and at the end.
+  root_check_open_ = boards_ != nullptr;
+  if (boards_) return;
+  roots_seen_ = {root, rank_, root, rank_};
+  roots_told_.resize(32);
+  post_root_round(0);
+}
+
+void Engine::finish_root_check() {
+  if (boards_) return finish_root_check_on_boards();
+  for (int round = 0; (1 << round) < size_; ++round) {
+    if (round > 0) post_root_round(round);
+    const RequestPtr sent = std::move(root_sent_), received = std::move(root_received_);
+    wait(sent);
+    wait(received);
+    // Ties go to the lower rank: every rank ends naming the same two.
+    const RootsSeen& h = roots_heard_;
+    RootsSeen& s = roots_seen_;
+    if (h.lowest < s.lowest || (h.lowest == s.lowest && h.lowest_by < s.lowest_by))
+      std::tie(s.lowest, s.lowest_by) = std::pair(h.lowest, h.lowest_by);
+    if (h.highest > s.highest || (h.highest == s.highest && h.highest_by < s.highest_by))
+      std::tie(s.highest, s.highest_by) = std::pair(h.highest, h.highest_by);
+  }
+  const RootsSeen& s = roots_seen_;
+  if (s.lowest != s.highest)
+    throw InvalidArgument(call_name(),
+                          "call mismatch: rank " + std::to_string(s.lowest_by) + " names root " +
+                              std::to_string(s.lowest) + " where rank " +
+                              std::to_string(s.highest_by) + " names root " +
+                              std::to_string(s.highest) + ": every rank must name the same root",
+                          rank_, s.lowest_by == rank_ ? s.highest_by : s.lowest_by);
+}
+
+int Engine::root_check_on_boards() {
+  std::optional<CallBoards::Disagreement> other;
+  int other_root = 0;
+  const int missing = boards_->first_not_entered_alike(other, other_root);
+  if (other)
+    throw InvalidArgument(call_name(),
+                          describe_mismatch(other->rank, other->signature, call_.signature,
+                                            other_root == call_.root
+                                                ? "on the shared boards"
+                                                : "on the shared boards: it names root " +
+                                                      std::to_string(other_root) +
+                                                      ", this rank root " +
+                                                      std::to_string(call_.root)),
+                          rank_, other->rank);
+  return missing;
+}
+
+void Engine::finish_root_check_on_boards() {
+  int missing = 0;
+  await_on_boards([&] { return (missing = root_check_on_boards()) < 0; }, [&] { return missing; },
+                  [] {}, "entering this call");
+  root_check_open_ = false;
+}
+
+std::string Engine::call_name() const {
+  return call_.sequence != 0 ? std::string(call_.kind) + " #" + std::to_string(call_.sequence)
+                             : std::string(call_.kind);
+}
+
+std::uint32_t Engine::collective_tag(int channel) const {
+  if (channel < 0 || channel >= kMaxChannels)
+    throw InternalError(call_name(), "message channel " + std::to_string(channel) +
+                                         " outside 0.." + std::to_string(kMaxChannels - 1));
+  return tag_ | static_cast<std::uint32_t>(channel) << kChannelShift;
+}
+
+RequestPtr Engine::isend(int peer, const void* buffer, std::size_t bytes, int channel) {
+  return post(Request::Kind::send, peer, const_cast<void*>(buffer), bytes, collective_tag(channel),
+              {});
+}
+
+RequestPtr Engine::irecv(int peer, void* buffer, std::size_t bytes, int channel) {
+  return post(Request::Kind::recv, peer, buffer, bytes, collective_tag(channel), {});
+}
+
+RequestPtr Engine::irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
+                                DataType type, ReduceOp op, int channel) {
+  return post(Request::Kind::recv, peer, buffer, count * size_of(type), collective_tag(channel),
+              Request::Landing{with, type, op, type});
+}
+
+RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, std::size_t count,
+                                     DataType type, ReduceOp op, int channel,
+                                     int forward_channel) {
+  if (with == nullptr)
+    throw InternalError(call_name(), "irecv_reduce_send needs the elements to reduce with");
+  const std::size_t bytes = count * size_of(type);
+  Transport* t = route_[static_cast<std::size_t>(peer)];
+  // Staged messages are sent on by the engine, once whole.
+  if (t != nullptr && t->forwards() && bytes > 0 && unstaged(call_.wire)) {
+    RequestPtr receive =
+        make_request(Request::Kind::recv, peer, buffer, bytes, collective_tag(channel),
+                     Request::Landing{with, type, op, type});
+    receive->forward = make_request(Request::Kind::send, peer, buffer, bytes,
+                                    collective_tag(forward_channel), {});
+    t->post(receive);
+    return receive;
+  }
+  RequestPtr receive = irecv_reduce(peer, buffer, with, count, type, op, channel);
+  unforwarded_.push_back({receive, buffer, bytes, forward_channel});
+  return receive;
+}
+
+RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                               std::uint32_t tag) {
+  return post(kind, peer, buffer, bytes, tag, {});
+}
+
+RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                         std::uint32_t tag, std::optional<Request::Landing> landing) {
+  RequestPtr request = make_request(kind, peer, buffer, bytes, tag, landing);
+  route_[static_cast<std::size_t>(peer)]->post(request);
+  return request;
+}
+
+RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                                std::uint32_t tag, std::optional<Request::Landing> landing) {
+  RequestPtr request = fresh_request();
+  request->kind = kind;
+  request->peer = peer;
+  request->tag = tag;
+  request->signature = call_.signature;
+  request->buffer = buffer;
+  request->bytes = bytes;
+  request->landing = landing;
+  request->streaming_stores = call_.streaming_stores;
+  request->pipelined_call = call_.pipelined;
+  return request;
+}
+
+RequestPtr Engine::fresh_request() {
+  // Requests are mostly let go in the order they were made, so the next few past the cursor
+  // are the likely free ones; a call with many messages in flight grows the pool instead.
+  constexpr std::size_t kLooks = 4;
+  constexpr std::size_t kPoolLimit = 256;
+  for (std::size_t look = 0; look < std::min(kLooks, requests_.size()); ++look) {
+    RequestPtr& pooled = requests_[request_cursor_];
+    request_cursor_ = (request_cursor_ + 1) % requests_.size();
+    if (pooled.use_count() == 1) {
+      *pooled = Request{};
+      return pooled;
+    }
+  }
+  auto request = std::make_shared<Request>();
+  if (requests_.size() < kPoolLimit) requests_.push_back(request);
+  return request;
+}
+
+std::vector<char> Engine::staging_buffer(std::size_t bytes) {
+  std::vector<char> staging;
+  if (!staging_free_.empty()) {
+    staging = std::move(staging_free_.back());
+    staging_free_.pop_back();
+  }
+  staging.resize(bytes);
+  return staging;
+}
+
+RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                        std::uint32_t tag, std::optional<Request::Landing> landing) {
+  const bool narrowed = call_.wire != DataType::f32;
+  // A narrowed call's f32 elements travel in 16 bits: receives widen them as they land.
+  std::size_t wire_bytes = bytes;
+  if (narrowed) {
+    wire_bytes = bytes / sizeof(float) * 2;
+    if (kind == Request::Kind::recv) {
+      if (!landing) landing = Request::Landing{nullptr, DataType::f32, ReduceOp::sum, DataType::f32};
+      landing->wire = call_.wire;
+    }
+  }
+  const bool staged_send = kind == Request::Kind::send && narrowed;
+  if (!staged_send && !options_.checksum) return start(kind, peer, buffer, wire_bytes, tag, landing);
+  // A checked receive that lands as more than a copy lands only once checked: into staging
+  // first.
+  Staged staged;
+  const bool staged_receive = kind == Request::Kind::recv && landing.has_value();
+  if (staged_send) {
+    staged.staging = staging_buffer(wire_bytes);
+    kernels::narrow(staged.staging.data(), call_.wire, static_cast<const float*>(buffer),
+                    bytes / sizeof(float));
+  } else if (staged_receive) {
+    staged.staging = staging_buffer(wire_bytes);
+    staged.destination = buffer;
+    staged.landing = landing;
+  }
+  void* wire = staged.staging.empty() ? buffer : staged.staging.data();
+  RequestPtr request = start(kind, peer, wire, wire_bytes, tag,
+                             staged_receive ? std::nullopt : landing);
+  Staged& entry = staged_.emplace(request.get(), std::move(staged)).first->second;
+  if (options_.checksum) {
+    if (kind == Request::Kind::send) entry.checksum = crc32c(wire, wire_bytes);
+    entry.trailer = start(kind, peer, &entry.checksum, sizeof entry.checksum, tag, {});
+  }
+  return request;
+}
+
+void Engine::verify_checksum(const Request& request, std::uint32_t sent) {
+  auto* bytes = static_cast<unsigned char*>(request.buffer);
+  if (request.bytes > 0 && ++checked_messages_ == corrupt_at_) bytes[request.bytes / 2] ^= 0x10;
+  const std::uint32_t received = crc32c(bytes, request.bytes);
+  if (received == sent) return;
+  throw ProtocolError(call_name(),
+                      "checksum mismatch (ARCOLL_CHECKSUM): a message of " +
+                          std::to_string(request.bytes) + " B on the link from rank " +
+                          std::to_string(request.peer) + " to rank " + std::to_string(rank_) +
+                          " over " + transport_to(request.peer) + " arrived corrupted (CRC32C " +
+                          hex32(received) + ", sent as " + hex32(sent) + ")",
+                      rank_, request.peer);
+}
+
+void Engine::finish_staged(const Request& request) {
+  if (staged_.empty()) return;  // the usual case: no lookup
+  auto it = staged_.find(&request);
+  if (it == staged_.end()) return;
+  Staged& staged = it->second;
+  if (staged.trailer) {
+    wait(staged.trailer);
+    if (request.kind == Request::Kind::recv) verify_checksum(request, staged.checksum);
+  }
+  if (staged.destination != nullptr) {
+    Request checked;
+    checked.buffer = staged.destination;
+    checked.landing = staged.landing;
+    checked.streaming_stores = call_.streaming_stores;
+    transport::land(checked, 0, staged.staging.data(), request.bytes);
+  }
+  if (staged.staging.capacity() > 0) staging_free_.push_back(std::move(staged.staging));
+  staged_.erase(it);
+}
+
+void Engine::raise(const std::exception_ptr& failure) const {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const CallMismatch& mismatch) {
+    throw InvalidArgument(call_name(), describe(mismatch), rank_, mismatch.peer);
+  }
+}
+
+template <class WaitingFor>
+void Engine::check_blocked(int peer, const WaitingFor& waiting_for) {
+  if (auto failure = transport_failure()) raise(failure);
+  if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
+  if (root_check_open_) root_check_on_boards();
+  const Clock::time_point now = Clock::now();
+  if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
+  if (now < deadline_) return;
+  throw TimeoutError(call_name(),
+                     "no progress within " + seconds_text(timeout_) +
+                         " (ARCOLL_TIMEOUT) waiting for " + waiting_for() + ": rank " +
+                         std::to_string(peer) +
+                         " is not responding (hung, stopped, or not in this call)" +
+                         ranks_absent_from_call(),
+                     rank_, peer);
+}
+
+void Engine::wait(const RequestPtr& request) {
+  while (!request->done) {
+    check_blocked(request->peer, [&] { return "the " + request->describe(); });
+    Transport* own = route_[static_cast<std::size_t>(request->peer)];
+    const Clock::time_point now = Clock::now();
+    if (transports_.size() == 1) {
+      own->progress(std::min(deadline_, now + kAbortCheckSlice), Waiting::poll_first);
+      continue;
+    }
+    for (const auto& t : transports_)
+      if (t.get() != own) t->progress(now, Waiting::poll_first);
+    own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice), Waiting::poll_first);
+  }
+  if (request->error) raise(request->error);
+  finish_staged(*request);
+  if (request->forward) {
+    wait(request->forward);
+    return;
+  }
+  if (unforwarded_.empty()) return;  // the usual case: no lookup
+  auto it = std::find_if(unforwarded_.begin(), unforwarded_.end(),
+                         [&](const Unforwarded& u) { return u.receive == request; });
+  if (it == unforwarded_.end()) return;
+  const Unforwarded u = *it;
+  unforwarded_.erase(it);
+  wait(isend(request->peer, u.buffer, u.bytes, u.forward_channel));
+}
+
+std::size_t Engine::board_capacity() const {
+  return layout_.board_capacity;
+}
+
+std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
+                                                             std::size_t bytes) {
+  if (!boards_ || bytes > board_capacity())
+    throw InternalError(call_name(), std::to_string(bytes) + " B do not fit on the boards (" +
+                                         std::to_string(board_capacity()) + " B)");
+  boards_->post(data, bytes, call_.sequence, call_.signature);
+  auto throw_if_in_other_call = [&] {
+    auto other = boards_->disagreement();
+    if (!other) return;
+    const std::string in = std::to_string(other->sequence);
+    const std::string where =
+        other->sequence == call_.sequence ? "on the shared boards"
+        : other->posted ? "on the shared boards: its part is of call #" + in
+                        : "on the shared boards: it went on to call #" + in +
+                              " without posting its part of this one";
+    throw InvalidArgument(call_name(),
+                          describe_mismatch(other->rank, other->signature, call_.signature, where),
+                          rank_, other->rank);
+  };
+  await_on_boards([this] { return boards_->all_posted(); },
+                  [this] { return boards_->first_missing(); }, throw_if_in_other_call,
+                  "posting its part on the shared boards");
+  return boards_->parts();
+}
+
+template <class Ready, class Missing, class ThrowIfOther>
+void Engine::await_on_boards(Ready ready, Missing first_missing, ThrowIfOther throw_if_other,
+                             const char* awaited) {
+  constexpr int kQuickLooks = 256;
+  bool done = ready();
+  for (int look = 0; !done && quick_looks_ && look < kQuickLooks; ++look) done = ready();
+  // A peer's call is looked at only once a wait took a while: reading it costs a cache line.
+  for (bool first = true; !done; first = false, done = ready()) {
+    const int missing = first_missing();
+    check_blocked(missing, [&] { return "rank " + std::to_string(missing) + " " + awaited; });
+    if (boards_->shared().departed(missing))
+      throw PeerError(call_name(),
+                      "rank " + std::to_string(missing) + " destroyed its communicator before " +
+                          awaited,
+                      rank_, missing);
+    if (!first) throw_if_other();
+    boards_->shared().await_boards(ready, std::min(deadline_, Clock::now() + kAbortCheckSlice));
+  }
+  throw_if_other();
+}
+
+void Engine::progress(Clock::time_point until, Waiting waiting) {
+  if (auto failure = transport_failure()) raise(failure);
+  if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
+  // Only the last transport sleeps: a message on another does not wake it.
+  if (transports_.size() > 1) until = std::min(until, Clock::now() + kMixedWaitSlice);
+  for (const auto& t : transports_)
+    t == transports_.back() ? t->progress(until, waiting) : t->progress(Clock::now(), waiting);
+}
+
+void Engine::wake() noexcept {
+  for (const auto& t : transports_) t->wake();
+}
+
+bool Engine::test(const RequestPtr& request) {
+  if (!request->done) {
+    if (auto failure = transport_failure()) raise(failure);
+    return false;
+  }
+  if (request->error) raise(request->error);
+  finish_staged(*request);
+  return !request->forward || test(request->forward);
+}
+
+std::string Engine::ranks_absent_from_call() {
+  if (call_.sequence == 0 || store_ == nullptr) return "";
+  // The ranks waiting in the same call time out within moments of each other: each says so
+  // and looks for the others' word for this long.
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  const std::string prefix = "timed-out/" + std::to_string(call_.sequence) + "/";
+  std::string absent;
+  try {
+    store_->set(prefix + std::to_string(rank_), "", until);
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && !store_->get(prefix + std::to_string(r), until))
+        absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+  } catch (const Error&) {
+    return "";  // the store went with rank 0
+  }
+  return absent.empty() ? "" : "; ranks not waiting in this call: " + absent;
+}
+
+void* Engine::scratch(std::size_t bytes, int slot) {
+  if (scratch_.size() <= static_cast<std::size_t>(slot))
+    scratch_.resize(static_cast<std::size_t>(slot) + 1);
+  auto& buffer = scratch_[static_cast<std::size_t>(slot)];
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer.data();
+}
+
+void Engine::round_to_wire(void* data, std::size_t count, DataType type) {
+  if (call_.wire != DataType::f32 && type == DataType::f32)
+    round_through_wire(data, count, call_.wire);
+}
+
+void Engine::round_through_wire(void* data, std::size_t count, DataType wire) {
+  // In cache-sized blocks through a buffer kept across calls: no allocation per round.
+  constexpr std::size_t kBlock = 16 * 1024;
+  wire_block_.resize(kBlock);
+  auto* values = static_cast<float*>(data);
+  for (std::size_t i = 0; i < count; i += kBlock) {
+    const std::size_t n = std::min(kBlock, count - i);
+    kernels::narrow(wire_block_.data(), wire, values + i, n);
+    kernels::widen(values + i, wire_block_.data(), wire, n);
+  }
+}
+
+std::exception_ptr Engine::transport_failure() const {
+  for (const auto& t : transports_)
+    if (auto f = t->failure()) return f;
+  return nullptr;
+}
+
+void Engine::fail(const Error& e, const std::string& operation) {
+  for (const auto& t : transports_) {
+    log::debug(operation + " failed; " + std::string(t->name()) + " transfers pending:\n" +
+               t->pending_state());
+    t->abort(e.what(), failed_call());
+  }
+  throw_error(e.code(), operation, e.message(), rank_, e.peer());
+}
+
+void Engine::abort_links(const std::string& reason) {
+  for (const auto& t : transports_) t->abort(reason, failed_call());
+}
+
+bool Engine::request_abort(const std::string& reason) {
+  std::lock_guard lock(abort_mutex_);
+  if (abort_requested_.load()) return false;
+  abort_reason_ = reason;
+  abort_requested_.store(true, std::memory_order_release);
+  return true;
+}
+
+std::string Engine::abort_text() const {
+  std::lock_guard lock(abort_mutex_);
+  return "abort() called: " + abort_reason_;
+}
+
+}  // namespace arcoll
