@@ -30,7 +30,8 @@ class Work {
   // Runs `callback` once the call has completed, on the thread that completed it (the
   // communicator's progress thread, or the thread that waited for the call and ran it; at once
   // on this thread when it has completed already). A callback must not block on this
-  // communicator's calls.
+  // communicator's calls. Waiters wake as the call completes, before its callbacks run: a
+  // thread that needs a callback's work done waits for what the callback itself signals.
   virtual void on_completion(std::function<void(const Work&)> callback) = 0;
   // What the call is: "allreduce of 1024 f32", "barrier".
   virtual const std::string& description() const = 0;
