@@ -158,9 +158,14 @@ std::string ratio_at(const Ratio& r) {
 // "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
 // place), a line per collective of the table (the first type and operator of each, its name
 // after "vs gloo" when there are several), then the lowest of them all, named. Against a
-// reference (memcpy, the ceiling), which bounds large sizes only: the largest size.
+// reference (memcpy, the ceiling), which bounds large sizes only: the largest size. `noisy`
+// becomes true when a ratio given is.
 std::string versus_lines(const std::string& first, const BackendInfo& peer,
-                         const std::vector<Row>& rows) {
+                         const std::vector<Row>& rows, bool& noisy) {
+  auto at = [&](const Ratio& r) {
+    noisy = noisy || r.noisy;
+    return ratio_at(r);
+  };
   std::vector<const Row*> kinds;  // the first row of each collective
   for (const Row& row : rows)
     if (row.backend == first &&
@@ -175,14 +180,14 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
     const std::string head = "# " + first + " vs " + peer.name +
                              (kinds.size() > 1 ? ", " + std::string(to_string(kind->coll)) : "");
     if (!peer.reduces) {
-      out += head + ": " + ratio_at(ratios.back()) + " (busbw ratio)\n";
+      out += head + ": " + at(ratios.back()) + " (busbw ratio)\n";
       continue;
     }
     const Ratio lowest =
         *std::min_element(ratios.begin(), ratios.end(),
                           [](const Ratio& a, const Ratio& b) { return a.value < b.value; });
-    out += head + ": " + ratio_at(ratios.front());
-    if (ratios.size() > 1) out += ", " + ratio_at(ratios.back()) + "; lowest " + ratio_at(lowest);
+    out += head + ": " + at(ratios.front());
+    if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(lowest);
     out += " (busbw ratio)\n";
     if (lowest.value < lowest_of_all.value) {
       lowest_of_all = lowest;
@@ -190,7 +195,7 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
     }
   }
   if (lowest_kind != nullptr && kinds.size() > 1)
-    out += "# " + first + " vs " + peer.name + ": lowest " + ratio_at(lowest_of_all) + " in " +
+    out += "# " + first + " vs " + peer.name + ": lowest " + at(lowest_of_all) + " in " +
            std::string(to_string(lowest_kind->coll)) + "\n";
   return out;
 }
@@ -412,11 +417,10 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
                          s.avg_busbw_gbs);
   }
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
-  std::string versus;
+  bool noisy = false;  // a ratio the summary gives
   for (std::size_t i = 1; i < info.backends.size(); ++i)
-    versus += versus_lines(info.backends.front().name, info.backends[i], rows);
-  out += versus;
-  if (versus.find(" (noisy)") != std::string::npos)
+    out += versus_lines(info.backends.front().name, info.backends[i], rows, noisy);
+  if (noisy)
     out += printf_string(
         "# noisy: the ratios marked (noisy) moved by more than %.0f%% from pass to pass: this\n"
         "#   machine changed pace during the run (another job, the clock, the memory), so they\n"
