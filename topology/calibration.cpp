@@ -24,7 +24,6 @@
 #include "topology/tuning_probe.hpp"
 
 namespace arcoll {
-namespace {
 
 std::string cache_folder() {
   if (auto folder = env::get("ARCOLL_CACHE_DIR")) return *folder;
@@ -32,6 +31,8 @@ std::string cache_folder() {
   if (auto home = env::get("HOME"); home && !home->empty()) return *home + "/.cache/arcoll";
   return "";
 }
+
+namespace {
 
 // Changes with what measure_tuning's figures mean, so that figures kept before are measured
 // again.

@@ -113,13 +113,29 @@ struct Ratio {
   std::size_t size_bytes = 0;
   double value = 0;
   bool noisy = false;
+  std::optional<double> earlier;  // an earlier run's ratio more than kNoisyRatio away
 };
+
+// Whether two ratios of the same thing disagree by more than kNoisyRatio.
+bool far_apart(double a, double b) { return std::max(a, b) / std::min(a, b) > 1 + kNoisyRatio; }
+
+// The earlier ratio of `peer` and `coll` at `r`'s size farthest from `r`, when it is far apart.
+std::optional<double> moved_from(const Ratio& r, const std::string& peer, Coll coll,
+                                 const std::vector<KeptRatio>& earlier) {
+  std::optional<double> farthest;
+  auto distance = [&](double e) { return std::abs(std::log(e / r.value)); };
+  for (const KeptRatio& e : earlier)
+    if (e.peer == peer && e.coll == to_string(coll) && e.size_bytes == r.size_bytes &&
+        far_apart(e.value, r.value) && (!farthest || distance(e.value) > distance(*farthest)))
+      farthest = e.value;
+  return farthest;
+}
 
 // `mine`'s busbw over `theirs`', from their medians; noisy when, pass by pass (the backends
 // take turns within a pass, so a phase of the host weighs on both), the ratios' interquartile
 // range exceeds kNoisyRatio of their lower quartile.
 Ratio ratio_of(const Row& mine, const Row& theirs) {
-  Ratio r{mine.size_bytes, mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs, false};
+  Ratio r{mine.size_bytes, mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs, false, std::nullopt};
   const auto& a = mine.out_of_place.spread;
   const auto& b = theirs.out_of_place.spread;
   if (!a || !b || a->passes_us.size() != b->passes_us.size() || a->passes_us.size() < 2) return r;
@@ -134,7 +150,8 @@ Ratio ratio_of(const Row& mine, const Row& theirs) {
 // The ratios of `first` over `peer` at each size of the rows of `kind`'s collective, type and
 // operator, in size order.
 std::vector<Ratio> versus_ratios(const std::string& first, const BackendInfo& peer,
-                                 const std::vector<Row>& rows, const Row& kind) {
+                                 const std::vector<Row>& rows, const Row& kind,
+                                 const std::vector<KeptRatio>& earlier) {
   std::vector<Ratio> ratios;
   for (const Row& mine : rows) {
     if (mine.backend != first || mine.coll != kind.coll || mine.type != kind.type ||
@@ -146,36 +163,47 @@ std::vector<Ratio> versus_ratios(const std::string& first, const BackendInfo& pe
           theirs.out_of_place.busbw_gbs > 0 && mine.out_of_place.busbw_gbs > 0)
         ratios.push_back(ratio_of(mine, theirs));
   }
+  for (Ratio& r : ratios) r.earlier = moved_from(r, peer.name, kind.coll, earlier);
   return ratios;
 }
 
 std::string ratio_at(const Ratio& r) {
+  std::string marks = r.noisy ? " (noisy)" : "";
+  if (r.earlier) marks += printf_string(" (moved: x%.2f in an earlier run)", *r.earlier);
   return printf_string("x%.2f at %s%s", r.value,
-                       format_bytes(static_cast<double>(r.size_bytes)).c_str(),
-                       r.noisy ? " (noisy)" : "");
+                       format_bytes(static_cast<double>(r.size_bytes)).c_str(), marks.c_str());
+}
+
+// The first row of `first` of each collective, in table order.
+std::vector<const Row*> first_row_of_each_collective(const std::string& first,
+                                                     const std::vector<Row>& rows) {
+  std::vector<const Row*> kinds;
+  for (const Row& row : rows)
+    if (row.backend == first &&
+        std::none_of(kinds.begin(), kinds.end(), [&](const Row* k) { return k->coll == row.coll; }))
+      kinds.push_back(&row);
+  return kinds;
 }
 
 // "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
 // place), a line per collective of the table (the first type and operator of each, its name
 // after "vs gloo" when there are several), then the lowest of them all, named. Against a
 // reference (memcpy, the ceiling), which bounds large sizes only: the largest size. `noisy`
-// becomes true when a ratio given is.
+// becomes true when a ratio given is, `moved` when one moved from `earlier`.
 std::string versus_lines(const std::string& first, const BackendInfo& peer,
-                         const std::vector<Row>& rows, bool& noisy) {
+                         const std::vector<Row>& rows, const std::vector<KeptRatio>& earlier,
+                         bool& noisy, bool& moved) {
   auto at = [&](const Ratio& r) {
     noisy = noisy || r.noisy;
+    moved = moved || r.earlier.has_value();
     return ratio_at(r);
   };
-  std::vector<const Row*> kinds;  // the first row of each collective
-  for (const Row& row : rows)
-    if (row.backend == first &&
-        std::none_of(kinds.begin(), kinds.end(), [&](const Row* k) { return k->coll == row.coll; }))
-      kinds.push_back(&row);
+  const std::vector<const Row*> kinds = first_row_of_each_collective(first, rows);
   std::string out;
-  Ratio lowest_of_all{0, std::numeric_limits<double>::infinity(), false};
+  Ratio lowest_of_all{0, std::numeric_limits<double>::infinity(), false, std::nullopt};
   const Row* lowest_kind = nullptr;
   for (const Row* kind : kinds) {
-    const auto ratios = versus_ratios(first, peer, rows, *kind);
+    const auto ratios = versus_ratios(first, peer, rows, *kind, earlier);
     if (ratios.empty()) continue;
     const std::string head = "# " + first + " vs " + peer.name +
                              (kinds.size() > 1 ? ", " + std::string(to_string(kind->coll)) : "");
@@ -406,7 +434,8 @@ std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
   return out + "\n";
 }
 
-std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
+std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows,
+                           const std::vector<KeptRatio>& earlier) {
   std::string out;
   int bad = 0;
   for (const BackendInfo& b : info.backends) {
@@ -418,15 +447,35 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows) {
   }
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
   bool noisy = false;  // a ratio the summary gives
+  bool moved = false;
   for (std::size_t i = 1; i < info.backends.size(); ++i)
-    out += versus_lines(info.backends.front().name, info.backends[i], rows, noisy);
+    out += versus_lines(info.backends.front().name, info.backends[i], rows, earlier, noisy,
+                        moved);
   if (noisy)
     out += printf_string(
         "# noisy: the ratios marked (noisy) moved by more than %.0f%% from pass to pass: this\n"
         "#   machine changed pace during the run (another job, the clock, the memory), so they\n"
         "#   are not facts; run again, or with a larger --repeat\n",
         kNoisyRatio * 100);
+  if (moved)
+    out += printf_string(
+        "# moved: the ratios marked (moved) differ by more than %.0f%% from an earlier run of\n"
+        "#   this arcoll on this host: the machine's pace shifts from job to job too, so no\n"
+        "#   single run's figure is the fact; compare runs, or let them run at the same time\n",
+        kNoisyRatio * 100);
   return out + "#\n";
+}
+
+std::vector<KeptRatio> steady_ratios(const RunInfo& info, const std::vector<Row>& rows) {
+  std::vector<KeptRatio> kept;
+  const std::string& first = info.backends.front().name;
+  for (std::size_t i = 1; i < info.backends.size(); ++i)
+    for (const Row* kind : first_row_of_each_collective(first, rows))
+      for (const Ratio& r : versus_ratios(first, info.backends[i], rows, *kind, {}))
+        if (!r.noisy)
+          kept.push_back({info.backends[i].name, std::string(to_string(kind->coll)),
+                          r.size_bytes, r.value});
+  return kept;
 }
 
 std::string skipped_line(const std::string& backend, Coll coll, arcoll::DataType type,

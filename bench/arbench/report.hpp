@@ -85,7 +85,20 @@ std::string format_time_us(double us);
 // backend may be missing (it cannot run that type); `skipped` lines are '#' comments.
 std::string compare_header(const RunInfo& info);
 std::string compare_row(const RunInfo& info, const std::vector<Row>& rows);
-std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows);
+// A busbw ratio of the first backend over a peer at a size, as runs keep it for later ones.
+struct KeptRatio {
+  std::string peer;
+  std::string coll;
+  std::size_t size_bytes = 0;
+  double value = 0;
+};
+// The summary lines, each ratio marked noisy when its passes disagree and moved when it lies
+// more than kNoisyRatio away from one of `earlier` (earlier runs' ratios).
+std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows,
+                           const std::vector<KeptRatio>& earlier = {});
+// Every ratio of the first backend over each peer at each size (out of place, the first type
+// and operator of each collective) whose passes agree: what a later run compares itself with.
+std::vector<KeptRatio> steady_ratios(const RunInfo& info, const std::vector<Row>& rows);
 std::string skipped_line(const std::string& backend, Coll coll, arcoll::DataType type,
                          arcoll::ReduceOp op, const std::string& reason);
 // "# allgather": where a collective's rows begin when a sweep has several.

@@ -19,6 +19,7 @@
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/cli.hpp"
+#include "arbench/earlier_runs.hpp"
 #include "arbench/files.hpp"
 #include "arbench/report.hpp"
 #include "arbench/sweep.hpp"
@@ -88,6 +89,7 @@ struct Plan {
   std::string mpirun_args;
   std::optional<double> min_busbw_gbs;                           // --min-busbw: the health gate
   arcoll::Calibration calibration = arcoll::Calibration::cache;  // without a tuning file
+  bool first_run = false;  // no arguments: the newcomer's run (a comparison, kept per host)
 };
 
 // "all" or a comma-separated list of names `parse` accepts.
@@ -160,6 +162,7 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   // The first run's ratios are what a newcomer takes away: they come from the medians of
   // passes spread over the run, each a fifth as long, and say where the passes disagree.
   if (argc == 1) {
+    plan.first_run = true;
     plan.sweep.repeat = kFirstRunPasses;
     plan.sweep.target_seconds = kAutoTargetSeconds / kFirstRunPasses;
   }
@@ -556,7 +559,14 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Plan&
     for (Row& row : rows) row = with_prediction(comm, plan, row);
 
   const Summary summary = summarize(rows);
-  print(plan.compare ? compare_footer(info, rows) : table_footer(summary));
+  if (plan.first_run) {
+    // The first run compares itself with this host's earlier ones, and is kept for later ones.
+    EarlierRuns earlier = load_earlier_runs(info);
+    print(compare_footer(info, rows, all_ratios(earlier)));
+    keep_run(earlier, info, steady_ratios(info, rows));
+  } else {
+    print(plan.compare ? compare_footer(info, rows) : table_footer(summary));
+  }
   int status = 0;
   try {
     if (!plan.json_path.empty()) write_atomically(plan.json_path, json_report(info, rows, summary));

@@ -53,6 +53,9 @@ Tuning parse_tuning(const std::string& text, const std::string& name);
 // figures). ARCOLL_CACHE_DIR is the folder (default $XDG_CACHE_HOME/arcoll, else
 // ~/.cache/arcoll); it keeps each host's 32 calibrations last used.
 enum class Calibration { cache, now, off };
+// The per-user cache folder: ARCOLL_CACHE_DIR, else $XDG_CACHE_HOME/arcoll, else
+// ~/.cache/arcoll; empty when none is set. It may not exist yet.
+std::string cache_folder();
 // ARCOLL_CALIBRATE; ConfigurationError for another value.
 Calibration calibration_from_env();
 struct CalibratedTuning {
