@@ -204,7 +204,12 @@ void Engine::post_root_check(int root) {
   // block meanwhile (ranks that each name themselves the root of a gather, or of a large
   // broadcast, wait for one another), and at the end.
   root_check_open_ = boards_ != nullptr;
-  if (boards_) return;
+  if (boards_) {
+    // A peer may sleep in its own root check, waiting for this rank's entry: a call by
+    // messages posts nothing on the boards that would wake it.
+    boards_->shared().announce_board();
+    return;
+  }
   roots_seen_ = {root, rank_, root, rank_};
   roots_told_.resize(32);
   post_root_round(0);
