@@ -8,10 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-# The Debian 13 root of the last step is made (once) and given its packages while the suite
-# builds: that is the mirror's and the disk's time more than the cores'.
+# The last step's Debian 13 root is made (once), given its packages and the module built there
+# while the suite builds and runs: at idle priority, it takes only what the suite leaves (the
+# mirror's and the disk's time, the cores while tests wait), and never a test's core.
 torch2_log=$(mktemp)
-scripts/debian13.sh scripts/install-deps.sh --torch >"$torch2_log" 2>&1 &
+chrt --idle 0 scripts/test-torch2.sh --prepare >"$torch2_log" 2>&1 &
 torch2_root=$!
 trap 'kill "$torch2_root" 2>/dev/null || true; rm -f "$torch2_log"' EXIT
 ARCOLL_BUILD_DIR=build-test scripts/build.sh -DARCOLL_SANITIZE=address,undefined
