@@ -135,7 +135,8 @@ std::optional<double> moved_from(const Ratio& r, const std::string& peer, Coll c
 // take turns within a pass, so a phase of the host weighs on both), the ratios' interquartile
 // range exceeds kNoisyRatio of their lower quartile.
 Ratio ratio_of(const Row& mine, const Row& theirs) {
-  Ratio r{mine.size_bytes, mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs, false, std::nullopt};
+  Ratio r{mine.size_bytes, mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs, false,
+          std::nullopt};
   const auto& a = mine.out_of_place.spread;
   const auto& b = theirs.out_of_place.spread;
   if (!a || !b || a->passes_us.size() != b->passes_us.size() || a->passes_us.size() < 2) return r;
