@@ -65,9 +65,10 @@ class PowerOfTwoFold {
 
   int virtual_size() const { return pof2_; }
   // This rank among the 2^k, or -1 while it sits out.
-  int virtual_rank() const {
-    if (rank_ >= 2 * extra_) return rank_ - extra_;
-    return rank_ % 2 == 1 ? rank_ / 2 : -1;
+  int virtual_rank() const { return virtual_rank_of(rank_); }
+  int virtual_rank_of(int rank) const {
+    if (rank >= 2 * extra_) return rank - extra_;
+    return rank % 2 == 1 ? rank / 2 : -1;
   }
   int real_rank(int virtual_rank) const {
     return virtual_rank < extra_ ? virtual_rank * 2 + 1 : virtual_rank + extra_;
@@ -78,11 +79,17 @@ class PowerOfTwoFold {
   // false; the others go on and call unfold() at the end.
   bool fold(PointToPoint& p2p, const char* input, char* output, std::size_t count, DataType type,
             ReduceOp op) const {
+    if (fold_in(p2p, input, output, count, type, op)) return true;
+    p2p.wait(p2p.irecv(rank_ + 1, output, count * size_of(type)));
+    return false;
+  }
+  // fold() for a result that goes to one rank (a reduce): a rank that sits out hands its input
+  // over and gets nothing back (false).
+  bool fold_in(PointToPoint& p2p, const char* input, char* output, std::size_t count,
+               DataType type, ReduceOp op) const {
     if (rank_ >= 2 * extra_) return true;
     if (rank_ % 2 == 0) {
-      const std::size_t bytes = count * size_of(type);
-      p2p.wait(p2p.isend(rank_ + 1, input, bytes));
-      p2p.wait(p2p.irecv(rank_ + 1, output, bytes));
+      p2p.wait(p2p.isend(rank_ + 1, input, count * size_of(type)));
       return false;
     }
     p2p.wait(p2p.irecv_reduce(rank_ - 1, output, input, count, type, op));

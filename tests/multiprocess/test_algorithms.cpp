@@ -57,6 +57,44 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
     });
 
+// Every algorithm that implements reduce (ARCOLL_ALGO names it; auto, the board, chooses
+// among them by size), to every root, in and out of place, against the reference: counts of
+// nothing, one, primes and non-multiples of the world and of the 16 KiB chunks.
+class ReduceWorld : public ::testing::TestWithParam<AlgorithmAndWorld> {};
+
+TEST_P(ReduceWorld, EveryRootTypeAndCountMatchesReference) {
+  const auto& [algorithm, world] = GetParam();
+  run_ranks(world,
+            [&](Communicator& comm) {
+              const std::size_t counts[] = {0, 1, 3, 7, 4099, 12289, 70001};
+              int cases = 0;
+              for (int root = 0; root < comm.size(); ++root)
+                for (DataType t : {DataType::f32, DataType::f64, DataType::i32, DataType::bf16})
+                  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+                    const std::size_t count = counts[cases % std::size(counts)];
+                    const bool in_place = ++cases % 2 == 0;
+                    auto input = make_input(t, op, comm.rank(), count, 29);
+                    std::vector<unsigned char> out(count * size_of(t));
+                    unsigned char* result = in_place ? input.data() : out.data();
+                    comm.reduce(input.data(), comm.rank() == root ? result : nullptr, count, t,
+                                op, root);
+                    if (comm.rank() == root) {
+                      EXPECT_EQ(count_wrong(result, t, op, comm.size(), count, 29), 0u)
+                          << algorithm << " root " << root << " " << label(t, op, count, in_place);
+                    }
+                  }
+            },
+            {{"ARCOLL_ALGO", algorithm}, {"ARCOLL_CHUNK_BYTES", "16K"}});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, ReduceWorld,
+    ::testing::Combine(::testing::Values("direct", "ring", "halving_doubling"),
+                       ::testing::Range(1, 9)),
+    [](const ::testing::TestParamInfo<AlgorithmAndWorld>& info) {
+      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+    });
+
 // Mixed precision: f32 carried as f16 or bf16, accumulated in f32. Inputs are not
 // representable on the wire, so the result is off by at most a few wire roundings of the
 // partial sums: bounded by (hops + 1) * unit roundoff * sum of |inputs|. Every rank ends with

@@ -315,6 +315,33 @@ TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
   });
 }
 
+// A rank that sends and leaves (its communicator destroyed, its process ended) before the
+// receive is posted: what it sent still arrives. Rank 0 waits for rank 2 first, so that it sees
+// rank 1 gone while rank 1's message (larger than an eager one, copied through the ring, not
+// read in place) waits unmatched; a correct program does not fail on that timing.
+TEST(PointToPoint, WhatARankThatLeftSentStillArrives) {
+  run_ranks(3,
+            [](Communicator& comm) {
+              std::vector<std::uint32_t> big(50'001);
+              if (comm.rank() == 1) {
+                std::iota(big.begin(), big.end(), 3u);
+                comm.send(big.data(), big.size() * 4, 0, 0);
+              } else if (comm.rank() == 2) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                comm.send(big.data(), 4, 0, 0);
+              } else {
+                comm.recv(big.data(), 4, 2, 0);
+                comm.recv(big.data(), big.size() * 4, 1, 0);
+                for (std::size_t i = 0; i < big.size(); ++i)
+                  if (big[i] != 3u + i) {
+                    ADD_FAILURE() << "element " << i << " is " << big[i];
+                    break;
+                  }
+              }
+            },
+            {{"ARCOLL_SHM_SINGLE_COPY_BYTES", "1M"}});
+}
+
 // Every rank sends to the next and receives from the one before at once: as send-then-receive
 // on every rank this would deadlock on messages too large to go without a receiver.
 TEST(PointToPoint, SendrecvShiftsRoundARing) {

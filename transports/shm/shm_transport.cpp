@@ -302,6 +302,20 @@ void ShmTransport::wake() noexcept {
   futex_wake(&h->doorbell);
 }
 
+bool ShmTransport::goodbye_behind_parked(int peer) const {
+  if (!peers_[static_cast<std::size_t>(peer)].parked) return false;
+  const Ring* ring = ring_of(own(), peer);
+  // The writer clears the kind after its last record: the walk ends within one lap.
+  const std::uint64_t head = ring->head.load(std::memory_order_acquire);
+  for (std::uint64_t at = head; at - head < kRingBytes;) {
+    const EntryKind kind = kind_at(ring, at);
+    if (kind == EntryKind::none) return false;
+    if (kind == EntryKind::goodbye) return true;
+    at += record_bytes(entry_at(ring, at)->payload);
+  }
+  return false;
+}
+
 void ShmTransport::check_peers_alive() {
   for (int r : peer_ranks_) {
     PeerSegment& mapped = segments_.peer(r);
@@ -309,7 +323,7 @@ void ShmTransport::check_peers_alive() {
     pollfd pfd{mapped.pidfd.get(), POLLIN, 0};
     if (::poll(&pfd, 1, 0) <= 0) continue;
     drain_ring(r);  // a goodbye written just before exiting counts
-    if (peers_[static_cast<std::size_t>(r)].goodbye) {
+    if (peers_[static_cast<std::size_t>(r)].goodbye || goodbye_behind_parked(r)) {
       mapped.pidfd.reset();
       continue;
     }

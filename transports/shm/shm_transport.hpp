@@ -159,6 +159,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   void fail_peer(int peer, ErrorCode code, const std::string& message);
   void fail_peer(int peer, const std::exception_ptr& error);
   void check_peers_alive();
+  // Whether `peer`'s goodbye waits in the ring behind a parked message: the peer sent a large
+  // message before its receive was posted and left, and all it sent is in the ring.
+  bool goodbye_behind_parked(int peer) const;
   // A dead peer's last word: the reason in an abort entry still unread in its ring, if any.
   std::string last_word(int peer) const;
   void fail_dead_peer(int peer, const std::string& what);
