@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,8 @@ enum class Collective : std::uint8_t {
   alltoallv,
 };
 std::string_view to_string(Collective collective);
+// The collective named as to_string() names it.
+std::optional<Collective> parse_collective(std::string_view name);
 
 // Arguments of one collective call, already validated by the communicator.
 // allreduce, reduce: count elements in send and recv (reduce: recv on the root only).
@@ -61,9 +64,9 @@ struct AlgorithmInfo {
   std::string name;
   std::string summary;
   std::map<Collective, CollectiveFn> implementations;
-  // Predicted all-reduce time (see cost_model.hpp); algorithms without one are never chosen
-  // by `auto`.
-  CostFn allreduce_cost = nullptr;
+  // Predicted time of each collective it has a formula for (see cost_model.hpp); all-reduce
+  // algorithms without one are never chosen by `auto`.
+  std::map<Collective, CostFn> costs;
   // Whether the time depends on the pipeline chunk: the model then also picks the chunk.
   bool chunked = false;
   // Built from other algorithms over groups of hosts; on one level (one host, or one rank per
@@ -76,7 +79,8 @@ using AlgorithmRegistrar = Registrar<AlgorithmInfo>;
 
 // The implementation of `collective` by the algorithm `name`; nullptr when there is none.
 const CollectiveFn* find_collective(std::string_view name, Collective collective);
-// Names of the algorithms implementing `collective`, sorted.
-std::vector<std::string> algorithm_names(Collective collective);
+// Names of the algorithms implementing `collective` (and, `with_cost`, with a cost formula for
+// it), sorted.
+std::vector<std::string> algorithm_names(Collective collective, bool with_cost = false);
 
 }  // namespace arcoll

@@ -163,13 +163,61 @@ void board_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
 // read them two calls before (measured on 2 ranks: the boards lose to one round of recursive
 // doubling from 4-8 KiB, not only past their capacity). Then p - 1 parts are read and reduced;
 // a read is half a message's β.
+struct BoardTraffic {
+  double posted = 0;  // bytes a rank posts
+  double read = 0;    // bytes the busiest rank reads from the others' parts
+  bool reduced = false;
+};
+
+BoardTraffic board_traffic(Collective collective, double bytes, int ranks) {
+  const double p = ranks, block = bytes / p;
+  switch (collective) {
+    case Collective::allreduce:
+    case Collective::reduce:
+      return {bytes, (p - 1) * bytes, true};
+    case Collective::reduce_scatter:
+      return {bytes, (p - 1) * block, true};
+    case Collective::allgather:
+    case Collective::gather:
+      return {block, (p - 1) * block, false};
+    case Collective::alltoall:
+      return {bytes, (p - 1) * block, false};
+    case Collective::broadcast:
+      return {bytes, bytes, false};
+    case Collective::scatter:
+      return {bytes, block, false};
+    default:
+      return {};
+  }
+}
+
+double on_boards_cost(const LinkCost& c, const BoardTraffic& t) {
+  return 0.5 * c.alpha + t.posted * c.beta + t.read * (c.beta / 2 + (t.reduced ? c.gamma : 0));
+}
+
 double board_cost(const CostQuery& q) {
   const Layout& l = q.layout;
   if (l.board_capacity == 0 || q.bytes > static_cast<double>(l.board_capacity))
     return std::numeric_limits<double>::infinity();
-  const double others = l.ranks - 1;
-  const LinkCost& c = l.intra;
-  return 0.5 * c.alpha + q.bytes * c.beta + others * q.bytes * (c.beta / 2 + c.gamma);
+  return on_boards_cost(l.intra, board_traffic(Collective::allreduce, q.bytes, l.ranks));
+}
+
+// The other collectives as board_reduce and the rest run them: on the boards while what a rank
+// posts fits, else the algorithm they go by beyond them.
+CostFn board_cost_of(Collective collective) {
+  return [collective](const CostQuery& q) {
+    const Layout& l = q.layout;
+    const BoardTraffic traffic = board_traffic(collective, q.bytes, l.ranks);
+    const auto posted = static_cast<std::size_t>(traffic.posted);
+    if (posted == 0) return 0.0;
+    if (l.ranks > 1 && posted <= std::min(l.board_capacity, kPostedBytes))
+      return on_boards_cost(l.intra, traffic);
+    Layout without_boards = l;
+    without_boards.board_capacity = 0;
+    return cost::predict(by_messages(collective, posted, l.ranks), without_boards, q.bytes,
+                         collective)
+        .seconds;
+  };
 }
 
 const AlgorithmRegistrar kBoard{AlgorithmInfo{
@@ -184,7 +232,14 @@ const AlgorithmRegistrar kBoard{AlgorithmInfo{
      {Collective::alltoall, board_alltoall},
      {Collective::broadcast, board_broadcast},
      {Collective::scatter, board_scatter}},
-    board_cost}};
+    {{Collective::allreduce, board_cost},
+     {Collective::reduce, board_cost_of(Collective::reduce)},
+     {Collective::reduce_scatter, board_cost_of(Collective::reduce_scatter)},
+     {Collective::allgather, board_cost_of(Collective::allgather)},
+     {Collective::gather, board_cost_of(Collective::gather)},
+     {Collective::alltoall, board_cost_of(Collective::alltoall)},
+     {Collective::broadcast, board_cost_of(Collective::broadcast)},
+     {Collective::scatter, board_cost_of(Collective::scatter)}}}};
 
 }  // namespace
 }  // namespace arcoll

@@ -69,44 +69,52 @@ namespace {
 
 constexpr double kTie = 1e-9;
 
-Plan predict_with(const AlgorithmInfo& info, const Layout& unsized, double bytes) {
+Plan predict_with(const AlgorithmInfo& info, const CostFn& cost, const Layout& unsized,
+                  double bytes) {
   Layout layout = unsized;
   layout.intra = unsized.intra.at(bytes);
   layout.inter = unsized.inter.at(bytes);
-  Plan plan{info.name, layout.chunk_bytes,
-            info.allreduce_cost({layout, bytes, layout.chunk_bytes})};
+  Plan plan{info.name, layout.chunk_bytes, cost({layout, bytes, layout.chunk_bytes})};
   if (info.chunked)
     for (std::size_t chunk : kChunkCandidates) {
-      const double seconds = info.allreduce_cost({layout, bytes, chunk});
+      const double seconds = cost({layout, bytes, chunk});
       if (seconds < plan.seconds) plan = {info.name, chunk, seconds};
     }
   return plan;
 }
 
+const CostFn* cost_of(const AlgorithmInfo& info, Collective collective) {
+  const auto found = info.costs.find(collective);
+  return found == info.costs.end() ? nullptr : &found->second;
+}
+
 }  // namespace
 
-Plan predict(const std::string& algorithm, const Layout& layout, double bytes) {
-  for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all())
-    if (info->name == algorithm && info->allreduce_cost) {
-      Plan plan = predict_with(*info, layout, bytes);
-      // An algorithm that cannot take this size (the boards, past their capacity) runs the
-      // best flat one of the others: predicted as that.
-      if (std::isinf(plan.seconds)) plan.seconds = best(layout, bytes, /*flat_only=*/true).seconds;
-      return plan;
-    }
-  throw InvalidArgument("cost model",
-                        "no cost formula for all-reduce algorithm '" + algorithm + "'");
+Plan predict(const std::string& algorithm, const Layout& layout, double bytes,
+             Collective collective) {
+  const AlgorithmInfo* info = AlgorithmRegistry::instance().find(algorithm);
+  const CostFn* cost = info != nullptr ? cost_of(*info, collective) : nullptr;
+  if (cost == nullptr)
+    throw InvalidArgument("cost model", "no cost formula for " + std::string(to_string(collective)) +
+                                            " algorithm '" + algorithm + "'");
+  Plan plan = predict_with(*info, *cost, layout, bytes);
+  // An all-reduce algorithm that cannot take this size (the boards, past their capacity) runs
+  // the best flat one of the others: predicted as that.
+  if (collective == Collective::allreduce && std::isinf(plan.seconds))
+    plan.seconds = best(layout, bytes, /*flat_only=*/true).seconds;
+  return plan;
 }
 
 Plan best(const Layout& layout, double bytes, bool flat_only) {
   const bool one_level = layout.hosts == 1 || layout.ranks == layout.hosts;
   Plan best{"", 0, std::numeric_limits<double>::infinity()};
   for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all()) {
-    if (!info->allreduce_cost) continue;
+    const CostFn* cost = cost_of(*info, Collective::allreduce);
+    if (cost == nullptr) continue;
     if (info->composite && (flat_only || one_level)) continue;
     // Formulas that agree up to rounding (ring, multi-channel ring and halving-doubling on
     // large buffers) must not be told apart by rounding: the first in name order keeps it.
-    Plan plan = predict_with(*info, layout, bytes);
+    Plan plan = predict_with(*info, *cost, layout, bytes);
     if (plan.seconds < best.seconds * (1 - kTie)) best = plan;
   }
   if (best.algorithm.empty())

@@ -1,13 +1,14 @@
 // The α-β-γ cost model that `auto` chooses all-reduce algorithms with: a message of n bytes
 // over a link takes α + n·β, reducing n bytes takes n·γ, and each algorithm states its time
-// as a formula of these (registered next to its implementation). Link costs come from a
-// tuning file measured by `arbench tune`, or from built-in defaults.
+// of each collective it runs as a formula of these (registered next to its implementation).
+// Link costs come from a tuning file measured by `arbench tune`, or from built-in defaults.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.hpp"
 #include "algorithms/layout.hpp"
 
 namespace arcoll::cost {
@@ -25,11 +26,13 @@ inline constexpr std::size_t kChunkCandidates[] = {64 * 1024, 256 * 1024, 1024 *
 int floor_log2(int p);
 int floor_pof2(int p);
 
-// Predicted all-reduce time of `algorithm` (which must have a cost formula) at its best chunk;
-// for a size it cannot take (an infinite formula), that of the flat algorithm it runs instead.
-Plan predict(const std::string& algorithm, const Layout& layout, double bytes);
-// The registered algorithm (and chunk) with the least predicted time; only flat ones with
-// `flat_only` or on a one-level layout. Ties go to the algorithm first in name order.
+// Predicted time of `collective` by `algorithm` (which must have a cost formula for it) at its
+// best chunk; for an all-reduce it cannot take (an infinite formula), that of the flat
+// algorithm it runs instead. `bytes` as CostQuery's.
+Plan predict(const std::string& algorithm, const Layout& layout, double bytes,
+             Collective collective = Collective::allreduce);
+// The registered all-reduce algorithm (and chunk) with the least predicted time; only flat
+// ones with `flat_only` or on a one-level layout. Ties go to the algorithm first in name order.
 Plan best(const Layout& layout, double bytes, bool flat_only = false);
 
 // A parameter server's push_pull of `bytes` on every rank of `layout` (each a worker), cut

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace arcoll {
 namespace {
@@ -134,6 +135,23 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
                          send + place(a.send_offsets, rank), bytes(a.send_counts, rank));
 }
 
+// Every block at once: the busiest rank's link (the root's; any rank's in all-gather and
+// all-to-all) takes the others' p - 1 blocks.
+double blocks_cost(const CostQuery& q) {
+  const Layout& l = q.layout;
+  if (l.ranks <= 1) return 0;
+  return l.flat().alpha + (l.ranks - 1.0) / l.ranks * q.bytes * l.flat().beta;
+}
+
+// Reduce: every buffer into the root, which reads and reduces each as it lands (a read is half
+// a message's β, as on the boards); the senders' copies overlap its reads.
+double reduce_cost(const CostQuery& q) {
+  const Layout& l = q.layout;
+  if (l.ranks <= 1) return 0;
+  const LinkCost& link = l.flat();
+  return link.alpha + (l.ranks - 1) * q.bytes * (link.beta / 2 + link.gamma);
+}
+
 const AlgorithmRegistrar kDirect{AlgorithmInfo{
     "direct",
     "every block straight to the rank that needs it: gather, scatter, all-to-all, reduce",
@@ -142,7 +160,12 @@ const AlgorithmRegistrar kDirect{AlgorithmInfo{
      {Collective::reduce, direct_reduce},
      {Collective::scatter, direct_scatter},
      {Collective::alltoall, direct_alltoallv},
-     {Collective::alltoallv, direct_alltoallv}}}};
+     {Collective::alltoallv, direct_alltoallv}},
+    {{Collective::allgather, blocks_cost},
+     {Collective::gather, blocks_cost},
+     {Collective::scatter, blocks_cost},
+     {Collective::alltoall, blocks_cost},
+     {Collective::reduce, reduce_cost}}}};
 
 }  // namespace
 }  // namespace arcoll

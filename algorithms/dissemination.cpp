@@ -20,7 +20,8 @@ void dissemination_barrier(PointToPoint& p2p, const CollectiveArgs&) {
 const AlgorithmRegistrar kDissemination{
     AlgorithmInfo{"dissemination",
                   "log2(p) rounds of one-byte signals (barrier)",
-                  {{Collective::barrier, dissemination_barrier}}}};
+                  {{Collective::barrier, dissemination_barrier}},
+                  /*costs=*/{}}};
 
 }  // namespace
 }  // namespace arcoll

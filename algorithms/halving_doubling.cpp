@@ -246,12 +246,38 @@ double halving_doubling_cost(const CostQuery& q) {
   return seconds;
 }
 
+// Reduce: the fold one way, the halving rounds, then the last round and the segments going to
+// the root (its link takes the others' 2^k - 1) at once: the longer of the two, and one chunk.
+double halving_doubling_reduce_cost(const CostQuery& q) {
+  const Layout& l = q.layout;
+  if (l.ranks <= 1) return 0;
+  const int pof2 = cost::floor_pof2(l.ranks);
+  double seconds = 0;
+  if (pof2 != l.ranks) {
+    const LinkCost link = cost::exchange_link(l, 1);
+    seconds += link.alpha + q.bytes * (link.beta + link.gamma);
+  }
+  for (int mask = pof2 / 2; mask >= 2; mask /= 2) {
+    const LinkCost link = cost::exchange_link(l, mask);
+    const double part = q.bytes * mask / pof2;
+    seconds += chunks_of(part, l.chunk_bytes) * link.alpha + part * (link.beta + link.gamma);
+  }
+  const LinkCost link = cost::exchange_link(l, 1);
+  const double segment = q.bytes / pof2;
+  const double last = chunks_of(segment, l.chunk_bytes) * link.alpha +
+                      segment * (link.beta + link.gamma);
+  const double into_root = l.flat().alpha + (pof2 - 1) * segment * l.flat().beta;
+  return seconds + std::max(last, into_root) +
+         std::min(segment, static_cast<double>(l.chunk_bytes)) * l.flat().beta;
+}
+
 const AlgorithmRegistrar kHalvingDoubling{AlgorithmInfo{
     "halving_doubling",
     "reduce-scatter by recursive halving, all-gather by recursive doubling (Rabenseifner)",
     {{Collective::allreduce, halving_doubling_allreduce},
      {Collective::reduce, halving_doubling_reduce}},
-    halving_doubling_cost}};
+    {{Collective::allreduce, halving_doubling_cost},
+     {Collective::reduce, halving_doubling_reduce_cost}}}};
 
 }  // namespace
 }  // namespace arcoll

@@ -133,7 +133,7 @@ const AlgorithmRegistrar kHierarchical{AlgorithmInfo{
     "by the cost model), all-gather within the host",
     {{Collective::allreduce,
       [](PointToPoint& p2p, const CollectiveArgs& a) { hierarchical_allreduce(p2p, a, ""); }}},
-    [](const CostQuery& q) { return hierarchical_cost(q, ""); },
+    {{Collective::allreduce, [](const CostQuery& q) { return hierarchical_cost(q, ""); }}},
     /*chunked=*/false,
     /*composite=*/true}};
 
@@ -143,7 +143,7 @@ const AlgorithmRegistrar kTorus2d{AlgorithmInfo{
     "ring all-gather within hosts",
     {{Collective::allreduce,
       [](PointToPoint& p2p, const CollectiveArgs& a) { hierarchical_allreduce(p2p, a, "ring"); }}},
-    [](const CostQuery& q) { return hierarchical_cost(q, "ring"); },
+    {{Collective::allreduce, [](const CostQuery& q) { return hierarchical_cost(q, "ring"); }}},
     /*chunked=*/false,
     /*composite=*/true}};
 

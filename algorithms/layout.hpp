@@ -1,7 +1,7 @@
 // What the cost model knows of the ranks of a call (hosts, ranks per host, the costs of the
 // links within and between hosts), and the shape of a cost formula: each algorithm states its
-// predicted all-reduce time as one, registered next to its implementation (cost_model.hpp
-// uses them).
+// predicted time of each collective it runs as one, registered next to its implementation
+// (cost_model.hpp uses them).
 #pragma once
 
 #include <cstddef>
@@ -68,6 +68,9 @@ struct Plan {
   double seconds = 0;
 };
 
+// `bytes`: the size of the call as nccl-tests counts it: the buffer of an all-reduce, reduce or
+// broadcast; the whole of the blocks (p times a rank's) of a reduce-scatter, all-gather,
+// gather, scatter or all-to-all.
 struct CostQuery {
   const Layout& layout;
   double bytes;

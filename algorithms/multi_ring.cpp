@@ -44,7 +44,7 @@ const AlgorithmRegistrar kMultiRing{AlgorithmInfo{
     "k rings (ARCOLL_CHANNELS), each on its part of the buffer and its own channel, odd ones "
     "backwards",
     {{Collective::allreduce, multi_ring_allreduce}},
-    multi_ring_cost}};
+    {{Collective::allreduce, multi_ring_cost}}}};
 
 }  // namespace
 }  // namespace arcoll

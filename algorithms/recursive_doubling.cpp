@@ -47,7 +47,7 @@ const AlgorithmRegistrar kRecursiveDoubling{
     AlgorithmInfo{"recursive_doubling",
                   "log2(p) rounds exchanging the whole buffer with rank ^ 2^k (small messages)",
                   {{Collective::allreduce, recursive_doubling_allreduce}},
-                  recursive_doubling_cost}};
+                  {{Collective::allreduce, recursive_doubling_cost}}}};
 
 }  // namespace
 }  // namespace arcoll

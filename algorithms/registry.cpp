@@ -30,6 +30,13 @@ std::string_view to_string(Collective collective) {
   return "?";
 }
 
+std::optional<Collective> parse_collective(std::string_view name) {
+  for (auto c = static_cast<std::uint8_t>(Collective::allreduce);
+       c <= static_cast<std::uint8_t>(Collective::alltoallv); ++c)
+    if (to_string(static_cast<Collective>(c)) == name) return static_cast<Collective>(c);
+  return std::nullopt;
+}
+
 bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args) {
   if (p2p.size() > 1 && args.count > 0) return false;
   if (args.recv != args.send && args.count != 0)
@@ -44,10 +51,12 @@ const CollectiveFn* find_collective(std::string_view name, Collective collective
   return fn == info->implementations.end() ? nullptr : &fn->second;
 }
 
-std::vector<std::string> algorithm_names(Collective collective) {
+std::vector<std::string> algorithm_names(Collective collective, bool with_cost) {
   std::vector<std::string> out;
   for (const AlgorithmInfo* info : AlgorithmRegistry::instance().all())
-    if (info->implementations.count(collective) != 0) out.push_back(info->name);
+    if (info->implementations.count(collective) != 0 &&
+        (!with_cost || info->costs.count(collective) != 0))
+      out.push_back(info->name);
   return out;
 }
 

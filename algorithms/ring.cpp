@@ -234,13 +234,25 @@ void run_together(std::vector<std::unique_ptr<Pass>>& passes) {
   }
 }
 
+namespace {
+
+// The p - 1 steps of a ring, each moving a segment of bytes/p chunk-pipelined (and reducing it).
+double steps_cost(int ranks, double bytes, const LinkCost& link, std::size_t chunk_bytes,
+                  bool reduced) {
+  if (ranks <= 1) return 0;
+  const double p = ranks;
+  const double segment = bytes / p;
+  const double chunks = std::max(1.0, std::ceil(segment / static_cast<double>(chunk_bytes)));
+  return (p - 1) * (chunks * link.alpha + segment * (link.beta + (reduced ? link.gamma : 0)));
+}
+
+}  // namespace
+
 double allreduce_cost(int ranks, double bytes, const LinkCost& link,
                       std::size_t chunk_bytes) {
   if (ranks <= 1 || bytes <= 0) return 0;
-  const double p = ranks;
-  const double chunks_per_step = std::max(1.0, std::ceil(bytes / p / static_cast<double>(chunk_bytes)));
-  return 2 * (p - 1) * chunks_per_step * link.alpha + 2 * (p - 1) / p * bytes * link.beta +
-         (p - 1) / p * bytes * link.gamma;
+  return steps_cost(ranks, bytes, link, chunk_bytes, /*reduced=*/true) +
+         steps_cost(ranks, bytes, link, chunk_bytes, /*reduced=*/false);
 }
 
 namespace {
@@ -330,6 +342,24 @@ void chain_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
   p2p.wait_all(sends);
 }
 
+// m chunks down a chain of p ranks: m + p - 2 steps of one chunk each.
+double chain_broadcast_cost(const CostQuery& q) {
+  if (q.layout.ranks <= 1) return 0;
+  const LinkCost& link = q.layout.flat();
+  const double chunks =
+      std::max(1.0, std::ceil(q.bytes / static_cast<double>(q.layout.chunk_bytes)));
+  return (chunks + q.layout.ranks - 2) * (link.alpha + q.bytes / chunks * link.beta);
+}
+
+// The reduce-scatter, then every segment to the root at once: (p-1)/p of the buffer into it.
+double reduce_cost(const CostQuery& q) {
+  const Layout& l = q.layout;
+  if (l.ranks <= 1) return 0;
+  const double p = l.ranks;
+  return steps_cost(l.ranks, q.bytes, l.flat(), l.chunk_bytes, /*reduced=*/true) +
+         l.flat().alpha + (p - 1) / p * q.bytes * l.flat().beta;
+}
+
 const AlgorithmRegistrar kRing{AlgorithmInfo{
     "ring",
     "reduce-scatter + all-gather around the ring, chunk-pipelined; reduce as its reduce-scatter "
@@ -339,10 +369,20 @@ const AlgorithmRegistrar kRing{AlgorithmInfo{
      {Collective::allgather, ring_allgather},
      {Collective::broadcast, chain_broadcast},
      {Collective::reduce, ring_reduce}},
-    [](const CostQuery& q) {
-      return allreduce_cost(q.layout.ranks, q.bytes, q.layout.flat(),
-                            q.layout.chunk_bytes);
-    }}};
+    {{Collective::allreduce,
+      [](const CostQuery& q) {
+        return allreduce_cost(q.layout.ranks, q.bytes, q.layout.flat(), q.layout.chunk_bytes);
+      }},
+     {Collective::reduce_scatter,
+      [](const CostQuery& q) {
+        return steps_cost(q.layout.ranks, q.bytes, q.layout.flat(), q.layout.chunk_bytes, true);
+      }},
+     {Collective::allgather,
+      [](const CostQuery& q) {
+        return steps_cost(q.layout.ranks, q.bytes, q.layout.flat(), q.layout.chunk_bytes, false);
+      }},
+     {Collective::broadcast, chain_broadcast_cost},
+     {Collective::reduce, reduce_cost}}}};
 
 }  // namespace
 }  // namespace arcoll::ring

@@ -182,7 +182,7 @@ const AlgorithmRegistrar kTree{AlgorithmInfo{
     "double binary tree: each half of the buffer reduced up and broadcast down its own tree, "
     "chunk-pipelined",
     {{Collective::allreduce, tree_allreduce}},
-    tree_cost,
+    {{Collective::allreduce, tree_cost}},
     /*chunked=*/true}};
 
 }  // namespace

@@ -76,9 +76,10 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   add("-o,--op", flags.op, "OP", "sum prod min max avg, a comma-separated list, or all")
       ->capture_default_str();
   add("--algo", flags.algo, "NAME",
-      "Allreduce algorithm (default: ARCOLL_ALGO or auto); ps, a parameter server's push_pull; a "
-      "comma-separated list, or all (every algorithm, ps and auto): each at every size, with the "
-      "cost model's prediction beside the measured time");
+      "Algorithm (default: ARCOLL_ALGO or auto; a collective it does not run goes by auto's); "
+      "ps, a parameter server's push_pull; a comma-separated list, or all (every algorithm of "
+      "the one --coll, with ps for allreduce, and auto): each at every size, with the cost "
+      "model's prediction beside the measured time");
   add("--channels", flags.channels, "N",
       "Rings of the multi_ring algorithm (default: ARCOLL_CHANNELS or 2)");
   add("--wire", flags.wire, "TYPE",

@@ -209,21 +209,34 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   } catch (const arcoll::Error& e) {
     throw UsageError(e.what());
   }
-  // ps, the parameter server's push_pull, stands beside the all-reduce algorithms.
+  // A list compares the algorithms of one collective, each beside the model's prediction; ps,
+  // the parameter server's push_pull, stands beside the all-reduce algorithms.
+  const bool algorithm_list =
+      flags.algo == "all" || flags.algo.find(',') != std::string::npos || flags.algo == "ps";
+  if (algorithm_list &&
+      (plan.sweep.colls.size() != 1 || plan.sweep.colls.front() == Coll::sendrecv))
+    throw UsageError(
+        "--algo with a list compares the algorithms of one collective: give one --coll (not "
+        "sendrecv)");
+  const Coll algo_coll = plan.sweep.colls.front();
+  const bool with_ps = algo_coll == Coll::allreduce;
+  const auto known = algorithm_list
+                         ? arcoll::Communicator::algorithms(std::string(to_string(algo_coll)))
+                         : std::vector<std::string>{};
   if (flags.algo == "all") {
-    plan.algorithms = arcoll::Communicator::allreduce_algorithms();
-    plan.algorithms.push_back("ps");
+    plan.algorithms = known;
+    if (with_ps) plan.algorithms.push_back("ps");
     plan.algorithms.push_back("auto");
-  } else if (flags.algo.find(',') != std::string::npos || flags.algo == "ps") {
-    const auto known = arcoll::Communicator::allreduce_algorithms();
+  } else if (algorithm_list) {
     for (const std::string& name : split_list(flags.algo)) {
-      if (name != "auto" && name != "ps" &&
+      if (name != "auto" && !(with_ps && name == "ps") &&
           std::find(known.begin(), known.end(), name) == known.end())
-        throw UsageError("--algo: unknown algorithm " + quoted(name) + " (known: auto, " + [&] {
-          std::string list;
-          for (const auto& k : known) list += k + ", ";
-          return list;
-        }() + "ps, all)");
+        throw UsageError("--algo: unknown " + std::string(to_string(algo_coll)) + " algorithm " +
+                         quoted(name) + " (known: auto, " + [&] {
+                           std::string list;
+                           for (const auto& k : known) list += k + ", ";
+                           return list;
+                         }() + (with_ps ? "ps, all)" : "all)"));
       plan.algorithms.push_back(name);
     }
   } else if (!flags.algo.empty()) {
@@ -315,11 +328,6 @@ Plan make_plan(const SweepFlags& flags, int argc, const char* const* argv) {
   if (flags.memcpy || argc == 1) compare += compare.empty() ? "memcpy,ceiling" : ",memcpy,ceiling";
   if (!compare.empty() && !plan.algorithms.empty())
     throw UsageError("--algo all and --compare make different tables; give one of them");
-  if (!plan.algorithms.empty() &&
-      (plan.sweep.colls.size() != 1 || plan.sweep.colls.front() != Coll::allreduce))
-    throw UsageError(
-        "--algo with a list compares all-reduce algorithms: it takes --coll "
-        "allreduce only");
   if (!compare.empty()) {
     if (flags.backend != "arcoll")
       throw UsageError("--compare runs arcoll against the backends it names; drop --backend " +
@@ -406,17 +414,17 @@ RunInfo describe_run(arcoll::Communicator& comm, const Plan& plan) {
   return info;
 }
 
-// The cost model's prediction for a row of --algo all (the backend is "arcoll/<algorithm>").
-// A 16-bit wire halves the f32 bytes the model sees.
+// The cost model's prediction for a row of --algo all (the backend is "arcoll/<algorithm>"),
+// of the row's collective. A 16-bit wire halves the f32 bytes the model sees.
 Row with_prediction(const arcoll::Communicator& comm, const Plan& plan, const Row& row) {
   Row out = row;
   const std::string algorithm = row.backend.substr(row.backend.find('/') + 1);
   const bool narrowed = algorithm != "ps" && plan.options.wire != arcoll::DataType::f32 &&
                         row.type == arcoll::DataType::f32;
   const std::size_t bytes = narrowed ? row.size_bytes / 2 : row.size_bytes;
-  const arcoll::AllreducePrediction p =
+  const arcoll::Prediction p =
       algorithm == "ps" ? comm.predict_parameter_server(bytes, plan.ps_servers, plan.ps_piece_bytes)
-                        : comm.predict_allreduce(bytes, algorithm);
+                        : comm.predict(std::string(to_string(row.coll)), bytes, algorithm);
   out.predicted_us = p.seconds * 1e6;
   if (algorithm == "auto") out.predicted_algorithm = p.algorithm;
   return out;

@@ -51,9 +51,9 @@ ClusterSpec load_cluster(const std::string& path, int hosts = 1);
 // parameter server's push_pull with each count of dedicated server hosts in
 // `parameter_servers` (0: a share in every worker; the servers' links like the hosts').
 struct ClusterPlan {
-  std::vector<AllreducePrediction> algorithms;
-  AllreducePrediction chosen;
-  std::vector<AllreducePrediction> parameter_servers;
+  std::vector<Prediction> algorithms;
+  Prediction chosen;
+  std::vector<Prediction> parameter_servers;
 };
 ClusterPlan plan_allreduce(const ClusterSpec& cluster, std::size_t bytes,
                            const std::vector<int>& parameter_servers = {});

@@ -30,8 +30,8 @@ struct Buffer {
   std::size_t count = 0;
 };
 
-// What the cost model predicts for one all-reduce.
-struct AllreducePrediction {
+// What the cost model predicts for one call.
+struct Prediction {
   std::string algorithm;
   std::size_t chunk_bytes = 0;  // the pipeline chunk it would run with
   double seconds = 0;
@@ -112,13 +112,21 @@ class Communicator {
   void set_algorithm(const std::string& name);
   // The cost model's prediction for an all-reduce of `bytes` on this communicator with
   // `algorithm`, or with the one "auto" chooses.
-  AllreducePrediction predict_allreduce(std::size_t bytes,
-                                        const std::string& algorithm = "auto") const;
+  Prediction predict_allreduce(std::size_t bytes, const std::string& algorithm = "auto") const;
+  // Algorithms that run `collective` ("allreduce", "reduce_scatter", "allgather", "broadcast",
+  // "reduce", "gather", "scatter", "alltoall") and have a cost formula for it, sorted.
+  static std::vector<std::string> algorithms(const std::string& collective);
+  // The cost model's prediction for `collective` of `bytes`, its size as nccl-tests counts it
+  // (the buffer of allreduce, reduce and broadcast; the whole of the blocks of the others),
+  // with `algorithm`, or with the one "auto" runs (all-reduce: the model's choice; the others:
+  // the boards while a call fits there, else the algorithm they go by beyond them).
+  Prediction predict(const std::string& collective, std::size_t bytes,
+                     const std::string& algorithm = "auto") const;
   // The cost model's prediction for a parameter server's push_pull of `bytes` on every rank of
   // this communicator (the workers), with `dedicated_servers` servers on hosts of their own
   // (0: a share in every worker) and pieces of `piece_bytes` (parameter_server.hpp). Its
   // algorithm reads "ps" or "ps/<servers>".
-  AllreducePrediction predict_parameter_server(std::size_t bytes, int dedicated_servers,
+  Prediction predict_parameter_server(std::size_t bytes, int dedicated_servers,
                                                std::size_t piece_bytes = 4u << 20) const;
 
   // Mixed precision for the collectives that follow: f32 data reduced travels as f16 or bf16

@@ -315,10 +315,13 @@ void Communicator::Impl::set_timeout(std::chrono::milliseconds timeout) {
   options_.timeout = timeout;
 }
 
-Plan Communicator::Impl::predict(const std::string& algorithm, std::size_t bytes) const {
+Plan Communicator::Impl::predict(Collective collective, const std::string& algorithm,
+                                 std::size_t bytes) const {
   const auto b = static_cast<double>(bytes);
   const Layout& layout = engine_->layout();
-  return algorithm == "auto" ? cost::best(layout, b) : cost::predict(algorithm, layout, b);
+  if (algorithm != "auto") return cost::predict(algorithm, layout, b, collective);
+  if (collective == Collective::allreduce) return cost::best(layout, b);
+  return cost::predict(kDefaultAlgorithm.at(collective), layout, b, collective);
 }
 
 Communicator::Impl::PlannedCall Communicator::Impl::planned(Collective collective,
@@ -335,7 +338,7 @@ const Communicator::Impl::PlannedCall& Communicator::Impl::plan_for(Collective c
     auto cached = auto_plans_.find(bytes);
     if (cached != auto_plans_.end()) return cached->second;
     if (auto_plans_.size() > 4096) auto_plans_.clear();  // sizes seen by one job stay few
-    return auto_plans_[bytes] = planned(collective, predict("auto", bytes));
+    return auto_plans_[bytes] = planned(collective, predict(collective, "auto", bytes));
   }
   auto fixed = fixed_plans_.find(collective);
   if (fixed != fixed_plans_.end()) return fixed->second;

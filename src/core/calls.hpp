@@ -73,7 +73,7 @@ class Communicator::Impl {
   void set_wire(DataType wire, std::optional<bool> error_feedback = std::nullopt);
   void set_tuning(const Tuning& tuning);
   void set_timeout(std::chrono::milliseconds timeout);
-  Plan predict(const std::string& algorithm, std::size_t bytes) const;
+  Plan predict(Collective collective, const std::string& algorithm, std::size_t bytes) const;
   void abort(const std::string& reason);
   // Breaks the communicator, as abort() but still taking part in agreeing on the survivors:
   // the peers' calls fail promptly, and they come to the agreement.

@@ -229,9 +229,9 @@ std::string Communicator::algorithm_name() const {
                                : std::to_string(bytes) + " B";
   };
   std::string text;
-  std::string current = impl_->predict("auto", 8).algorithm;
+  std::string current = impl_->predict(Collective::allreduce, "auto", 8).algorithm;
   for (std::size_t bytes = 16; bytes <= (std::size_t{1} << 30); bytes *= 2) {
-    std::string next = impl_->predict("auto", bytes).algorithm;
+    std::string next = impl_->predict(Collective::allreduce, "auto", bytes).algorithm;
     if (next == current) continue;
     text += current + " up to " + size_text(bytes / 2) + ", ";
     current = next;
@@ -260,18 +260,33 @@ void Communicator::set_algorithm(const std::string& name) {
   impl_->set_algorithm(name);
 }
 
-AllreducePrediction Communicator::predict_allreduce(std::size_t bytes,
-                                                    const std::string& algorithm) const {
-  if (algorithm != "auto" && !find_collective(algorithm, Collective::allreduce))
-    throw InvalidArgument("predict_allreduce",
-                          "unknown algorithm '" + algorithm + "' (known: auto, " +
-                              AlgorithmRegistry::instance().name_list() + ")",
+Prediction Communicator::predict_allreduce(std::size_t bytes, const std::string& algorithm) const {
+  return predict("allreduce", bytes, algorithm);
+}
+
+std::vector<std::string> Communicator::algorithms(const std::string& collective) {
+  const std::optional<Collective> known = parse_collective(collective);
+  if (!known || *known == Collective::barrier || *known == Collective::alltoallv)
+    throw InvalidArgument("algorithms", "unknown collective '" + collective + "'");
+  return algorithm_names(*known, /*with_cost=*/true);
+}
+
+Prediction Communicator::predict(const std::string& collective, std::size_t bytes,
+                                 const std::string& algorithm) const {
+  const std::vector<std::string> known = algorithms(collective);
+  if (algorithm != "auto" && std::find(known.begin(), known.end(), algorithm) == known.end()) {
+    std::string names = "auto";
+    for (const std::string& name : known) names += ", " + name;
+    throw InvalidArgument("predict",
+                          "no " + collective + " algorithm '" + algorithm + "' with a cost formula"
+                              " (known: " + names + ")",
                           rank());
-  const Plan plan = impl_->predict(algorithm, bytes);
+  }
+  const Plan plan = impl_->predict(*parse_collective(collective), algorithm, bytes);
   return {plan.algorithm, plan.chunk_bytes, plan.seconds};
 }
 
-AllreducePrediction Communicator::predict_parameter_server(std::size_t bytes, int dedicated_servers,
+Prediction Communicator::predict_parameter_server(std::size_t bytes, int dedicated_servers,
                                                            std::size_t piece_bytes) const {
   if (dedicated_servers < 0 || piece_bytes == 0)
     throw InvalidArgument("predict_parameter_server",

@@ -18,6 +18,11 @@ timeout 120 "$arbench" --np 3 --tuning "$work/tuning.json" --algo all -b 8 -e 64
   -d f32,i32 -o sum,max --json "$work/all.json" >"$work/all.txt" ||
   fail "arbench --algo all exited with $?"
 
+# Reduce's algorithms, each at sizes on the boards, direct, the ring and halving-doubling.
+timeout 120 "$arbench" --np 3 --coll reduce --tuning "$work/tuning.json" --algo all -b 8 -e 4M \
+  -f 64 -w 1 -n 2 --json "$work/reduce.json" >"$work/reduce.txt" ||
+  fail "arbench --coll reduce --algo all exited with $?"
+
 timeout 120 "$arbench" --np 3 --wire f16 --algo ring,tree -b 4K -e 1M -f 16 -w 1 -n 2 -d f32 \
   -o sum,avg --json "$work/wire.json" >"$work/wire.txt" || fail "arbench --wire f16 exited with $?"
 
@@ -53,6 +58,16 @@ for r in run["rows"]:
 text = open(f"{work}/all.txt").read()
 if "predicted" not in text or "auto=" not in text:
     errors.append("--algo all's table lacks the predicted column or auto's choice")
+
+reduce = json.load(open(f"{work}/reduce.json"))
+backends = {r["backend"] for r in reduce["rows"]}
+if backends != {f"arcoll/{a}" for a in ("board", "direct", "halving_doubling", "ring", "auto")}:
+    errors.append(f"--coll reduce --algo all ran {sorted(backends)}")
+for r in reduce["rows"]:
+    if r["collective"] != "reduce" or not (r["predicted_us"] or 0) > 0:
+        errors.append(f"reduce row without a prediction: {r['backend']} {r['size_bytes']}")
+    if r["out_of_place"]["wrong"] != 0 or r["in_place"]["wrong"] != 0:
+        errors.append(f"reduce row {r['backend']} {r['size_bytes']} is wrong")
 
 wire = json.load(open(f"{work}/wire.json"))
 if wire["metadata"]["wire"] != "f16":

@@ -90,5 +90,7 @@ expect_usage_error_of "--timeout: '1e10' is not a positive number of seconds of 
   "$arbench" --np 2 -b 8 -e 8 --timeout 1e10
 expect_usage_error_of "ARCOLL_TIMEOUT='1e10' must be a positive number of seconds" \
   env ARCOLL_TIMEOUT=1e10 "$arbench" --np 2 -b 8 -e 8
-expect_usage_error_of "takes --coll allreduce only" "$arbench" --np 2 --coll allgather --algo all -b 8 -e 8
+expect_usage_error_of "give one --coll (not sendrecv)" "$arbench" --np 2 --coll allgather,reduce --algo all -b 8 -e 8
+expect_usage_error_of "give one --coll (not sendrecv)" "$arbench" --np 2 --coll sendrecv --algo all -b 8 -e 8
+expect_usage_error_of "unknown reduce algorithm 'tree'" "$arbench" --np 2 --coll reduce --algo tree,ring -b 8 -e 8
 echo "collectives: ok"

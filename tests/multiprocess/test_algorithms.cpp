@@ -3,6 +3,7 @@
 // and across emulated hosts); mixed precision on the wire; the cost model's choices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -404,7 +405,7 @@ TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
     run_ranks(
         2,
         [&](Communicator& comm) {
-          const AllreducePrediction made = comm.predict_allreduce(kBytes);
+          const Prediction made = comm.predict_allreduce(kBytes);
           comm.barrier();  // rank 0 has written its calibration, if any
           const std::vector<std::string> files = kept_files();
           if (std::string(mode) == "off") {
@@ -531,9 +532,9 @@ TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
 TEST(CostModel, AutoTakesTheLeastPredictedTime) {
   run_ranks(4, [](Communicator& comm) {
     for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{64} << 20}) {
-      const AllreducePrediction chosen = comm.predict_allreduce(bytes);
+      const Prediction chosen = comm.predict_allreduce(bytes);
       for (const auto& name : Communicator::allreduce_algorithms()) {
-        const AllreducePrediction p = comm.predict_allreduce(bytes, name);
+        const Prediction p = comm.predict_allreduce(bytes, name);
         EXPECT_GT(p.seconds, 0) << name;
         // Equal up to rounding counts as a tie (see cost::best).
         EXPECT_LE(chosen.seconds, p.seconds * (1 + 1e-9)) << name << " at " << bytes << " B";
@@ -547,6 +548,34 @@ TEST(CostModel, AutoTakesTheLeastPredictedTime) {
     auto input = make_input(DataType::i32, ReduceOp::sum, comm.rank(), 1001, 8);
     comm.allreduce(input.data(), 1001, DataType::i32, ReduceOp::sum);
     EXPECT_EQ(count_wrong(input.data(), DataType::i32, ReduceOp::sum, comm.size(), 1001, 8), 0u);
+  });
+}
+
+// Every collective's algorithms have predictions; auto's is the one of the algorithm a call
+// runs, the same on every rank; names the model does not know are refused.
+TEST(CostModel, EveryCollectiveIsPredicted) {
+  run_ranks(3, [](Communicator& comm) {
+    for (const char* collective : {"reduce_scatter", "allgather", "broadcast", "reduce",
+                                   "gather", "scatter", "alltoall"}) {
+      const auto names = Communicator::algorithms(collective);
+      EXPECT_FALSE(names.empty()) << collective;
+      for (std::size_t bytes : {std::size_t{96}, std::size_t{3} << 20}) {
+        for (const auto& name : names)
+          EXPECT_GT(comm.predict(collective, bytes, name).seconds, 0) << collective << " " << name;
+        const Prediction chosen = comm.predict(collective, bytes);
+        EXPECT_NE(std::find(names.begin(), names.end(), chosen.algorithm), names.end());
+        // Every rank predicts the same.
+        double seconds[3] = {};
+        seconds[comm.rank()] = chosen.seconds;
+        comm.allreduce(seconds, 3, DataType::f64, ReduceOp::sum);
+        EXPECT_EQ(seconds[0], seconds[1]);
+        EXPECT_EQ(seconds[0], seconds[2]);
+      }
+    }
+    EXPECT_EQ(Communicator::algorithms("allreduce"), Communicator::allreduce_algorithms());
+    EXPECT_THROW(Communicator::algorithms("sendrecv"), InvalidArgument);
+    EXPECT_THROW(comm.predict("reduce", 8, "tree"), InvalidArgument);
+    EXPECT_THROW(comm.predict("no_such_collective", 8), InvalidArgument);
   });
 }
 

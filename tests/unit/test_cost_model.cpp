@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/cost_model.hpp"
+#include "arcoll/error.hpp"
 #include "topology/exchange_rates.hpp"
 
 namespace arcoll {
@@ -223,6 +224,78 @@ TEST(CostModel, ParameterServerLinksFollowWherePiecesLive) {
   const double ring = cost::predict("ring", hosts_of_one(4), big).seconds;
   EXPECT_LT(cost::parameter_server_seconds(hosts_of_one(4), big, 4, kPiece), ring);
   EXPECT_GT(cost::parameter_server_seconds(hosts_of_one(4), big, 2, kPiece), ring);
+}
+
+// Every algorithm that runs one of the collectives arbench measures states its time for it.
+TEST(CostModel, EveryAlgorithmOfEveryCollectiveHasAFormula) {
+  for (Collective c : {Collective::reduce_scatter, Collective::allgather, Collective::broadcast,
+                       Collective::reduce, Collective::gather, Collective::scatter,
+                       Collective::alltoall, Collective::allreduce}) {
+    EXPECT_EQ(algorithm_names(c, /*with_cost=*/true), algorithm_names(c)) << to_string(c);
+    for (const std::string& name : algorithm_names(c)) {
+      EXPECT_EQ(cost::predict(name, one_host(1), 1 << 20, c).seconds, 0) << name;
+      EXPECT_GT(cost::predict(name, one_host(3), 1 << 20, c).seconds, 0) << name;
+    }
+  }
+  EXPECT_THROW(cost::predict("tree", one_host(4), 8, Collective::gather), InvalidArgument);
+}
+
+// The collectives other than all-reduce: 1 MiB on 4 ranks (blocks of 256 KiB, one chunk each).
+TEST(CostModel, CollectivesMoveWhatTheirAlgorithmsMove) {
+  const Layout l = one_host(4);
+  const double n = 1 << 20, block = n / 4;
+  auto predict = [&](const char* name, Collective c, double bytes = 1 << 20) {
+    return cost::predict(name, l, bytes, c).seconds;
+  };
+  // Every block at once: the root's (any rank's) link takes three of them.
+  for (Collective c : {Collective::gather, Collective::scatter, Collective::allgather,
+                       Collective::alltoall})
+    EXPECT_DOUBLE_EQ(predict("direct", c), kAlpha + 3 * block * kBeta) << to_string(c);
+  // The ring: three steps of a block, reduced or not; reduce gathers to the root after.
+  EXPECT_DOUBLE_EQ(predict("ring", Collective::allgather), 3 * (kAlpha + block * kBeta));
+  EXPECT_DOUBLE_EQ(predict("ring", Collective::reduce_scatter),
+                   3 * (kAlpha + block * (kBeta + kGamma)));
+  EXPECT_DOUBLE_EQ(predict("ring", Collective::reduce),
+                   3 * (kAlpha + block * (kBeta + kGamma)) + kAlpha + 3 * block * kBeta);
+  // A chain of 4 ranks, 2 MiB in 4 chunks of 512 KiB: 4 + 2 steps of one chunk.
+  EXPECT_DOUBLE_EQ(predict("ring", Collective::broadcast, 2 * n),
+                   6 * (kAlpha + 512 * 1024 * kBeta));
+  // Direct reduce: the root reads and reduces three buffers.
+  EXPECT_DOUBLE_EQ(predict("direct", Collective::reduce), kAlpha + 3 * n * (kBeta / 2 + kGamma));
+  // Halving-doubling reduce: a round of halves, then the last round (quarters) beside the three
+  // quarters into the root, which take longer, and one chunk (a quarter) more.
+  EXPECT_DOUBLE_EQ(predict("halving_doubling", Collective::reduce),
+                   kAlpha + n / 2 * (kBeta + kGamma) + kAlpha + 3 * block * kBeta + block * kBeta);
+}
+
+// The boards' prediction of a collective is theirs while a call fits there, else that of the
+// algorithm it then goes by: direct, then halving-doubling on 2 ranks and the ring on 4.
+TEST(CostModel, BoardsPredictWhatTheCallRuns) {
+  Layout l = one_host(4);
+  l.board_capacity = 64 * 1024;
+  Layout without = l;
+  without.board_capacity = 0;
+  const double small = 1024;
+  EXPECT_DOUBLE_EQ(cost::predict("board", l, small, Collective::reduce).seconds,
+                   kAlpha / 2 + small * kBeta + 3 * small * (kBeta / 2 + kGamma));
+  EXPECT_DOUBLE_EQ(cost::predict("board", l, small, Collective::allgather).seconds,
+                   kAlpha / 2 + small / 4 * kBeta + 3 * small / 4 * kBeta / 2);
+  auto same = [](const char* name, const Layout& with, const Layout& by_messages, double bytes,
+                 Collective c) {
+    EXPECT_DOUBLE_EQ(cost::predict("board", with, bytes, c).seconds,
+                     cost::predict(name, by_messages, bytes, c).seconds)
+        << name << " " << bytes;
+  };
+  same("direct", l, without, 64 * 1024, Collective::reduce);
+  same("ring", l, without, 4 << 20, Collective::reduce);
+  same("halving_doubling", l, without, 32 << 20, Collective::reduce);
+  same("ring", l, without, 64 * 1024, Collective::broadcast);
+  same("direct", l, without, 64 * 1024, Collective::alltoall);
+  Layout pair = one_host(2);
+  pair.board_capacity = 64 * 1024;
+  Layout pair_without = pair;
+  pair_without.board_capacity = 0;
+  same("halving_doubling", pair, pair_without, 4 << 20, Collective::reduce);
 }
 
 }  // namespace
