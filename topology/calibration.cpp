@@ -32,6 +32,13 @@ std::string cache_folder() {
   return "";
 }
 
+std::string file_safe(const std::string& text) {
+  std::string out;
+  for (const char c : text)
+    out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
+  return out;
+}
+
 namespace {
 
 // Changes with what measure_tuning's figures mean, so that figures kept before are measured
@@ -62,13 +69,6 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
       << (options.shm_single_copy ? options.shm_single_copy_bytes : 0) << "/"
       << (options.shm_single_copy ? options.shm_single_copy_pipelined_bytes : 0);
   return key.str();
-}
-
-// File names keep to letters, digits, '.', '-' and '_'.
-std::string file_safe(const std::string& text) {
-  std::string out;
-  for (const char c : text) out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
-  return out;
 }
 
 std::string cache_file(const Communicator& comm) {

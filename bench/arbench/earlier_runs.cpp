@@ -1,7 +1,6 @@
 #include "arbench/earlier_runs.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,13 +20,6 @@ constexpr const char* kPrefix = "first-runs-";
 // Files of other commits kept beside the current one: a few, so that going back to a commit
 // finds its history, without a file per commit ever built.
 constexpr std::size_t kKeptFiles = 8;
-
-std::string file_safe(const std::string& text) {
-  std::string out;
-  for (const char c : text)
-    out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
-  return out;
-}
 
 std::string heading(const RunInfo& info) { return kHeading + info.host.cpu_model; }
 
@@ -76,8 +68,8 @@ EarlierRuns load_earlier_runs(const RunInfo& info) {
   EarlierRuns earlier;
   const std::string folder = arcoll::cache_folder();
   if (folder.empty()) return earlier;
-  earlier.path = folder + "/" + kPrefix + file_safe(info.host.hostname) + "-" +
-                 file_safe(info.git_commit) + ".txt";
+  earlier.path = folder + "/" + kPrefix + arcoll::file_safe(info.host.hostname) + "-" +
+                 arcoll::file_safe(info.git_commit) + ".txt";
   std::ifstream in(earlier.path);
   if (!in) return earlier;
   std::string first;

@@ -56,6 +56,9 @@ enum class Calibration { cache, now, off };
 // The per-user cache folder: ARCOLL_CACHE_DIR, else $XDG_CACHE_HOME/arcoll, else
 // ~/.cache/arcoll; empty when none is set. It may not exist yet.
 std::string cache_folder();
+// `text` fit for a file name in that folder: letters, digits, '.' and '-' kept, anything else
+// made '_'.
+std::string file_safe(const std::string& text);
 // ARCOLL_CALIBRATE; ConfigurationError for another value.
 Calibration calibration_from_env();
 struct CalibratedTuning {
