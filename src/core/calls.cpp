@@ -261,14 +261,14 @@ WorkPtr Communicator::Impl::submit_coalesced(std::vector<Buffer> buffers, DataTy
   });
 }
 
-void Communicator::Impl::execute_transfers(const char* operation, std::vector<Transfer> transfers,
-                                           int tag) {
+void Communicator::Impl::execute_transfers(const char* operation,
+                                           std::span<const Transfer> transfers, int tag) {
   if (queue_.idle()) {
     EndTransfersOnExit ended{*this};
     return run_transfers(operation, transfers, tag);
   }
   refuse_on_progress_thread(operation);
-  submit_transfers(operation, std::move(transfers), tag)->wait();
+  submit_transfers(operation, {transfers.begin(), transfers.end()}, tag)->wait();
 }
 
 WorkPtr Communicator::Impl::submit_transfers(const char* operation, std::vector<Transfer> transfers,
@@ -471,13 +471,14 @@ void Communicator::Impl::run_coalesced(const std::vector<Buffer>& buffers, DataT
 }
 
 void Communicator::Impl::run_transfers(const char* operation,
-                                       const std::vector<Transfer>& transfers, int tag) {
+                                       std::span<const Transfer> transfers, int tag) {
   std::lock_guard call(call_mutex_);
   SettleOnExit settle{*this};
   check_usable([&] { return std::string(operation); });
   engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
   try {
     std::vector<RequestPtr> posted;
+    posted.reserve(transfers.size());
     for (const Transfer& t : transfers) {
       const bool send = t.kind == Request::Kind::send;
       const bool overlapped =

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,7 +45,8 @@ class Communicator::Impl {
     std::size_t bytes;
     int peer;
   };
-  void execute_transfers(const char* operation, std::vector<Transfer> transfers, int tag);
+  // Runs at once when nothing is queued (no allocation: a small message's cost), else queued.
+  void execute_transfers(const char* operation, std::span<const Transfer> transfers, int tag);
   WorkPtr submit_transfers(const char* operation, std::vector<Transfer> transfers, int tag);
   // A non-blocking send or receive follows MPI's progress rule (src/core/transfers.cpp): posted at
   // once, or after the calls queued ahead of it, it completes as whatever its caller does next
@@ -95,7 +97,7 @@ class Communicator::Impl {
   // Runs one call on the engine, under call_mutex_.
   void run(Collective collective, const CollectiveArgs& args);
   void run_coalesced(const std::vector<Buffer>& buffers, DataType type, ReduceOp op);
-  void run_transfers(const char* operation, const std::vector<Transfer>& transfers, int tag);
+  void run_transfers(const char* operation, std::span<const Transfer> transfers, int tag);
   void refuse_on_progress_thread(const std::string& operation) const;
   void drain(const char* operation);  // waits for every queued call, before a setting changes
   template <class Name>

@@ -4,6 +4,7 @@
 #include "arcoll/communicator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -167,11 +168,11 @@ CollectiveArgs alltoallv_args(const Impl& impl, const void* send,
   return args;
 }
 
-std::vector<Impl::Transfer> transfer(const Impl& impl, const char* operation, Request::Kind kind,
-                                     const void* buffer, std::size_t bytes, int peer, int tag) {
+Impl::Transfer transfer(const Impl& impl, const char* operation, Request::Kind kind,
+                        const void* buffer, std::size_t bytes, int peer, int tag) {
   const Impl::Transfer t{kind, const_cast<void*>(buffer), bytes, peer};
   impl.check_transfer(operation, t, tag);
-  return {t};
+  return t;
 }
 
 }  // namespace
@@ -435,33 +436,31 @@ WorkPtr Communicator::ibarrier() {
 // ---- point-to-point ----------------------------------------------------------------------
 
 void Communicator::send(const void* buffer, std::size_t bytes, int peer, int tag) {
-  impl_->execute_transfers(
-      "send", transfer(*impl_, "send", Request::Kind::send, buffer, bytes, peer, tag), tag);
+  const Impl::Transfer t = transfer(*impl_, "send", Request::Kind::send, buffer, bytes, peer, tag);
+  impl_->execute_transfers("send", {&t, 1}, tag);
 }
 
 void Communicator::recv(void* buffer, std::size_t bytes, int peer, int tag) {
-  impl_->execute_transfers(
-      "recv", transfer(*impl_, "recv", Request::Kind::recv, buffer, bytes, peer, tag), tag);
+  const Impl::Transfer t = transfer(*impl_, "recv", Request::Kind::recv, buffer, bytes, peer, tag);
+  impl_->execute_transfers("recv", {&t, 1}, tag);
 }
 
 WorkPtr Communicator::isend(const void* buffer, std::size_t bytes, int peer, int tag) {
   return impl_->post_transfer(
-      "send", transfer(*impl_, "send", Request::Kind::send, buffer, bytes, peer, tag).front(), tag);
+      "send", transfer(*impl_, "send", Request::Kind::send, buffer, bytes, peer, tag), tag);
 }
 
 WorkPtr Communicator::irecv(void* buffer, std::size_t bytes, int peer, int tag) {
   return impl_->post_transfer(
-      "recv", transfer(*impl_, "recv", Request::Kind::recv, buffer, bytes, peer, tag).front(), tag);
+      "recv", transfer(*impl_, "recv", Request::Kind::recv, buffer, bytes, peer, tag), tag);
 }
 
 void Communicator::sendrecv(const void* send_buffer, std::size_t send_bytes, int destination,
                             void* recv_buffer, std::size_t recv_bytes, int source, int tag) {
-  auto transfers =
-      transfer(*impl_, "sendrecv", Request::Kind::send, send_buffer, send_bytes, destination, tag);
-  transfers.push_back(
-      transfer(*impl_, "sendrecv", Request::Kind::recv, recv_buffer, recv_bytes, source, tag)
-          .front());
-  impl_->execute_transfers("sendrecv", std::move(transfers), tag);
+  const std::array<Impl::Transfer, 2> transfers{
+      transfer(*impl_, "sendrecv", Request::Kind::send, send_buffer, send_bytes, destination, tag),
+      transfer(*impl_, "sendrecv", Request::Kind::recv, recv_buffer, recv_bytes, source, tag)};
+  impl_->execute_transfers("sendrecv", transfers, tag);
 }
 
 }  // namespace arcoll

@@ -449,13 +449,13 @@ void Engine::raise(const std::exception_ptr& failure) const {
 }
 
 template <class WaitingFor>
-void Engine::check_blocked(int peer, const WaitingFor& waiting_for) {
+net::Clock::time_point Engine::check_blocked(int peer, const WaitingFor& waiting_for) {
   if (auto failure = transport_failure()) raise(failure);
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
   if (root_check_open_) root_check_on_boards();
   const Clock::time_point now = Clock::now();
   if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
-  if (now < deadline_) return;
+  if (now < deadline_) return now;
   throw TimeoutError(call_name(),
                      "no progress within " + seconds_text(timeout_) +
                          " (ARCOLL_TIMEOUT) waiting for " + waiting_for() + ": rank " +
@@ -467,9 +467,9 @@ void Engine::check_blocked(int peer, const WaitingFor& waiting_for) {
 
 void Engine::wait(const RequestPtr& request) {
   while (!request->done) {
-    check_blocked(request->peer, [&] { return "the " + request->describe(); });
+    const Clock::time_point now =
+        check_blocked(request->peer, [&] { return "the " + request->describe(); });
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
-    const Clock::time_point now = Clock::now();
     if (transports_.size() == 1) {
       own->progress(std::min(deadline_, now + kAbortCheckSlice), Waiting::poll_first);
       continue;
@@ -531,14 +531,15 @@ void Engine::await_on_boards(Ready ready, Missing first_missing, ThrowIfOther th
   // A peer's call is looked at only once a wait took a while: reading it costs a cache line.
   for (bool first = true; !done; first = false, done = ready()) {
     const int missing = first_missing();
-    check_blocked(missing, [&] { return "rank " + std::to_string(missing) + " " + awaited; });
+    const Clock::time_point now =
+        check_blocked(missing, [&] { return "rank " + std::to_string(missing) + " " + awaited; });
     if (boards_->shared().departed(missing))
       throw PeerError(call_name(),
                       "rank " + std::to_string(missing) + " destroyed its communicator before " +
                           awaited,
                       rank_, missing);
     if (!first) throw_if_other();
-    boards_->shared().await_boards(ready, std::min(deadline_, Clock::now() + kAbortCheckSlice));
+    boards_->shared().await_boards(ready, std::min(deadline_, now + kAbortCheckSlice));
   }
   throw_if_other();
 }

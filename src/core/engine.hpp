@@ -144,9 +144,9 @@ class Engine final : public PointToPoint {
   [[noreturn]] void raise(const std::exception_ptr& failure) const;
   // Before a blocked wait sleeps again: throws the transports' failure, an abort's, or a
   // TimeoutError naming `peer` once the call's deadline passes (`waiting_for()`: what for,
-  // worded only then).
+  // worded only then). Returns the time it read, for the wait that follows.
   template <class WaitingFor>
-  void check_blocked(int peer, const WaitingFor& waiting_for);
+  net::Clock::time_point check_blocked(int peer, const WaitingFor& waiting_for);
   void finish_staged(const Request& request);
   // ARCOLL_CHECKSUM: throws naming the link when a received message does not match the
   // checksum its sender computed.

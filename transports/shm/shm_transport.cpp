@@ -268,14 +268,18 @@ template <class Done>
 bool ShmTransport::await(Done done, Clock::time_point until, Waiting waiting) {
   if (done()) return true;
   // The clock is read once every few polls, as a read costs more than a poll; but after every
-  // poll that yields the core, which may not come back for a while.
+  // poll that yields the core, which may not come back for a while. The spin's end is set at
+  // the first read: a small message's wait mostly ends before it.
   const unsigned polls_per_clock_read = poll_yields_ ? 1 : 16;
-  const auto spin_end =
-      std::min(until, Clock::now() + (waiting == Waiting::sleep ? Clock::duration{} : busy_poll_));
-  for (unsigned polls = 1; polls % polls_per_clock_read != 0 || Clock::now() < spin_end;
-       ++polls) {
+  std::optional<Clock::time_point> spin_end;
+  for (unsigned polls = 1;; ++polls) {
     if (poll_yields_) std::this_thread::yield();
     if (done()) return true;
+    if (polls % polls_per_clock_read != 0) continue;
+    const Clock::time_point now = Clock::now();
+    if (!spin_end)
+      spin_end = std::min(until, now + (waiting == Waiting::sleep ? Clock::duration{} : busy_poll_));
+    if (now >= *spin_end) break;
   }
   SegmentHeader* h = header_of(own());
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
