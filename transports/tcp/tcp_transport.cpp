@@ -271,7 +271,7 @@ bool TcpTransport::read_some(Socket& s, std::size_t& budget) {
     into = s.control_payload.data() + s.payload_got;
     want = s.header.length - s.payload_got;
   }
-  ssize_t n = want == 0 ? 0 : ::recv(s.fd.get(), into, std::min(want, budget), 0);
+  ssize_t n = want == 0 ? 0 : receive(s, into, std::min(want, budget));
   if (want != 0 && n <= 0) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
     if (n == 0 && s.goodbye) {
@@ -314,6 +314,21 @@ bool TcpTransport::read_some(Socket& s, std::size_t& budget) {
   s.payload_got += got;
   if (s.payload_got == s.header.length) finish_frame(s);
   return !s.closed && failure_ == nullptr;
+}
+
+ssize_t TcpTransport::receive(Socket& s, char* into, std::size_t want) {
+  if (s.ahead_begin == s.ahead_end) {
+    if (want >= kReadAheadBytes) return ::recv(s.fd.get(), into, want, 0);
+    if (!s.ahead) s.ahead = std::make_unique<char[]>(kReadAheadBytes);
+    const ssize_t n = ::recv(s.fd.get(), s.ahead.get(), kReadAheadBytes, 0);
+    if (n <= 0) return n;
+    s.ahead_begin = 0;
+    s.ahead_end = static_cast<std::size_t>(n);
+  }
+  const std::size_t n = std::min(want, s.ahead_end - s.ahead_begin);
+  std::memcpy(into, s.ahead.get() + s.ahead_begin, n);
+  s.ahead_begin += n;
+  return static_cast<ssize_t>(n);
 }
 
 // Decides where the payload of the frame whose header was just read goes. Returns false
@@ -420,8 +435,14 @@ void TcpTransport::progress(Clock::time_point until, Waiting waiting) {
   // Bytes written here may complete the request the caller waits for: then only look at the
   // sockets, don't sleep on them.
   bool wrote = false;
-  for (Socket& s : sockets_)
+  for (Socket& s : sockets_) {
     if (!s.queue.empty()) wrote |= flush(s);
+    // Bytes read ahead wake no epoll: read them now (a socket unparked, or out of budget).
+    if (s.ahead_begin < s.ahead_end && !s.parked && !s.closed) {
+      handle_socket(s, EPOLLIN);
+      wrote = true;
+    }
+  }
   epoll_event events[64];
   int n = 0;
   if (wrote) {

@@ -31,6 +31,8 @@ constexpr std::uint32_t kStripeBytes = 512 * 1024;
 constexpr std::size_t kLandingPieceBytes = 128 * 1024;
 // Bytes read from one socket per event before the engine turns to the others.
 constexpr std::size_t kReadBudget = 4 << 20;
+// Reads smaller than this take this much from the socket at once (TcpTransport::receive).
+constexpr std::size_t kReadAheadBytes = 4096;
 // How long an abort may spend finishing a frame half written before its reason can follow.
 constexpr auto kAbortFlushTime = std::chrono::milliseconds(200);
 
@@ -61,6 +63,9 @@ struct Socket {
   char partial[8];
   std::uint32_t partial_bytes = 0;
   std::string control_payload;
+  // Bytes read ahead of where they go (TcpTransport::receive): [ahead_begin, ahead_end).
+  std::unique_ptr<char[]> ahead;
+  std::size_t ahead_begin = 0, ahead_end = 0;
   bool parked = false;  // waiting for a receive to be posted / a message revealed
   bool goodbye = false;
   bool closed = false;
@@ -110,6 +115,10 @@ class TcpTransport final : public Transport {
   void handle_socket(Socket& s, std::uint32_t events);
   // Reads what is available; false once the socket is parked, closed or failed.
   bool read_some(Socket& s, std::size_t& budget);
+  // Up to `want` bytes for `into`: those read ahead first, else from the socket, where a small
+  // read (a frame's header, a small payload) takes up to kReadAheadBytes at once, so that a
+  // small frame's header and payload cost one call; large ones land in place. recv's result.
+  ssize_t receive(Socket& s, char* into, std::size_t want);
   bool start_frame(Socket& s);
   void finish_frame(Socket& s);
   void reveal(Socket& s);
