@@ -4,6 +4,8 @@
 // Link costs come from a tuning file measured by `arbench tune`, or from built-in defaults.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -21,6 +23,11 @@ LinkCost exchange_link(const Layout& layout, int distance);
 // Pipeline chunks tried for the algorithms whose time depends on it.
 inline constexpr std::size_t kChunkCandidates[] = {64 * 1024, 256 * 1024, 1024 * 1024,
                                                    4 * 1024 * 1024};
+
+// Messages of `bytes` cut into pipeline chunks: at least one.
+inline double chunks_of(double bytes, std::size_t chunk_bytes) {
+  return std::max(1.0, std::ceil(bytes / static_cast<double>(chunk_bytes)));
+}
 
 // floor(log2 p) and the largest power of two <= p, for p >= 1.
 int floor_log2(int p);

@@ -6,12 +6,17 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
 
 namespace arcoll {
+
+// The call's pipeline chunk in bytes, cut to whole elements of `elem` bytes (at least one).
+inline std::size_t chunk_in_elements(const PointToPoint& p2p, std::size_t elem) {
+  return std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
+}
 
 // One exchange with `partner`: `send_bytes` from `send` go out while `recv_count` elements
 // come in, reduced into `recv` (with `with`) when `reduce`, else copied. Both directions are
@@ -21,7 +26,7 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
                      char* recv, const char* with, std::size_t recv_count, DataType type,
                      ReduceOp op, bool reduce) {
   const std::size_t elem = size_of(type);
-  const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
+  const std::size_t chunk = chunk_in_elements(p2p, elem);
   const std::size_t recv_bytes = recv_count * elem;
   auto receive = [&](std::size_t offset, std::size_t n) {
     return reduce ? p2p.irecv_reduce(partner, recv + offset, with + offset, n / elem, type, op)
@@ -51,11 +56,6 @@ inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size
     offset += n;
   } while (offset < send_bytes);
   p2p.wait_all(requests);
-}
-
-// Messages of an exchange of `bytes` cut into chunks.
-inline double chunks_of(double bytes, std::size_t chunk_bytes) {
-  return std::max(1.0, std::ceil(bytes / static_cast<double>(chunk_bytes)));
 }
 
 class PowerOfTwoFold {

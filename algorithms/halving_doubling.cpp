@@ -56,9 +56,6 @@ std::pair<std::size_t, std::size_t> cut(std::size_t bytes, std::size_t chunk, st
 std::size_t messages_of(std::size_t bytes, std::size_t chunk) {
   return std::max<std::size_t>(1, (bytes + chunk - 1) / chunk);
 }
-std::size_t chunk_of(const PointToPoint& p2p, std::size_t elem) {
-  return std::max<std::size_t>(1, p2p.chunk_bytes() / elem) * elem;
-}
 
 // Chunks of the pipeline size, at least one message each way. A single message each way goes
 // on at once: no wait between the rounds. Several go on as reduced, paced one at a time, only
@@ -68,7 +65,7 @@ std::size_t chunk_of(const PointToPoint& p2p, std::size_t elem) {
 // differently (streaming stores are a rank's own setting).
 void last_halving_round(PointToPoint& p2p, const LastRound& r, DataType type, ReduceOp op) {
   const std::size_t elem = size_of(type);
-  const std::size_t chunk = chunk_of(p2p, elem);
+  const std::size_t chunk = chunk_in_elements(p2p, elem);
   const std::size_t keep_bytes = r.keep_count * elem, give_bytes = r.give_count * elem;
   const bool returns = r.result_to == r.partner;
   if (keep_bytes <= chunk && give_bytes <= chunk) {
@@ -203,7 +200,7 @@ void halving_doubling_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   // they land in place. (A root that sits out of the power of two gets every segment.)
   std::vector<RequestPtr> segments;
   if (root) {
-    const std::size_t chunk = chunk_of(p2p, elem);
+    const std::size_t chunk = chunk_in_elements(p2p, elem);
     for (int v = 0; v < fold.virtual_size(); ++v) {
       if (v == me) continue;
       const Range range = reduced_range(v, fold.virtual_size(), a.count);
@@ -238,7 +235,7 @@ double halving_doubling_cost(const CostQuery& q) {
   for (int mask = 1; mask < pof2; mask *= 2) {
     const LinkCost link = cost::exchange_link(l, mask);
     const double part = q.bytes * mask / pof2;
-    seconds += 2 * (chunks_of(part, l.chunk_bytes) * link.alpha + part * link.beta) +
+    seconds += 2 * (cost::chunks_of(part, l.chunk_bytes) * link.alpha + part * link.beta) +
                part * link.gamma;
     if (mask == 1 && link.forwards && part <= static_cast<double>(l.chunk_bytes))
       seconds -= part * link.beta / 2;
@@ -260,11 +257,11 @@ double halving_doubling_reduce_cost(const CostQuery& q) {
   for (int mask = pof2 / 2; mask >= 2; mask /= 2) {
     const LinkCost link = cost::exchange_link(l, mask);
     const double part = q.bytes * mask / pof2;
-    seconds += chunks_of(part, l.chunk_bytes) * link.alpha + part * (link.beta + link.gamma);
+    seconds += cost::chunks_of(part, l.chunk_bytes) * link.alpha + part * (link.beta + link.gamma);
   }
   const LinkCost link = cost::exchange_link(l, 1);
   const double segment = q.bytes / pof2;
-  const double last = chunks_of(segment, l.chunk_bytes) * link.alpha +
+  const double last = cost::chunks_of(segment, l.chunk_bytes) * link.alpha +
                       segment * (link.beta + link.gamma);
   const double into_root = l.flat().alpha + (pof2 - 1) * segment * l.flat().beta;
   return seconds + std::max(last, into_root) +

@@ -38,7 +38,7 @@ double recursive_doubling_cost(const CostQuery& q) {
   double seconds = PowerOfTwoFold::cost(l.ranks, q.bytes, cost::exchange_link(l, 1));
   for (int mask = 1; mask < cost::floor_pof2(l.ranks); mask *= 2) {
     const LinkCost link = cost::exchange_link(l, mask);
-    seconds += chunks_of(q.bytes, l.chunk_bytes) * link.alpha + q.bytes * (link.beta + link.gamma);
+    seconds += cost::chunks_of(q.bytes, l.chunk_bytes) * link.alpha + q.bytes * (link.beta + link.gamma);
   }
   return seconds;
 }

@@ -4,10 +4,10 @@
 #include "algorithms/ring.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <deque>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/group.hpp"
 
 namespace arcoll::ring {
@@ -242,8 +242,8 @@ double steps_cost(int ranks, double bytes, const LinkCost& link, std::size_t chu
   if (ranks <= 1) return 0;
   const double p = ranks;
   const double segment = bytes / p;
-  const double chunks = std::max(1.0, std::ceil(segment / static_cast<double>(chunk_bytes)));
-  return (p - 1) * (chunks * link.alpha + segment * (link.beta + (reduced ? link.gamma : 0)));
+  return (p - 1) * (cost::chunks_of(segment, chunk_bytes) * link.alpha +
+                    segment * (link.beta + (reduced ? link.gamma : 0)));
 }
 
 }  // namespace
@@ -346,8 +346,7 @@ void chain_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
 double chain_broadcast_cost(const CostQuery& q) {
   if (q.layout.ranks <= 1) return 0;
   const LinkCost& link = q.layout.flat();
-  const double chunks =
-      std::max(1.0, std::ceil(q.bytes / static_cast<double>(q.layout.chunk_bytes)));
+  const double chunks = cost::chunks_of(q.bytes, q.layout.chunk_bytes);
   return (chunks + q.layout.ranks - 2) * (link.alpha + q.bytes / chunks * link.beta);
 }
 

@@ -9,7 +9,6 @@
 // second mirrors it (p even) or shifts it by one (p odd), turning leaves into inner nodes.
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <deque>
 
@@ -170,7 +169,7 @@ double tree_cost(const CostQuery& q) {
   if (l.ranks <= 1 || q.bytes <= 0) return 0;
   const LinkCost link = cost::exchange_link(l, l.ranks);
   const double half = q.bytes / 2;
-  const double chunks = std::max(1.0, std::ceil(half / static_cast<double>(q.chunk_bytes)));
+  const double chunks = cost::chunks_of(half, q.chunk_bytes);
   const double chunk = half / chunks;
   const double moved_per_step = (l.ranks == 2 ? 2 : 4) * chunk;
   const double steps = chunks + 2 * cost::floor_log2(l.ranks) - 1;

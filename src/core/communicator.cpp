@@ -250,7 +250,7 @@ std::string Communicator::transport_to(int peer) const {
 }
 
 std::vector<std::string> Communicator::allreduce_algorithms() {
-  return algorithm_names(Collective::allreduce);
+  return algorithms("allreduce");
 }
 
 std::vector<std::string> Communicator::transports() {
