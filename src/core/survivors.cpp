@@ -16,6 +16,7 @@
 #include "src/base/auth.hpp"
 #include "src/base/env.hpp"
 #include "src/base/log.hpp"
+#include "transports/common/peer_process.hpp"
 
 namespace arcoll {
 namespace {
@@ -163,11 +164,20 @@ Survivors::~Survivors() = default;
 std::string Survivors::endpoint() const {
   if (!listener_) return "";
   const net::Endpoint e = net::local_endpoint(listener_.get());
-  return e.host + " " + std::to_string(e.port);
+  return e.host + " " + std::to_string(e.port) + " " + transport::this_process_identity();
 }
 
 void Survivors::meet(std::vector<std::string> endpoints, std::uint64_t job_id, std::string token) {
   endpoints_ = std::move(endpoints);
+  processes_.clear();
+  processes_.resize(endpoints_.size());
+  for (std::size_t p = 0; p < endpoints_.size(); ++p) {
+    // After "address port": the process, watched now, while it is surely the rank's.
+    const std::string& text = endpoints_[p];
+    const std::size_t port_end = text.find(' ', text.find(' ') + 1);
+    if (static_cast<int>(p) != rank_ && port_end != std::string::npos)
+      processes_[p] = transport::watch_if_local(text.substr(port_end + 1));
+  }
   job_id_ = job_id;
   token_ = std::move(token);
 }
@@ -423,7 +433,9 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
     }
 
     std::vector<pollfd> fds;
-    std::vector<int> owner;  // per pollfd: peer rank (>= 0), or -1 listener, -2 - i unknown i
+    // Per pollfd: a peer's connection (its rank), its process (size_ + rank), the listener (-1)
+    // or unknown connection i (-2 - i).
+    std::vector<int> owner;
     fds.push_back({listener_.get(), POLLIN, 0});
     owner.push_back(-1);
     for (std::size_t i = 0; i < unknown.size(); ++i) {
@@ -446,6 +458,10 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
              static_cast<short>(q.connecting || !q.outbox.empty() ? POLLIN | POLLOUT : POLLIN), 0});
         owner.push_back(p);
       }
+      if (const net::Fd& process = processes_[static_cast<std::size_t>(p)]; process) {
+        fds.push_back({process.get(), POLLIN, 0});
+        owner.push_back(size_ + p);
+      }
     }
     const auto until = now < deadline ? deadline : deadline + grace;
     const int ready = ::poll(fds.data(), fds.size(), std::min(net::poll_timeout_ms(until), 100));
@@ -454,10 +470,16 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
     if (ready <= 0) continue;
     for (std::size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
-      const int who = owner[i];
-      if (who < 0) continue;  // the listener and hellos: take_connections()'s
+      if (owner[i] < 0) continue;  // the listener and hellos: take_connections()'s
+      const int who = owner[i] % size_;
       if (correct.count(who) == 0) continue;
       Peer& q = peer(who);
+      if (owner[i] >= size_) {
+        // Its process ended: what it sent before counts, as for a closed connection.
+        if (q.in) read_from(who);
+        fail_peer(who);
+        continue;
+      }
       if (fds[i].fd == q.in.get()) {
         read_from(who);
         continue;

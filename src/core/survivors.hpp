@@ -11,7 +11,9 @@
 // no coordinator (whose death would need a second protocol) and its rounds are one message
 // to each live rank. The members are the ranks whose proposal is in the decision.
 //
-// The detector is made perfect by exclusion: a closed connection or a refused one is a death;
+// The detector is made perfect by exclusion: a closed connection or a refused one is a death,
+// and so is the end of a peer's process on this machine (watched through a pidfd taken while
+// it was a member: a dead rank's port, taken meanwhile by another program, still accepts);
 // a rank silent past the deadline is told it is excluded and cut off, so that if it was only
 // slow it finds, when it comes back, that it is out (an error, never a member), and behaves as
 // dead to the others from then on. A rank that dies after its proposal reached some ranks may
@@ -35,8 +37,9 @@ class Survivors {
   ~Survivors();
   Survivors(const Survivors&) = delete;
   Survivors& operator=(const Survivors&) = delete;
-  // "address port": where the other ranks find this one; every rank's, in rank order, with the
-  // job's id and token (which authenticates the connections), once the ranks have met.
+  // "address port identity": where the other ranks find this one, and which process it is;
+  // every rank's, in rank order, with the job's id and token (which authenticates the
+  // connections), once the ranks have met.
   std::string endpoint() const;
   void meet(std::vector<std::string> endpoints, std::uint64_t job_id, std::string token);
   // What the live ranks agreed: the members (ranks of the communicator, ascending) and what
@@ -65,6 +68,7 @@ class Survivors {
   int size_;
   net::Fd listener_;
   std::vector<std::string> endpoints_;
+  std::vector<net::Fd> processes_;  // by rank: a pidfd of a peer on this machine, else none
   std::uint64_t job_id_ = 0;
   std::string token_;
   std::uint64_t epoch_ = 0;  // agreements begun

@@ -4,6 +4,7 @@
 // stopped rank that comes back finds itself left out, with an error saying so.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -111,6 +112,51 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DeathsAroundTheAgreement,
                                            Deaths(4, 3, 0, 0, false), Deaths(6, 2, 4, 0, false),
                                            Deaths(5, 0, 3, 2, true), Deaths(3, 2, 0, 2, true)),
                          deaths_name);
+
+// A dead rank's port, held by another process that accepts and never answers (here the rank's
+// child, which keeps only its listening sockets), takes the others' connections as a live rank
+// would: they find the rank dead by its process instead, long before their deadline.
+TEST(Shrink, ARankWhosePortAnotherProcessHoldsIsFoundDeadAtOnce) {
+  constexpr int kVictim = 1;
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.env = {{"ARCOLL_TIMEOUT", kLongTimeout}};
+  options.failure_grace = std::chrono::seconds(60);
+  auto exits = launch(options, [&] {
+    auto comm = Communicator::from_env();
+    if (comm->rank() == kVictim) {
+      // One call first: every rank has joined, and the others' failing calls come after.
+      std::vector<float> data(1000, 1.0f);
+      comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
+      if (::fork() == 0) {
+        for (int fd = 0; fd < 4096; ++fd) {
+          int listening = 0;
+          socklen_t length = sizeof listening;
+          if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || !listening)
+            ::close(fd);
+        }
+        ::sleep(30);
+        ::_exit(0);
+      }
+      ::raise(SIGKILL);
+    }
+    const std::string failure = allreduce_until_failure(*comm, -1, 0);
+    const auto start = Clock::now();
+    auto shrunk = comm->shrink();
+    std::printf("shrunk to %d ranks in %.4f s after: %s\n", shrunk->size(), seconds_since(start),
+                failure.c_str());
+    check_survivors(*comm, *shrunk, {kVictim});
+    EXPECT_LT(seconds_since(start), kWellWithinTimeout);
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  for (const auto& e : exits) {
+    if (e.rank == kVictim)
+      EXPECT_EQ(e.signal, SIGKILL) << describe(exits);
+    else
+      EXPECT_TRUE(e.ok()) << describe(exits);
+  }
+}
 
 // Nobody failed: shrink() keeps every rank, as a fresh duplicate.
 TEST(Shrink, WithoutAFailureKeepsEveryRank) {
