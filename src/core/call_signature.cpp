@@ -10,6 +10,8 @@ namespace {
 constexpr int kWireShift = 38, kRootShift = 40, kAlgorithmShift = 49, kOpShift = 53,
               kTypeShift = 56, kCollectiveShift = 60;
 constexpr std::uint64_t kCountMask = (1ull << 38) - 1;
+constexpr int kRootBits = 9;
+static_assert(1 << kRootBits == kSignatureRoots);
 // The wire formats by their 2-bit code.
 constexpr DataType kWires[] = {DataType::f32, DataType::f16, DataType::bf16};
 
@@ -28,7 +30,7 @@ unsigned take(std::uint64_t packed, int shift, int bits) {
 
 std::uint64_t pack(const CallSignature& call) {
   return (call.count & kCountMask) | field(wire_code(call.wire), kWireShift, 2) |
-         field(static_cast<unsigned>(call.root), kRootShift, 9) |
+         field(static_cast<unsigned>(call.root), kRootShift, kRootBits) |
          field(static_cast<unsigned>(call.algorithm), kAlgorithmShift, 4) |
          field(static_cast<unsigned>(call.op), kOpShift, 3) |
          field(static_cast<unsigned>(call.type), kTypeShift, 4) |
@@ -54,7 +56,7 @@ std::string describe_signature(std::uint64_t signature) {
   if (reduces) text += std::string(to_string(op)) + ", ";
   if (const unsigned wire = take(signature, kWireShift, 2); wire != 0 && wire < 3)
     text += "wire " + std::string(to_string(kWires[wire])) + ", ";
-  if (rooted) text += "root " + std::to_string(take(signature, kRootShift, 9)) + ", ";
+  if (rooted) text += "root " + std::to_string(take(signature, kRootShift, kRootBits)) + ", ";
   return text + "algorithm " +
          (algorithm < algorithms.size() ? algorithms[algorithm]->name : std::to_string(algorithm)) +
          ")";

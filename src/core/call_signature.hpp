@@ -16,12 +16,15 @@ namespace arcoll {
 
 enum class Collective : std::uint8_t;
 
+// Roots below this differ in the signatures of their calls.
+inline constexpr int kSignatureRoots = 512;
+
 struct CallSignature {
   Collective collective;
   DataType type = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   int algorithm = 0;        // index among the registered algorithms
-  int root = 0;             // kept modulo 512 (the root check compares it whole)
+  int root = 0;             // kept modulo kSignatureRoots (the root check compares it whole)
   std::uint64_t count = 0;  // kept modulo 2^38 (a quarter of a trillion elements)
   DataType wire = DataType::f32;  // how f32 elements travel: f32, f16 or bf16
 };

@@ -200,6 +200,9 @@ class Engine final : public PointToPoint {
   int root_check_on_boards();
   void finish_root_check_on_boards();
   bool root_check_open_ = false;  // posted on the boards, not finished
+  // Every rank posted its part of this call's exchange on the boards with this rank's
+  // signature, which holds the root: the root check has nothing left to find.
+  bool agreed_on_boards_ = false;
   // Waits on the boards until `ready()`, within the call's deadline, watching for aborts and
   // for peers gone (`first_missing()`: the rank waited for, which has yet to do `awaited`) or
   // in another call (`throw_if_other()`, looked at once a wait took a while, and at the end).
