@@ -167,7 +167,6 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
   timeout_ = timeout;
   in_collective_ = call.sequence != 0;
   root_check_open_ = false;
-  agreed_on_boards_ = false;
   if (in_collective_) last_collective_ = call.sequence;
   deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
   staged_.clear();  // what a failed call left; the communicator is broken then anyway
@@ -259,10 +258,7 @@ int Engine::root_check_on_boards() {
 }
 
 void Engine::finish_root_check_on_boards() {
-  if (agreed_on_boards_ && size_ <= kSignatureRoots) {
-    root_check_open_ = false;
-    return;
-  }
+  if (!root_check_open_) return;
   int missing = 0;
   await_on_boards([&] { return (missing = root_check_on_boards()) < 0; }, [&] { return missing; },
                   [] {}, "entering this call");
@@ -524,7 +520,8 @@ std::span<const std::byte* const> Engine::exchange_on_boards(const void* data,
   await_on_boards([this] { return boards_->all_posted(); },
                   [this] { return boards_->first_missing(); }, throw_if_in_other_call,
                   "posting its part on the shared boards");
-  agreed_on_boards_ = true;  // await_on_boards() threw for any part of another signature
+  // await_on_boards() threw for any part of another signature: the roots agree.
+  if (size_ <= kSignatureRoots) root_check_open_ = false;
   return boards_->parts();
 }
 

@@ -199,10 +199,9 @@ class Engine final : public PointToPoint {
   // in it (-1: none); the finish waits for all.
   int root_check_on_boards();
   void finish_root_check_on_boards();
-  bool root_check_open_ = false;  // posted on the boards, not finished
-  // Every rank posted its part of this call's exchange on the boards with this rank's
-  // signature, which holds the root: the root check has nothing left to find.
-  bool agreed_on_boards_ = false;
+  // Posted on the boards, not finished; closed too by an exchange on the boards, where every
+  // rank's part carried this rank's signature, which holds the root.
+  bool root_check_open_ = false;
   // Waits on the boards until `ready()`, within the call's deadline, watching for aborts and
   // for peers gone (`first_missing()`: the rank waited for, which has yet to do `awaited`) or
   // in another call (`throw_if_other()`, looked at once a wait took a while, and at the end).

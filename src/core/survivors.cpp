@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <sstream>
 
 #include "arcoll/error.hpp"
 #include "src/base/auth.hpp"
@@ -167,16 +168,18 @@ std::string Survivors::endpoint() const {
   return e.host + " " + std::to_string(e.port) + " " + transport::this_process_identity();
 }
 
-void Survivors::meet(std::vector<std::string> endpoints, std::uint64_t job_id, std::string token) {
-  endpoints_ = std::move(endpoints);
+void Survivors::meet(const std::vector<std::string>& endpoints, std::uint64_t job_id,
+                     std::string token) {
+  addresses_.assign(endpoints.size(), {});
   processes_.clear();
-  processes_.resize(endpoints_.size());
-  for (std::size_t p = 0; p < endpoints_.size(); ++p) {
-    // After "address port": the process, watched now, while it is surely the rank's.
-    const std::string& text = endpoints_[p];
-    const std::size_t port_end = text.find(' ', text.find(' ') + 1);
-    if (static_cast<int>(p) != rank_ && port_end != std::string::npos)
-      processes_[p] = transport::watch_if_local(text.substr(port_end + 1));
+  processes_.resize(endpoints.size());
+  for (std::size_t p = 0; p < endpoints.size(); ++p) {
+    std::istringstream text(endpoints[p]);
+    std::string identity;
+    text >> addresses_[p].host >> addresses_[p].port >> std::ws;
+    std::getline(text, identity);
+    // Watched now, while the process is surely the rank's.
+    if (static_cast<int>(p) != rank_) processes_[p] = transport::watch_if_local(identity);
   }
   job_id_ = job_id;
   token_ = std::move(token);
@@ -214,12 +217,8 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
                     rank_);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
-    net::Endpoint at;
-    const std::string& text = endpoints_[static_cast<std::size_t>(p)];
-    const std::size_t space = text.find(' ');
-    at.host = text.substr(0, space);
-    at.port = space == std::string::npos ? 0 : std::atoi(text.c_str() + space + 1);
-    const sockaddr_in address = net::resolve(at, operation.c_str());
+    const sockaddr_in address =
+        net::resolve(addresses_[static_cast<std::size_t>(p)], operation.c_str());
     net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd) throw SystemError(operation, "socket(): " + std::string(std::strerror(errno)), rank_);
     const int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address);

@@ -41,7 +41,7 @@ class Survivors {
   // every rank's, in rank order, with the job's id and token (which authenticates the
   // connections), once the ranks have met.
   std::string endpoint() const;
-  void meet(std::vector<std::string> endpoints, std::uint64_t job_id, std::string token);
+  void meet(const std::vector<std::string>& endpoints, std::uint64_t job_id, std::string token);
   // What the live ranks agreed: the members (ranks of the communicator, ascending) and what
   // each offered (shrink(): where its store would listen, should it lead).
   struct Decision {
@@ -67,8 +67,10 @@ class Survivors {
   int rank_;
   int size_;
   net::Fd listener_;
-  std::vector<std::string> endpoints_;
-  std::vector<net::Fd> processes_;  // by rank: a pidfd of a peer on this machine, else none
+  // By rank, from the endpoints the ranks met with: where each listens, and a pidfd of each
+  // peer on this machine (else none).
+  std::vector<net::Endpoint> addresses_;
+  std::vector<net::Fd> processes_;
   std::uint64_t job_id_ = 0;
   std::string token_;
   std::uint64_t epoch_ = 0;  // agreements begun
