@@ -1,21 +1,23 @@
 #!/usr/bin/env python3
 """torch.distributed.all_reduce through arcoll and through torch's Gloo (and with --mpi torch's
 MPI backend, where torch has it: the ranks then start under mpirun), size by size in the same
-ranks (the groups take turns at each size, --repeat times; medians), float32 sum; then, with
---arbench, the same sizes through arbench (its median of --repeat), to show what the torch
-backend adds over the library.
+ranks (the groups take turns at each size, --repeat times; medians), float32 sum, --runs times
+in separate jobs; then, with --arbench, the same sizes through arbench (its median of
+--repeat), to show what the torch backend adds over the library.
 
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --arbench build/bench/arbench
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --mpi    (torch 2.x)
-    PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --shared-tensors
+    PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --shared-tensors --runs 5
 
 With --shared-tensors, arcoll also takes a turn on a tensor made under
 arcoll_torch.share_cpu_tensors (zero-copy buckets): "arcoll+shared".
 
-Prints per size: each backend's time and busbw (nccl-tests' definition, 2(n-1)/n x size/time),
-arcoll's busbw over each other backend's, and arcoll-through-torch's busbw over arbench's."""
+Prints per size each backend's per-call time (min / median / max over the runs) and busbw
+(nccl-tests' definition, 2(n-1)/n x size/time, of the median), then the busbw of arcoll (and
+arcoll+shared) over each other backend's: the median of the runs' ratios and the lowest (a
+run's ratio compares the two backends measured in it), and arcoll-through-torch's busbw over
+arbench's."""
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -26,9 +28,9 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-import arcoll_torch  # registers the "arcoll" backend
+import arcoll_torch
+import torch_ranks
 
 
 def sizes(low, high, factor):
@@ -58,13 +60,8 @@ def timed(group, tensor, seconds):
     return (time.perf_counter() - start) / iterations
 
 
-def rank_main(rank, size, args, rendezvous, out):
-    torch.set_num_threads(1)
-    dist.init_process_group("arcoll", init_method=f"file://{rendezvous}", rank=rank,
-                            world_size=size, timeout=datetime.timedelta(seconds=300))
-    groups = {"arcoll": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
-    if args.mpi:
-        groups["mpi"] = dist.new_group(backend="mpi")
+def rank_main(rank, args, rendezvous, out):
+    groups = torch_ranks.groups(rank, args.np, rendezvous, args.mpi)
     if args.shared_tensors:
         groups["arcoll+shared"] = dist.group.WORLD
     rows = []
@@ -86,9 +83,7 @@ def rank_main(rank, size, args, rendezvous, out):
         for name, measured in times.items():
             row[name] = statistics.median(measured)
         rows.append(row)
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump(rows, f)
+    torch_ranks.write(rank, out, rows)
     dist.destroy_process_group()
 
 
@@ -101,56 +96,58 @@ def arbench_busbw(arbench, ranks, args):
             return {r["size_bytes"]: r["in_place"]["busbw_gbs"] for r in json.load(f)["rows"]}
 
 
+def spread(values):
+    return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--np", type=int, default=2)
+    torch_ranks.add_arguments(parser)
     parser.add_argument("-b", default="4K")
     parser.add_argument("-e", default="256M")
     parser.add_argument("-f", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=0.3, help="timing per size and backend")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="timings per size and backend, turn by turn; the median is shown")
+                        help="timings per size and backend, turn by turn; the median is kept")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="separate jobs, each of every size and backend")
     parser.add_argument("--arbench", help="arbench to compare with (its in-place busbw)")
-    parser.add_argument("--mpi", action="store_true",
-                        help="torch's MPI backend too: the ranks start under mpirun")
     parser.add_argument("--shared-tensors", action="store_true",
                         help="arcoll also on a tensor in shared memory (zero-copy buckets)")
-    parser.add_argument("--rank-of", nargs=2, metavar=("RENDEZVOUS", "OUT"),
-                        help=argparse.SUPPRESS)  # a rank under mpirun
     args = parser.parse_args()
-    if args.rank_of:
-        rank_main(int(os.environ["OMPI_COMM_WORLD_RANK"]), args.np, args, *args.rank_of)
-        return 0
-    with tempfile.TemporaryDirectory() as work:
-        rendezvous = os.path.join(work, "rendezvous")
-        out = os.path.join(work, "rows.json")
-        if args.mpi:
-            subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(args.np),
-                            "--mca", "btl", "self,vader", sys.executable, os.path.abspath(__file__),
-                            *sys.argv[1:],
-                            "--rank-of", rendezvous, out], check=True)
-        else:
-            mp.spawn(rank_main, args=(args.np, args, rendezvous, out), nprocs=args.np)
-        with open(out) as f:
-            rows = json.load(f)
+    runs = []
+    for _ in range(args.runs):
+        rows = torch_ranks.run(rank_main, args)
+        if rows is None:
+            return 0  # a rank under mpirun
+        runs.append(rows)
     library = arbench_busbw(args.arbench, args.np, args) if args.arbench else {}
     factor = 2 * (args.np - 1) / args.np
-    others = [name for name in ("arcoll+shared", "gloo", "mpi") if name in rows[0]]
-    print(f"# torch.distributed.all_reduce, float32 sum, {args.np} ranks, in place; "
-          f"busbw in GB/s (nccl-tests' definition)")
-    print(f"# {'size':>10} {'arcoll us':>10} {'busbw':>7}"
-          + "".join(f" {name + ' us':>10} {'busbw':>7} {'arcoll/' + name:>11}" for name in others)
-          + (f" {'arbench':>7} {'torch/arbench':>13}" if library else ""))
-    for row in rows:
-        busbw = {name: row["bytes"] / row[name] / 1e9 * factor for name in ["arcoll", *others]}
-        line = f"  {row['bytes']:>10} {row['arcoll'] * 1e6:>10.1f} {busbw['arcoll']:>7.2f}"
-        for name in others:
-            line += (f" {row[name] * 1e6:>10.1f} {busbw[name]:>7.2f} "
-                     f"{busbw['arcoll'] / busbw[name]:>10.2f}x")
-        if library.get(row["bytes"]):
-            line += f" {library[row['bytes']]:>7.2f} {busbw['arcoll'] / library[row['bytes']]:>12.0%}"
+    ours = [name for name in ("arcoll", "arcoll+shared") if name in runs[0][0]]
+    peers = [name for name in ("gloo", "mpi") if name in runs[0][0]]
+    pairs = [(a, b) for a in ours for b in peers]
+    print(f"# torch.distributed.all_reduce, float32 sum, {args.np} ranks, in place, {args.runs} "
+          f"run(s): per-call time in us, min / median / max over the runs, and busbw of the "
+          f"median (GB/s, nccl-tests' definition); A/B: busbw ratio, median of the runs' and "
+          f"(lowest)" + ("; torch/arbench: arcoll's median busbw over arbench's" if library else ""))
+    print(f"# {'size':>10}" + "".join(f" {name + ' us':>26} {'busbw':>6}" for name in ours + peers)
+          + "".join(f" {a + '/' + b:>21}" for a, b in pairs)
+          + (f" {'torch/arbench':>13}" if library else ""))
+    for i, row in enumerate(runs[0]):
+        nbytes = row["bytes"]
+        times = {name: [run[i][name] * 1e6 for run in runs] for name in ours + peers}
+        line = f"  {nbytes:>10}"
+        for name in ours + peers:
+            median = statistics.median(times[name])
+            line += f" {spread(times[name]):>26} {nbytes / (median * 1e-6) / 1e9 * factor:>6.2f}"
+        for a, b in pairs:
+            ratios = [tb / ta for ta, tb in zip(times[a], times[b])]
+            line += f" {'x%.2f (x%.2f)' % (statistics.median(ratios), min(ratios)):>21}"
+        if library.get(nbytes):
+            busbw = nbytes / (statistics.median(times["arcoll"]) * 1e-6) / 1e9 * factor
+            line += f" {busbw / library[nbytes]:>13.0%}"
         print(line)
-
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
