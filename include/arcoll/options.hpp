@@ -12,6 +12,14 @@
 
 namespace arcoll {
 
+// How the shared-memory transport writes fragments of 16 KiB and more into a peer's ring
+// (Options::shm_ring_stores).
+enum class ShmRingStores {
+  automatic,  // streaming stores while cached copies into that ring run slower than 6 GB/s
+  cached,
+  streaming,
+};
+
 struct Options {
   // Deadline for every blocking wait (ARCOLL_TIMEOUT, seconds, fractions allowed; at most
   // kMaxTimeout).
@@ -64,6 +72,11 @@ struct Options {
   // is read whole into a buffer first (broadcast of 32-512 KiB: 1.7-3.1 times Open MPI's busbw
   // through the rings, 1.0 read across).
   std::size_t shm_single_copy_pipelined_bytes = 1024 * 1024;
+  // ARCOLL_SHM_RING_STORES=auto|cached|streaming. Where the peer's core is far (another die or
+  // socket, or a VM's vCPUs placed apart), a cached store first takes back every line of the
+  // ring the peer has read, one by one; a streaming store does not, but the peer then reads
+  // the lines from memory (transports/shm/ring_stores.hpp).
+  ShmRingStores shm_ring_stores = ShmRingStores::automatic;
 
   // Collectives on buffers of at least this size (ARCOLL_STREAMING_BYTES) write what they
   // receive with streaming stores, which skip the caches: the result is larger than they are

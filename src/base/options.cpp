@@ -129,6 +129,17 @@ Options Options::from_env() {
     options.shm_single_copy_bytes = *bytes;
   if (auto bytes = env_byte_size("ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES", "64K or 1M"))
     options.shm_single_copy_pipelined_bytes = *bytes;
+  if (auto v = env::get("ARCOLL_SHM_RING_STORES")) {
+    if (*v == "auto")
+      options.shm_ring_stores = ShmRingStores::automatic;
+    else if (*v == "cached")
+      options.shm_ring_stores = ShmRingStores::cached;
+    else if (*v == "streaming")
+      options.shm_ring_stores = ShmRingStores::streaming;
+    else
+      throw ConfigurationError("environment", "ARCOLL_SHM_RING_STORES='" + *v +
+                                                  "' must be auto, cached or streaming");
+  }
   if (auto bytes = env_byte_size("ARCOLL_STREAMING_BYTES", "4K or 16M"))
     options.streaming_bytes = *bytes;
   if (auto bytes = env_byte_size("ARCOLL_CHUNK_BYTES", "512K or 1M", 1))

@@ -163,6 +163,14 @@ TEST_F(CleanEnvironment, OptionsFromEnvironment) {
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   set("ARCOLL_STREAMING_BYTES", "4M");
   EXPECT_EQ(Options::from_env().streaming_bytes, std::size_t{4} << 20);
+  EXPECT_EQ(Options::from_env().shm_ring_stores, ShmRingStores::automatic);  // the default
+  set("ARCOLL_SHM_RING_STORES", "streaming");
+  EXPECT_EQ(Options::from_env().shm_ring_stores, ShmRingStores::streaming);
+  set("ARCOLL_SHM_RING_STORES", "cached");
+  EXPECT_EQ(Options::from_env().shm_ring_stores, ShmRingStores::cached);
+  set("ARCOLL_SHM_RING_STORES", "nt");
+  EXPECT_THROW(Options::from_env(), ConfigurationError);
+  set("ARCOLL_SHM_RING_STORES", "auto");
   set("ARCOLL_TIMEOUT", "-1");
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   // Past a week the deadline would overflow the clock: refused, not failing later.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "src/base/reduce.hpp"
 #include "transports/shm/segment.hpp"
 
 namespace arcoll::shm {
@@ -119,13 +120,16 @@ std::uint64_t write_entry_with(Ring* ring, std::uint64_t tail, const Entry& entr
 }
 
 // The same with the payload copied from `payload`; `from_memory`: a piece of a buffer larger
-// than the caches.
+// than the caches; `streaming`: written with streaming stores (ring_stores.hpp).
 inline std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& entry,
-                                 const void* payload, bool from_memory = false) {
+                                 const void* payload, bool from_memory = false,
+                                 bool streaming = false) {
   return write_entry_with(ring, tail, entry,
                           [&](char* dst, std::size_t offset, std::size_t length) {
                             const char* src = static_cast<const char*>(payload) + offset;
-                            if (from_memory)
+                            if (streaming)
+                              kernels::copy(dst, src, length, kernels::Stores::streaming);
+                            else if (from_memory)
                               copy_from_memory(dst, src, length);
                             else
                               std::memcpy(dst, src, length);

@@ -69,8 +69,10 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       single_copy_pipelined_bytes_(setup.options->shm_single_copy_pipelined_bytes),
       busy_poll_(setup.busy_poll),
       poll_yields_(setup.poll_yields) {
-  for (int p : peer_ranks_)
+  for (int p : peer_ranks_) {
     peers_[static_cast<std::size_t>(p)].segment = segments_.peer(p).segment.get();
+    peers_[static_cast<std::size_t>(p)].stores = RingStores(setup.options->shm_ring_stores);
+  }
 }
 
 ShmTransport::~ShmTransport() {
@@ -80,6 +82,13 @@ ShmTransport::~ShmTransport() {
                " written into the ring, " + std::to_string(f.queued) +
                " queued behind a full ring; messages forwarded whole: " + std::to_string(f.whole) +
                "; messages read in place: " + std::to_string(f.read_in_place));
+  for (int peer : peer_ranks_) {
+    const RingStores& stores = peers_[static_cast<std::size_t>(peer)].stores;
+    if (stores.streaming() || stores.cached_pace() > 0)
+      log::debug("shm: fragments into the ring to rank " + std::to_string(peer) + ": " +
+                 (stores.streaming() ? "streaming" : "cached") + " stores; cached copies at " +
+                 std::to_string(stores.cached_pace()) + " GB/s (smoothed)");
+  }
   if (!aborted_ && !peer_ranks_.empty()) {
     for (int p : peer_ranks_)
       if (!failure_) enqueue(p, Outgoing(control_entry(EntryKind::goodbye)));
@@ -142,7 +151,7 @@ void ShmTransport::post(const RequestPtr& request) {
     const Entry entry{EntryKind::fragment, request->tag,  request->bytes, 0, 0,
                       static_cast<std::uint32_t>(request->bytes), 0, request->signature};
     if (has_room(p, ring, p.tail, record_bytes(entry.payload))) {
-      publish(p, write_entry(ring, p.tail, entry, data));
+      publish(p, timed_write(p, ring, p.tail, entry, data, false));
       request->transferred = request->bytes;
       request->done = true;
       return;
@@ -177,7 +186,7 @@ bool ShmTransport::push_outgoing(int peer) {
   while (!p.outgoing.empty()) {
     Outgoing& out = p.outgoing.front();
     if (!has_room(p, ring, tail, record_bytes(out.entry.payload))) break;
-    tail = write_entry(ring, tail, out.entry, out.payload ? out.payload : out.owned.data(),
+    tail = timed_write(p, ring, tail, out.entry, out.payload ? out.payload : out.owned.data(),
                        out.request && out.request->streaming_stores);
     if (out.request && out.entry.kind == EntryKind::fragment) {
       out.request->transferred += out.entry.payload;
@@ -188,6 +197,20 @@ bool ShmTransport::push_outgoing(int peer) {
   }
   if (moved) publish(p, tail);
   return moved;
+}
+
+std::uint64_t ShmTransport::timed_write(Peer& p, Ring* ring, std::uint64_t tail,
+                                        const Entry& entry, const void* payload,
+                                        bool from_memory) {
+  if (entry.kind != EntryKind::fragment || entry.payload < RingStores::kTimedBytes)
+    return write_entry(ring, tail, entry, payload, from_memory);
+  const kernels::Stores stores = p.stores.next();
+  const bool first_lap = tail < kRingBytes;  // which also faults the ring's pages in: no pace
+  const Clock::time_point start = Clock::now();
+  const std::uint64_t next = write_entry(ring, tail, entry, payload, from_memory,
+                                         stores == kernels::Stores::streaming);
+  if (!first_lap) p.stores.add(stores, entry.payload, Clock::now() - start);
+  return next;
 }
 
 bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record) {

@@ -4,7 +4,8 @@
 // (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
 // Options::shm_single_copy_bytes (shm_single_copy_pipelined_bytes for a reduction's or a
 // broadcast's) travel through the ring as fragments (two copies, but no system call, in
-// cache); larger ones travel as a descriptor of the sender's buffer, which the
+// cache; written with streaming stores while the peer's core is far: ring_stores.hpp); larger
+// ones travel as a descriptor of the sender's buffer, which the
 // receiver reads straight into its destination with process_vm_readv (one copy) and
 // acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
 // the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
@@ -34,6 +35,7 @@
 #include "transports/common/matching.hpp"
 #include "transports/shm/peer_regions.hpp"
 #include "transports/shm/ring.hpp"
+#include "transports/shm/ring_stores.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
@@ -87,6 +89,7 @@ struct Peer {
   std::uint64_t head_seen = 0;
   std::uint64_t tail = 0;  // where our next record in that ring goes
   bool goodbye = false;
+  RingStores stores;  // of our larger fragments into that ring
 };
 
 class ShmTransport final : public Transport, public SharedBoards {
@@ -128,6 +131,10 @@ class ShmTransport final : public Transport, public SharedBoards {
   // it (which write_entry() clears); when not, the reader is asked to ring our doorbell once
   // it frees space.
   bool has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t record);
+  // write_entry(), a fragment of RingStores::kTimedBytes or more with the stores the peer's
+  // RingStores chooses, timed into it.
+  std::uint64_t timed_write(Peer& p, Ring* ring, std::uint64_t tail, const Entry& entry,
+                            const void* payload, bool from_memory);
   // Records what was written up to `tail`, waking the reader if it sleeps.
   void publish(Peer& p, std::uint64_t tail);
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
