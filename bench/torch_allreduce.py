@@ -2,8 +2,8 @@
 """torch.distributed.all_reduce through arcoll and through torch's Gloo (and with --mpi torch's
 MPI backend, where torch has it: the ranks then start under mpirun), size by size in the same
 ranks (the groups take turns at each size, --repeat times; medians), float32 sum, --runs times
-in separate jobs; then, with --arbench, the same sizes through arbench (its median of
---repeat), to show what the torch backend adds over the library.
+in separate jobs, each followed, with --arbench, by the same sizes through arbench (its median
+of --repeat), to show what the torch backend adds over the library.
 
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --arbench build/bench/arbench
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --mpi    (torch 2.x)
@@ -16,7 +16,7 @@ Prints per size each backend's per-call time (min / median / max over the runs) 
 (nccl-tests' definition, 2(n-1)/n x size/time, of the median), then the busbw of arcoll (and
 arcoll+shared) over each other backend's: the median of the runs' ratios and the lowest (a
 run's ratio compares the two backends measured in it), and arcoll-through-torch's busbw over
-arbench's."""
+arbench's, arbench run right after each run."""
 import argparse
 import json
 import os
@@ -115,13 +115,17 @@ def main():
     parser.add_argument("--shared-tensors", action="store_true",
                         help="arcoll also on a tensor in shared memory (zero-copy buckets)")
     args = parser.parse_args()
-    runs = []
+    if args.runs < 1:
+        parser.error("--runs must be 1 or more")
+    runs, library = [], []
     for _ in range(args.runs):
         rows = torch_ranks.run(rank_main, args)
         if rows is None:
             return 0  # a rank under mpirun
         runs.append(rows)
-    library = arbench_busbw(args.arbench, args.np, args) if args.arbench else {}
+        # arbench in each run too: the machine's pace moves between runs.
+        if args.arbench:
+            library.append(arbench_busbw(args.arbench, args.np, args))
     factor = 2 * (args.np - 1) / args.np
     ours = [name for name in ("arcoll", "arcoll+shared") if name in runs[0][0]]
     peers = [name for name in ("gloo", "mpi") if name in runs[0][0]]
@@ -129,10 +133,11 @@ def main():
     print(f"# torch.distributed.all_reduce, float32 sum, {args.np} ranks, in place, {args.runs} "
           f"run(s): per-call time in us, min / median / max over the runs, and busbw of the "
           f"median (GB/s, nccl-tests' definition); A/B: busbw ratio, median of the runs' and "
-          f"(lowest)" + ("; torch/arbench: arcoll's median busbw over arbench's" if library else ""))
+          f"(lowest)" + ("; torch/arbench: arcoll's busbw over arbench's in the same run, median "
+                         "and (lowest)" if library else ""))
     print(f"# {'size':>10}" + "".join(f" {name + ' us':>26} {'busbw':>6}" for name in ours + peers)
           + "".join(f" {a + '/' + b:>21}" for a, b in pairs)
-          + (f" {'torch/arbench':>13}" if library else ""))
+          + (f" {'torch/arbench':>15}" if library else ""))
     for i, row in enumerate(runs[0]):
         nbytes = row["bytes"]
         times = {name: [run[i][name] * 1e6 for run in runs] for name in ours + peers}
@@ -143,9 +148,10 @@ def main():
         for a, b in pairs:
             ratios = [tb / ta for ta, tb in zip(times[a], times[b])]
             line += f" {'x%.2f (x%.2f)' % (statistics.median(ratios), min(ratios)):>21}"
-        if library.get(nbytes):
-            busbw = nbytes / (statistics.median(times["arcoll"]) * 1e-6) / 1e9 * factor
-            line += f" {busbw / library[nbytes]:>13.0%}"
+        if library and all(run.get(nbytes) for run in library):
+            shares = [nbytes / (t * 1e-6) / 1e9 * factor / run[nbytes]
+                      for t, run in zip(times["arcoll"], library)]
+            line += f" {'%.0f%% (%.0f%%)' % (100 * statistics.median(shares), 100 * min(shares)):>15}"
         print(line)
     return 0
 

@@ -1,6 +1,7 @@
 """Starts a torch benchmark's ranks on this host and brings back what rank 0 wrote: with
-torch.multiprocessing's spawn, or under mpirun when torch's MPI backend takes part (its ranks
-must then be MPI's: mpirun starts the script again, with --rank-of, once per rank)."""
+torch.multiprocessing's spawn, or under Open MPI's mpirun when torch's MPI backend takes part
+(its ranks must then be MPI's: mpirun starts the script again, with --rank-of, once per rank;
+the rank comes from OMPI_COMM_WORLD_RANK)."""
 import argparse
 import datetime
 import json
@@ -19,7 +20,8 @@ import arcoll_torch  # noqa: F401 (registers the "arcoll" backend)
 def add_arguments(parser):
     parser.add_argument("--np", type=int, default=2)
     parser.add_argument("--mpi", action="store_true",
-                        help="torch's MPI backend too (torch 2.x): the ranks start under mpirun")
+                        help="torch's MPI backend too (torch 2.x built with Open MPI): the ranks "
+                             "start under Open MPI's mpirun")
     parser.add_argument("--rank-of", nargs=2, metavar=("RENDEZVOUS", "OUT"),
                         help=argparse.SUPPRESS)
 

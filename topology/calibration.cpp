@@ -54,7 +54,8 @@ std::uint64_t fnv1a(const std::string& text) {
 
 // What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports, how
 // they are measured, and the paths their messages take (the library's version, commit and
-// build flavour, the chunk size, which shared-memory messages are read across processes).
+// build flavour, the chunk size, which shared-memory messages are read across processes and
+// how the rest are written into the rings).
 std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   std::set<std::string> transports;
   for (int peer = 0; peer < comm.size(); ++peer)
@@ -67,7 +68,8 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
       << "|measured as " << kMeasurement
       << "|chunk " << options.chunk_bytes << "|shm single copy "
       << (options.shm_single_copy ? options.shm_single_copy_bytes : 0) << "/"
-      << (options.shm_single_copy ? options.shm_single_copy_pipelined_bytes : 0);
+      << (options.shm_single_copy ? options.shm_single_copy_pipelined_bytes : 0)
+      << "|shm ring stores " << static_cast<int>(options.shm_ring_stores);
   return key.str();
 }
 

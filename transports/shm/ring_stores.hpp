@@ -10,7 +10,9 @@
 // kSlowBytesPerNs; one in kProbeEvery is then still written cached and timed, so that the
 // rank sees the host move the vCPUs back. (The writer's own time cannot choose between the
 // two ways: a streamed copy ends before the peer pays for reading it from memory.)
-// Options::shm_ring_stores may also fix either way.
+// Options::shm_ring_stores may also fix either way. Pieces a receive reduces and forwards as
+// they land (shm_receive.cpp) follow the choice, but are not timed: a reduction's pace is not
+// a copy's.
 #pragma once
 
 #include <chrono>

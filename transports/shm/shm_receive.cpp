@@ -150,6 +150,11 @@ void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, cons
     const bool last = at + piece == send->bytes;
     // Behind queued entries, it waits its turn: fragments of one message stay in order.
     if (q.outgoing.empty() && has_room(q, ring, q.tail, record_bytes(piece))) {
+      // Into a ring written with streaming stores (the peer's core far: ring_stores.hpp), the
+      // piece is reduced in cache first; else straight into the ring, and copied from there.
+      const bool streamed = piece >= RingStores::kTimedBytes &&
+                            q.stores.next() == kernels::Stores::streaming;
+      if (streamed) forward_piece_.resize(kFragmentBytes);
       auto reduce_and_copy = [&](char* dst, std::size_t o, std::size_t length) {
         // A streaming call's `with` comes from memory: page by page (copy_from_memory).
         const std::size_t step = receive.streaming_stores ? kPageBytes : length;
@@ -157,8 +162,10 @@ void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, cons
           const std::size_t n = std::min(step, length - sub);
           const char* w = with + at + o + sub;
           if (receive.streaming_stores) prefetch_next_page(w);
-          kernels::reduce(dst + sub, w, src + done + o + sub, n / element, l.type, l.op);
-          kernels::copy(landed + at + o + sub, dst + sub, n, stores);
+          char* reduced = streamed ? forward_piece_.data() : dst + sub;
+          kernels::reduce(reduced, w, src + done + o + sub, n / element, l.type, l.op);
+          if (streamed) kernels::copy(dst + sub, reduced, n, kernels::Stores::streaming);
+          kernels::copy(landed + at + o + sub, reduced, n, stores);
         }
       };
       publish(q, write_entry_with(ring, q.tail, entry, reduce_and_copy));

@@ -205,11 +205,14 @@ std::uint64_t ShmTransport::timed_write(Peer& p, Ring* ring, std::uint64_t tail,
   if (entry.kind != EntryKind::fragment || entry.payload < RingStores::kTimedBytes)
     return write_entry(ring, tail, entry, payload, from_memory);
   const kernels::Stores stores = p.stores.next();
-  const bool first_lap = tail < kRingBytes;  // which also faults the ring's pages in: no pace
-  const Clock::time_point start = Clock::now();
+  // No pace from the ring's first lap, which also faults its pages in, nor from a source in
+  // memory, whose reads would count (with many ranks sharing the memory's bandwidth, near
+  // cores could look far).
+  const bool timed = tail >= kRingBytes && !from_memory;
+  const Clock::time_point start = timed ? Clock::now() : Clock::time_point{};
   const std::uint64_t next = write_entry(ring, tail, entry, payload, from_memory,
                                          stores == kernels::Stores::streaming);
-  if (!first_lap) p.stores.add(stores, entry.payload, Clock::now() - start);
+  if (timed) p.stores.add(stores, entry.payload, Clock::now() - start);
   return next;
 }
 

@@ -184,6 +184,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   // Larger messages are read across processes when segments_.cma().
   std::size_t single_copy_bytes_, single_copy_pipelined_bytes_;
   std::vector<char> bounce_;  // pieces of reducing receives
+  // Reduced pieces forwarded into a ring that is streamed (RingStores): reduced here, in cache,
+  // then streamed into the ring and copied into the receive buffer.
+  std::vector<char> forward_piece_;
   PeerRegions peer_regions_;
   std::chrono::microseconds busy_poll_;
   bool poll_yields_;

@@ -107,6 +107,22 @@ TEST_F(ShmForwarding, ChunksWrittenOnQueuedOrSentWholeMatchTheReference) {
   EXPECT_GT(all.whole, 0);
 }
 
+// Into rings written with streaming stores (as while a peer's core is far): pieces reduced in
+// cache, then streamed into the ring and copied into the receive buffer.
+TEST_F(ShmForwarding, ChunksForwardedIntoStreamedRingsMatchTheReference) {
+  for (const char* streaming : {"0", "1G"})
+    for (int world : {2, 3}) {
+      const Forwarded f = run_forwarding(world,
+                                         {{"ARCOLL_CHUNK_BYTES", "64K"},
+                                          {"ARCOLL_SHM_RING_STORES", "streaming"},
+                                          {"ARCOLL_STREAMING_BYTES", streaming}},
+                                         [](Communicator& comm) {
+                                           check_counts(comm, {4099, 40'961, 600'011});
+                                         });
+      EXPECT_GT(f.written, 0) << "streaming from " << streaming << ", " << world << " ranks";
+    }
+}
+
 // Messages read from the sender's memory across processes; shared buffers too, as their calls
 // here stream and are then sent as any other.
 TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
