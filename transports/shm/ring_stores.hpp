@@ -5,8 +5,8 @@
 // 2-vCPU AMD EPYC VM, copies into the ring fell from 14-43 GB/s to 2.5 GB/s while a cache
 // line's round trip between the cores went from 57 ns to 320-345 ns. Streaming stores write
 // whole lines without taking them back: 2-rank all-reduce of 2 MiB went from 2.1 to 11 GB/s
-// busbw in that placement, but from 14-18 to 7.7 in the near one, where the peer then reads
-// the lines from memory. So fragments are streamed while cached copies run slower than
+// busbw in that placement, but from 14-18 to 6.8-7.9 in the near one, where the peer then
+// reads the lines from memory. So fragments are streamed while cached copies run slower than
 // kSlowBytesPerNs; one in kProbeEvery is then still written cached and timed, so that the
 // rank sees the host move the vCPUs back. (The writer's own time cannot choose between the
 // two ways: a streamed copy ends before the peer pays for reading it from memory.)
@@ -33,12 +33,9 @@ class RingStores {
 
   // The stores for the next fragment of at least kTimedBytes.
   kernels::Stores next() {
-    if (mode_ != ShmRingStores::automatic)
-      return mode_ == ShmRingStores::streaming ? kernels::Stores::streaming
-                                               : kernels::Stores::by_size;
-    if (cached_ == 0 || cached_ >= kSlowBytesPerNs || ++streamed_ % kProbeEvery == 0)
-      return kernels::Stores::by_size;
-    return kernels::Stores::streaming;
+    if (!streaming()) return kernels::Stores::by_size;
+    const bool probe = mode_ == ShmRingStores::automatic && ++streamed_ % kProbeEvery == 0;
+    return probe ? kernels::Stores::by_size : kernels::Stores::streaming;
   }
   // A fragment of `bytes` written with `stores` in `took`.
   void add(kernels::Stores stores, std::size_t bytes, std::chrono::nanoseconds took) {
@@ -59,9 +56,10 @@ class RingStores {
  private:
   static constexpr double kSlowBytesPerNs = 6.0;
   static constexpr std::chrono::microseconds kPreempted{200};
-  // A probe costs about 20 us more than a streamed fragment of 64 KiB where copies are slow:
-  // one in 64 is about 5 % there, and a placement change is seen within a millisecond of
-  // copying.
+  // A probe of 64 KiB takes about 26 us where cached copies run at 2.5 GB/s, a streamed
+  // fragment 2-3 us (the writer's own time, 26-30 GB/s): one in 64 costs a few percent there
+  // (estimated from those paces, not measured apart), and a placement change is seen within a
+  // millisecond of copying.
   static constexpr unsigned kProbeEvery = 64;
   ShmRingStores mode_;
   double cached_ = 0;

@@ -1,7 +1,7 @@
 # Large shm messages copied through the rings instead of read across processes (worlds of
 # 2, 3, 5 and 8 ranks), the fragments each rank sends written there with streaming stores, as
-# they are by default only while a peer's core is far. In both runs every call lands what it receives with
-# streaming stores, as only calls on 16 MiB and more do by default.
+# they are by default only while a peer's core is far. In both runs every call lands what it
+# receives with streaming stores, as only calls on 16 MiB and more do by default.
 gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "shm-staged." DISCOVERY_TIMEOUT 60
                      TEST_FILTER "*AlgorithmWorld*/ring_*:*AlgorithmWorld*/tree_*:*CollectiveWorld*:*PointToPoint*-*_1ranks:*_4ranks:*_6ranks:*_7ranks"
                      PROPERTIES TIMEOUT 300
