@@ -7,6 +7,13 @@ namespace arcoll {
 
 namespace {
 thread_local const WorkQueue* serving_queue = nullptr;  // the queue this thread runs, if any
+
+// How long a call waits for its caller to run it before the progress thread does: far longer
+// than a caller takes from issuing a call to waiting for it (a few microseconds through
+// torch), short against the calls that overlap with computation (DDP's buckets).
+constexpr auto kClaimWindow = std::chrono::milliseconds(1);
+// How long the progress thread keeps looking at the queue after the last call was issued.
+constexpr auto kWatchFor = 20 * kClaimWindow;
 }  // namespace
 
 void QueuedWork::wait() {
@@ -29,13 +36,17 @@ WorkQueue::~WorkQueue() {
 
 WorkPtr WorkQueue::submit(std::string description, std::function<void()> call) {
   auto work = std::make_shared<QueuedWork>(std::move(description), this);
+  bool wake;
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back({work, std::move(call)});
+    const bool now = eager_ || pending_ > 0;
+    last_submit_ = Clock::now();
+    queue_.push_back({work, std::move(call), last_submit_, now});
     ++pending_;
     if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+    wake = now || !watching_;
   }
-  wake_.notify_one();
+  if (wake) wake_.notify_one();
   return work;
 }
 
@@ -48,6 +59,7 @@ bool WorkQueue::run_here(const QueuedWork& work) {
     next = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
+    eager_ = false;
   }
   // While it runs, and its callbacks, this thread serves the queue: a blocking call there is
   // refused as on the progress thread.
@@ -76,19 +88,40 @@ void WorkQueue::drain() {
 
 void WorkQueue::serve() {
   serving_queue = this;
+  std::unique_lock lock(mutex_);
+  watching_ = true;
   while (true) {
     Queued next;
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
-      // Stopping, the thread still runs what is queued: each call fails fast then.
-      if (queue_.empty()) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
+    if (take_front(next)) {
+      lock.unlock();
+      run(std::move(next));
+      lock.lock();
+      continue;
     }
-    run(std::move(next));
+    // Stopping, the thread still runs what is queued (each call fails fast then).
+    if (stopping_ && !running_ && queue_.empty()) return;
+    if (!running_ && !queue_.empty()) {
+      wake_.wait_until(lock, queue_.front().queued_at + kClaimWindow);
+    } else if (Clock::now() - last_submit_ < kWatchFor) {
+      wake_.wait_for(lock, kClaimWindow);
+    } else {
+      watching_ = false;
+      wake_.wait(lock);
+      watching_ = true;
+    }
   }
+}
+
+bool WorkQueue::take_front(Queued& next) {
+  if (running_ || queue_.empty()) return false;
+  Queued& front = queue_.front();
+  const bool unclaimed = Clock::now() >= front.queued_at + kClaimWindow;
+  if (!front.now && !stopping_ && !unclaimed) return false;
+  if (!front.now && unclaimed) eager_ = true;
+  next = std::move(front);
+  queue_.pop_front();
+  running_ = true;
+  return true;
 }
 
 void WorkQueue::run(Queued next) {
@@ -109,11 +142,13 @@ void WorkQueue::run(Queued next) {
   // The next call starts once these callbacks have run, wherever it runs: they run in issue
   // order.
   next.work->complete(std::move(error));
+  bool more;
   {
     std::lock_guard lock(mutex_);
     running_ = false;
+    more = !queue_.empty() || stopping_;
   }
-  wake_.notify_one();
+  if (more) wake_.notify_one();  // a caller's call ended with nothing behind it: nothing to do
 }
 
 }  // namespace arcoll
