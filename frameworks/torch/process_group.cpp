@@ -219,9 +219,7 @@ class ArcollWork final : public c10d::Work {
         work_(std::move(work)),
         outputs_(std::move(outputs)),
         timeout_(timeout),
-        abort_(std::move(abort)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+        abort_(std::move(abort)) {}
 
   // Blocks until the call completes, at most the group's timeout (or `timeout`); past it the
   // group is aborted, so that every rank's calls fail promptly instead of waiting on.
@@ -255,13 +253,35 @@ class ArcollWork final : public c10d::Work {
     return true;
   }
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Made when first asked for (DDP's reducer asks, a blocking call does not: without it, a
+  // 1 KiB all-reduce through torch took 3.2 us instead of 3.5), completed by whichever of the
+  // two comes second.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    bool ended;
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(future_mutex_);
+      if (future_) return future_;
+      future_ = c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()));
+      future = future_;
+      ended = ended_;
+      error = error_;
+    }
+    if (ended) settle(*future, error);
+    return future;
+  }
 
   void complete(std::exception_ptr error) {
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard lock(future_mutex_);
+      ended_ = true;
+      error_ = error;
+      future = future_;
+    }
+    if (future) settle(*future, error);
     finish(error);
   }
   const arcoll::Work& call() const { return *work_; }
@@ -271,7 +291,17 @@ class ArcollWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::chrono::milliseconds timeout_;
   std::function<void(const std::string&)> abort_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  void settle(c10::ivalue::Future& future, const std::exception_ptr& error) {
+    if (error)
+      future.setError(error);
+    else
+      future.markCompleted(c10::IValue(outputs_));
+  }
+
+  std::mutex future_mutex_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // null until asked for
+  bool ended_ = false;
+  std::exception_ptr error_;
 };
 
 }  // namespace

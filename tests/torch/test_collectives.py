@@ -2,7 +2,8 @@
 reference computed in each rank from every rank's input: every dtype the backend carries, counts
 0, 1, 7 and 1031, uneven all-to-all splits, every root; 2 and 3 ranks, through the env://,
 tcp:// and file:// init methods. Bad tensors (non-contiguous, not on the CPU, an unsupported
-dtype) raise RuntimeError at once and the group stays usable.
+dtype) raise RuntimeError at once and the group stays usable. A call's future completes with its
+tensors, or raises its error.
 
 Usage: PYTHONPATH=build/python python3 tests/torch/test_collectives.py"""
 import sys
@@ -130,6 +131,30 @@ def collectives(rank, size):
     dist.barrier()
 
 
+def futures(rank, size):
+    """A call's future, asked for before its call has ended or after, completes with the call's
+    tensors (then() chains on it); a failed call's future raises the call's error."""
+    everyone = [rank_input(r, (1031,), torch.float32) for r in range(size)]
+    want = reference("sum", everyone, torch.float32)
+    t = everyone[rank].clone()
+    work = dist.all_reduce(t, async_op=True)
+    early = work.get_future()
+    doubled = early.then(lambda f: f.value()[0] * 2)
+    same(early.wait()[0], want, "future asked for before its call ended")
+    same(doubled.wait(), want * 2, "then() on it")
+    work.wait()
+    late = work.get_future()
+    assert late.done()
+    same(late.wait()[0], want, "future asked for after its call ended")
+    work = dist.broadcast(torch.ones(8), src=rank, async_op=True)  # every rank names itself
+    try:
+        work.get_future().wait()
+    except RuntimeError as e:
+        assert "root" in str(e), str(e)
+    else:
+        raise AssertionError("a broadcast whose roots disagree completed its future")
+
+
 def bad_tensors(rank, size):
     t = torch.ones(4, 4)
     # (A tensor on another device is refused too, but this machine has none to make one on.)
@@ -149,4 +174,5 @@ if __name__ == "__main__":
     run(collectives, 2)
     run(collectives, 3, init="tcp")
     run(bad_tensors, 2, init="file")
+    run(futures, 2)
     print("torch collectives: ok")
