@@ -243,8 +243,9 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
   for (auto& [from, fd] : early_[epoch])
     if (correct.count(from) != 0) peer(from).in = std::move(fd);
   early_.erase(epoch);
-  // Accepted connections whose hello has yet to arrive.
-  std::vector<std::pair<net::Fd, std::string>> unknown;
+  // Accepted connections whose hello has yet to arrive (some from before this epoch began).
+  std::vector<std::pair<net::Fd, std::string>> unknown = std::move(unidentified_);
+  unidentified_.clear();
 
   // The rounds (algorithm 5.1): proposals and senders heard in each round; round 0 heard all.
   int round = 1;
@@ -522,9 +523,11 @@ Survivors::Decision Survivors::agree(const std::string& offer, Clock::time_point
   }
   if (fault_point_ == 0) ::raise(SIGKILL);
   // A live rank closes no connection of the agreement: the others take a closed one for its
-  // death. Those whose hello had yet to arrive (the peer knew the decision from others before
-  // this rank heard from it) stay open too.
-  for (auto& [fd, received] : unknown) kept_.push_back(std::move(fd));
+  // death. Those whose hello had yet to arrive stay open too, for the next agreement to read:
+  // the peer may have known the decision from others before this rank heard from it, or have
+  // begun the next agreement already (accepted before its hello came, the connection is that
+  // agreement's; closed when it began here, the peer took this rank for dead).
+  unidentified_ = std::move(unknown);
   for (int p = 0; p < size_; ++p) {
     Peer& q = peer(p);
     if (q.out) kept_out_[p] = std::move(q.out);

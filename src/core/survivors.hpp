@@ -76,6 +76,9 @@ class Survivors {
   std::uint64_t epoch_ = 0;  // agreements begun
   // Connections accepted for an epoch this rank has yet to begin (a peer that began it first).
   std::map<std::uint64_t, std::vector<std::pair<int, net::Fd>>> early_;
+  // Connections accepted before the last agreement ended whose hello had not all come, with
+  // what had: the next agreement reads them (a peer that began it first may have made one).
+  std::vector<std::pair<net::Fd, std::string>> unidentified_;
   // The last agreement's connections: kept open until the next one, or the end, so that what
   // this rank sent last (its decision, an exclusion) is read before the connection closes;
   // those with the members by rank, sent on and received on (first_closed() watches them).
