@@ -115,9 +115,10 @@ void WorkQueue::serve() {
 bool WorkQueue::take_front(Queued& next) {
   if (running_ || queue_.empty()) return false;
   Queued& front = queue_.front();
-  const bool unclaimed = Clock::now() >= front.queued_at + kClaimWindow;
-  if (!front.now && !stopping_ && !unclaimed) return false;
-  if (!front.now && unclaimed) eager_ = true;
+  // A call with others issued behind it is not being waited for either: its caller went on.
+  const bool left = queue_.size() > 1 || Clock::now() >= front.queued_at + kClaimWindow;
+  if (!front.now && !stopping_ && !left) return false;
+  if (!front.now && left) eager_ = true;
   next = std::move(front);
   queue_.pop_front();
   running_ = true;
