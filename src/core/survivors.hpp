@@ -80,8 +80,9 @@ class Survivors {
   // what had: the next agreement reads them (a peer that began it first may have made one).
   std::vector<std::pair<net::Fd, std::string>> unidentified_;
   // The last agreement's connections: kept open until the next one, or the end, so that what
-  // this rank sent last (its decision, an exclusion) is read before the connection closes;
-  // those with the members by rank, sent on and received on (first_closed() watches them).
+  // this rank sent last (its decision, an exclusion) is read before the connection closes:
+  // those of the silenced ranks, and those with the members by rank, sent on and received on
+  // (first_closed() watches them).
   std::vector<net::Fd> kept_;
   std::map<int, net::Fd> kept_out_;
   std::map<int, net::Fd> kept_in_;
