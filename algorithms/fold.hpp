@@ -21,7 +21,8 @@ inline std::size_t chunk_in_elements(const PointToPoint& p2p, std::size_t elem) 
 // One exchange with `partner`: `send_bytes` from `send` go out while `recv_count` elements
 // come in, reduced into `recv` (with `with`) when `reduce`, else copied. Both directions are
 // cut into pipeline chunks, all posted at once, so that the transport overlaps moving one
-// chunk with reducing the one before, as the ring does. The buffers must not overlap.
+// chunk with reducing the one before, as the ring does. `recv` must not overlap `send` (which
+// may be `with`).
 inline void exchange(PointToPoint& p2p, int partner, const char* send, std::size_t send_bytes,
                      char* recv, const char* with, std::size_t recv_count, DataType type,
                      ReduceOp op, bool reduce) {

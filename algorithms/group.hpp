@@ -58,6 +58,7 @@ class GroupView final : public PointToPoint {
   void round_to_wire(void* data, std::size_t count, DataType type) override {
     parent_.round_to_wire(data, count, type);
   }
+  bool rounds_to_wire(DataType type) const override { return parent_.rounds_to_wire(type); }
   // A group of every rank (in another order) shares the communicator's boards; a smaller
   // one would wait for posts its non-members never make.
   std::size_t board_capacity() const override {

@@ -74,6 +74,8 @@ class PointToPoint {
   // In mixed precision, rounds f32 data as the wire does (else nothing): a rank that keeps
   // its own copy of what it sends then computes with exactly what its partner receives.
   virtual void round_to_wire(void* data, std::size_t count, DataType type) = 0;
+  // Whether round_to_wire() changes data of `type` in this call.
+  virtual bool rounds_to_wire(DataType type) const = 0;
 
   // A buffer of at least `bytes` owned by the communicator, reused across calls. Each slot
   // (0, 1, ...) is a distinct buffer.

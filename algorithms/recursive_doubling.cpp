@@ -12,22 +12,36 @@ namespace {
 
 void recursive_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
-  if (a.recv != a.send && bytes != 0) std::memcpy(a.recv, a.send, bytes);
-  if (p2p.size() == 1 || bytes == 0) return;
   char* out = static_cast<char*>(a.recv);
+  // Never written: every round writes the result or the spare buffer below.
+  char* in = static_cast<char*>(const_cast<void*>(a.send));
+  if (p2p.size() == 1 || bytes == 0 || p2p.rounds_to_wire(a.type)) {
+    if (in != out && bytes != 0) std::memcpy(out, in, bytes);
+    in = out;  // a 16-bit wire rounds this rank's own partial result, not the caller's input
+  }
+  if (p2p.size() == 1 || bytes == 0) return;
   const PowerOfTwoFold fold(p2p);
-  if (!fold.fold(p2p, out, out, a.count, a.type, a.op)) return;
-  // What a rank sends must not change while it is being sent, and `out` is reduced into as
-  // the partner's message arrives: sends go from a copy.
-  char* outgoing = static_cast<char*>(p2p.scratch(bytes, 0));
-  for (int mask = 1; mask < fold.virtual_size(); mask *= 2) {
+  if (!fold.fold(p2p, in, out, a.count, a.type, a.op)) return;
+  char* partial = fold.folded_in() ? out : in;
+  // What a rank sends must not change while it is being sent: each round reduces the
+  // partner's partial result and this rank's into the other of two buffers (the result and a
+  // spare one), so that no round copies what it sends. Starting from the caller's input, the
+  // first target is chosen so that the last round lands in the result.
+  char* spare = static_cast<char*>(p2p.scratch(bytes, 0));
+  int rounds_left = cost::floor_log2(fold.virtual_size());
+  for (int mask = 1; mask < fold.virtual_size(); mask *= 2, --rounds_left) {
     // Both partners then add the same two values (a 16-bit wire would round only the copy
     // each receives, and the ranks would end with different bits).
-    p2p.round_to_wire(out, a.count, a.type);
-    std::memcpy(outgoing, out, bytes);
-    exchange(p2p, fold.real_rank(fold.virtual_rank() ^ mask), outgoing, bytes, out, out, a.count,
-             a.type, a.op, /*reduce=*/true);
+    p2p.round_to_wire(partial, a.count, a.type);
+    char* target = partial == out ? spare
+                   : partial == spare ? out
+                   : rounds_left % 2 == 1 ? out
+                                          : spare;
+    exchange(p2p, fold.real_rank(fold.virtual_rank() ^ mask), partial, bytes, target, partial,
+             a.count, a.type, a.op, /*reduce=*/true);
+    partial = target;
   }
+  if (partial != out) std::memcpy(out, partial, bytes);
   fold.unfold(p2p, out, bytes);
 }
 

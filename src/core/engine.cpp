@@ -597,8 +597,11 @@ void* Engine::scratch(std::size_t bytes, int slot) {
 }
 
 void Engine::round_to_wire(void* data, std::size_t count, DataType type) {
-  if (call_.wire != DataType::f32 && type == DataType::f32)
-    round_through_wire(data, count, call_.wire);
+  if (rounds_to_wire(type)) round_through_wire(data, count, call_.wire);
+}
+
+bool Engine::rounds_to_wire(DataType type) const {
+  return call_.wire != DataType::f32 && type == DataType::f32;
 }
 
 void Engine::round_through_wire(void* data, std::size_t count, DataType wire) {

@@ -60,6 +60,7 @@ class Engine final : public PointToPoint {
   void wait(const RequestPtr& request) override;
   void* scratch(std::size_t bytes, int slot) override;
   void round_to_wire(void* data, std::size_t count, DataType type) override;
+  bool rounds_to_wire(DataType type) const override;
   std::size_t board_capacity() const override;
   std::span<const std::byte* const> exchange_on_boards(const void* data,
                                                        std::size_t bytes) override;

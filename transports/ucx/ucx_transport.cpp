@@ -61,11 +61,14 @@ namespace {
 // From this size a send through TCP may complete with a part still queued in UCX (its copy
 // protocols); smaller ones are written whole, or not complete (see sent()).
 constexpr std::size_t kQueuedSendBytes = 8192;
-// Below this size a send to a peer of this machine over UCX's shared memory goes eager: UCX's
+// Up to this size a send to a peer of this machine over UCX's shared memory goes eager: UCX's
 // own threshold (about 8 KiB there) takes its rendezvous, a round trip and a fetch, from
-// there, which cost more than the copy through its fifo up to 64 KiB (all-reduce of 64 KiB on
-// 4 ranks of 2 cores: 65 against 43 us; 128 KiB: 91 against 66 us; 2 ranks: the same).
-constexpr std::size_t kLocalEagerBytes = 64 * 1024;
+// there, which cost more than the copies through its fifo up to 256 KiB. Busbw against Open
+// MPI over `pml ucx` in the same run, all-reduce, 2 cores of an AMD EPYC, eager to 64 KiB ->
+// to 256 KiB: 2 ranks, 128 KiB x0.79-0.85 -> x0.86-1.03, 256 KiB x0.76-0.83 -> x0.94-1.01;
+// 4 ranks, 64 KiB x0.36-0.38 -> x0.65-0.69, 256 KiB x0.62-0.66 -> x0.88-0.94. Beyond it,
+// one rendezvous costs less than the copies (512 KiB and up gained nothing).
+constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 
@@ -253,7 +256,7 @@ void UcxTransport::post(const RequestPtr& request) {
   record->header = {p.next_send++, request->signature, 0, request->tag, rank_};
   record->request = request;
   record->peer = request->peer;
-  const bool eager = p.same_machine && !p.queues_sends && request->bytes < kLocalEagerBytes;
+  const bool eager = p.same_machine && !p.queues_sends && request->bytes <= kLocalEagerBytes;
   send(std::move(record), kData, request->buffer, request->bytes,
        eager ? UCP_AM_SEND_FLAG_EAGER : 0);
 }
