@@ -104,6 +104,11 @@ class Transport {
   // transport that hears notices only while it is moved takes in what has arrived first (a call
   // can end on messages that came before the notice, without a turn of the transport).
   virtual PeerFailedCall peer_failed_call() = 0;
+  // Called as this rank leaves a call, every request of it done here: finishes by `deadline`
+  // what a peer may still wait for from this rank in that call (UCX may hold a rendezvous's
+  // acknowledgement until its worker moves again), as the rank may go on to another
+  // communicator's calls for long and leave this transport unmoved.
+  virtual void leave_call(net::Clock::time_point /*deadline*/) {}
   // Whether post() takes receives with a Request::forward, sending each landed piece on itself
   // (written into the send as it is reduced, with no second pass over the result).
   virtual bool forwards() const { return false; }

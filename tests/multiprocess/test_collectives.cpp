@@ -421,6 +421,30 @@ TEST(Duplicate, RunsBesideTheOriginalWithoutMeetingIt) {
   });
 }
 
+// Two communicators in turn, with large messages cut into many chunks: a rank that has all
+// it needs from one call goes on to the other communicator while a peer may still wait there
+// for the end of its sends (over UCX, a rendezvous's acknowledgement queued in the receiver's
+// worker; 260 KiB chunks are each a rendezvous there, and a short fifo queues them often).
+// Every call must end, with the right result (before the fix: a timeout in 3 of 4 runs).
+TEST(Duplicate, CommunicatorsInTurnWithManyLargeMessages) {
+  run_ranks(
+      4,
+      [](Communicator& comm) {
+        std::unique_ptr<Communicator> twin = comm.duplicate();
+        const std::size_t count = 500'009;
+        for (int round = 0; round < 120; ++round) {
+          Communicator& now = round % 2 == 0 ? comm : *twin;
+          auto data = make_input(DataType::f32, ReduceOp::sum, comm.rank(), count, round);
+          now.allreduce(data.data(), count, DataType::f32, ReduceOp::sum);
+          ASSERT_EQ(count_wrong(data.data(), DataType::f32, ReduceOp::sum, comm.size(), count,
+                                round),
+                    0u)
+              << "round " << round;
+        }
+      },
+      {{"ARCOLL_CHUNK_BYTES", "260K"}, {"UCX_POSIX_FIFO_SIZE", "4"}});
+}
+
 // Split: ranks of one color form a communicator in their old order; a negative color joins
 // none. Each group's collectives see only its ranks, and the original still works.
 TEST(Split, GroupsRanksByColorInTheirOrder) {

@@ -113,6 +113,12 @@ void on_acknowledged(void* request, ucs_status_t status, void* message) {
   ucp_request_free(request);
 }
 
+// leave_call()'s flush of a peer's endpoint is done: `user_data` is that peer's Peer::flushing.
+void on_flushed(void* request, ucs_status_t /*status*/, void* flushing) {
+  *static_cast<void**>(flushing) = nullptr;
+  ucp_request_free(request);
+}
+
 std::string key_of(int rank) {
   return "ucx/" + std::to_string(rank);
 }
@@ -544,6 +550,9 @@ void UcxTransport::fetch_done(UcxMessage* fetched, ucs_status_t status) {
     if (UCS_PTR_IS_ERR(flushing)) return fetch_done(fetched, UCS_PTR_STATUS(flushing));
   }
   fetching_.erase(it);
+  // (A flush above acknowledged it; else leave_call() sees that it went.)
+  if (!message->acknowledged)
+    peers_[static_cast<std::size_t>(message->request->peer)].fetched = true;
   if (!message->staging) {
     matching_.delivered(*message, message->bytes);
     return;
@@ -607,6 +616,36 @@ PeerFailedCall UcxTransport::peer_failed_call() {
     for (int turns = 0; turns < 16 && turn(); ++turns) {
     }
   return peer_failed_call_;
+}
+
+// Once UCX has fetched a rendezvous message it acknowledges it to the sender, whose send
+// completes on that; when the fifo to the sender is full, the acknowledgement waits in this
+// worker for its next turn. A rank that went on to another communicator then left the sender
+// waiting for it there, while it waited for the sender in the other communicator's call (4
+// ranks, UCX and TCP communicators in turn, 256 MiB all-reduces: a timeout in every run). The
+// endpoints of the peers fetched from are flushed on the way out: what waits goes.
+void UcxTransport::leave_call(Clock::time_point deadline) {
+  bool flushing = false;
+  for (Peer& p : peers_) {
+    if (!p.fetched) continue;
+    p.fetched = false;
+    if (p.flushing == nullptr && !p.failed && !p.lost) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.send = &on_flushed;
+      param.user_data = &p.flushing;
+      const ucs_status_ptr_t status = ucp_ep_flush_nbx(p.ep, &param);
+      // A failed flush is the endpoint's failure, which its error handler reports.
+      if (UCS_PTR_IS_PTR(status)) p.flushing = status;
+    }
+    flushing = flushing || p.flushing != nullptr;
+  }
+  // Not waited for past the deadline: a peer that does not take it fails its own call in time.
+  while (flushing && Clock::now() < deadline) {
+    progress(deadline, Waiting::poll_first);
+    flushing = std::any_of(peers_.begin(), peers_.end(),
+                           [](const Peer& p) { return p.flushing != nullptr; });
+  }
 }
 
 void UcxTransport::wake() noexcept {

@@ -78,6 +78,7 @@ class UcxTransport final : public Transport {
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
   PeerFailedCall peer_failed_call() override;
+  void leave_call(Clock::time_point deadline) override;
   std::string pending_state() const override;
 
   // For UCX's callbacks.
@@ -108,6 +109,10 @@ class UcxTransport final : public Transport {
     bool farewell = false;  // it answered our goodbye
     bool failed = false;  // for any reason: nothing more is taken from it
     bool lost = false;    // its connection: nothing more can be said to it
+    // A rendezvous message fetched from it in this call, its acknowledgement perhaps still
+    // queued in this worker (see leave_call()).
+    bool fetched = false;
+    void* flushing = nullptr;  // UCX's request of leave_call()'s flush, until its callback
     ucs_status_t lost_status = UCS_OK;  // why, until judged (judge_lost_peers)
   };
   // A send in flight: its header (which UCX reads until the send completes) and request,
