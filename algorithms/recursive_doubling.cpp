@@ -15,11 +15,15 @@ void recursive_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   char* out = static_cast<char*>(a.recv);
   // Never written: every round writes the result or the spare buffer below.
   char* in = static_cast<char*>(const_cast<void*>(a.send));
-  if (p2p.size() == 1 || bytes == 0 || p2p.rounds_to_wire(a.type)) {
+  if (p2p.size() == 1 || bytes == 0) {
     if (in != out && bytes != 0) std::memcpy(out, in, bytes);
-    in = out;  // a 16-bit wire rounds this rank's own partial result, not the caller's input
+    return;
   }
-  if (p2p.size() == 1 || bytes == 0) return;
+  // A 16-bit wire rounds this rank's own partial result, which must not be the caller's input.
+  if (p2p.rounds_to_wire(a.type) && in != out) {
+    std::memcpy(out, in, bytes);
+    in = out;
+  }
   const PowerOfTwoFold fold(p2p);
   if (!fold.fold(p2p, in, out, a.count, a.type, a.op)) return;
   char* partial = fold.folded_in() ? out : in;

@@ -6,6 +6,7 @@
 // test suite's runs all come from the registry.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -104,11 +105,12 @@ class Transport {
   // transport that hears notices only while it is moved takes in what has arrived first (a call
   // can end on messages that came before the notice, without a turn of the transport).
   virtual PeerFailedCall peer_failed_call() = 0;
-  // Called as this rank leaves a call, every request of it done here: finishes by `deadline`
-  // what a peer may still wait for from this rank in that call (UCX may hold a rendezvous's
-  // acknowledgement until its worker moves again), as the rank may go on to another
-  // communicator's calls for long and leave this transport unmoved.
-  virtual void leave_call(net::Clock::time_point /*deadline*/) {}
+  // Called as this rank leaves a call, every request of it done here: finishes within
+  // `timeout` what a peer may still wait for from this rank in that call (UCX may hold a
+  // rendezvous's acknowledgement until its worker moves again), as the rank may go on to
+  // another communicator's calls for long and leave this transport unmoved. A transport with
+  // nothing to finish reads no clock: small calls end here too.
+  virtual void leave_call(std::chrono::milliseconds /*timeout*/) {}
   // Whether post() takes receives with a Request::forward, sending each landed piece on itself
   // (written into the send as it is reduced, with no second pass over the result).
   virtual bool forwards() const { return false; }

@@ -175,10 +175,8 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
 }
 
 void Engine::end() {
-  const Clock::time_point deadline =
-      deadline_ == Clock::time_point::max() ? Clock::now() + timeout_ : deadline_;
   for (const auto& t : transports_) {
-    t->leave_call(deadline);
+    t->leave_call(timeout_);
     const PeerFailedCall failed = t->peer_failed_call();
     if (failed.call > call_.sequence) continue;
     // The reason comes before the number (shm: in the ring; tcp: the frame that carried it).

@@ -66,7 +66,7 @@ constexpr std::size_t kQueuedSendBytes = 8192;
 // there, which cost more than the copies through its fifo up to 256 KiB. Busbw against Open
 // MPI over `pml ucx` in the same run, all-reduce, 2 cores of an AMD EPYC, eager to 64 KiB ->
 // to 256 KiB: 2 ranks, 128 KiB x0.79-0.85 -> x0.86-1.03, 256 KiB x0.76-0.83 -> x0.94-1.01;
-// 4 ranks, 64 KiB x0.36-0.38 -> x0.65-0.69, 256 KiB x0.62-0.66 -> x0.88-0.94. Beyond it,
+// 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
 // one rendezvous costs less than the copies (512 KiB and up gained nothing).
 constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
@@ -626,7 +626,7 @@ PeerFailedCall UcxTransport::peer_failed_call() {
 // waiting for it there, while it waited for the sender in the other communicator's call (4
 // ranks, UCX and TCP communicators in turn, 256 MiB all-reduces: a timeout in every run). The
 // endpoints of the peers fetched from are flushed on the way out: what waits goes.
-void UcxTransport::leave_call(Clock::time_point deadline) {
+void UcxTransport::leave_call(std::chrono::milliseconds timeout) {
   bool flushing = false;
   for (Peer& p : peers_) {
     if (!p.fetched) continue;
@@ -642,7 +642,8 @@ void UcxTransport::leave_call(Clock::time_point deadline) {
     }
     flushing = flushing || p.flushing != nullptr;
   }
-  // Not waited for past the deadline: a peer that does not take it fails its own call in time.
+  // Not waited for past the timeout: a peer that does not take it fails its own call in time.
+  const Clock::time_point deadline = flushing ? Clock::now() + timeout : Clock::time_point{};
   while (flushing && Clock::now() < deadline) {
     progress(deadline, Waiting::poll_first);
     flushing = std::any_of(peers_.begin(), peers_.end(),

@@ -78,7 +78,7 @@ class UcxTransport final : public Transport {
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
   PeerFailedCall peer_failed_call() override;
-  void leave_call(Clock::time_point deadline) override;
+  void leave_call(std::chrono::milliseconds timeout) override;
   std::string pending_state() const override;
 
   // For UCX's callbacks.
