@@ -238,13 +238,15 @@ void UcxTransport::shut_down() noexcept {
   }
   // A peer has read what this rank sent once it answers the goodbye: leaving before would take
   // the messages still in this process's UCX memory with it (shared memory) from a peer busy
-  // in a call. Not waited for long: a peer may be away in its own code.
+  // in a call. A peer that said goodbye first reads nothing more, and may have left already,
+  // its answers with it (every rank but the last to leave waited the whole time for one).
+  // Not waited for long: a peer may be away in its own code.
   if (!aborted_) {
     const auto deadline = Clock::now() + kLeaveTime;
     auto answered = [&] {
       return std::all_of(peer_ranks_.begin(), peer_ranks_.end(), [&](int r) {
         const Peer& p = peers_[static_cast<std::size_t>(r)];
-        return p.farewell || p.lost || p.failed || p.ep == nullptr;
+        return p.farewell || p.goodbye || p.lost || p.failed || p.ep == nullptr;
       });
     };
     while (!answered() && Clock::now() < deadline) progress(deadline, Waiting::poll_first);
