@@ -111,6 +111,11 @@ class Transport {
   // another communicator's calls for long and leave this transport unmoved. A transport with
   // nothing to finish reads no clock: small calls end here too.
   virtual void leave_call(std::chrono::milliseconds /*timeout*/) {}
+  // After a call that succeeded: whether the transport parked itself with work that only
+  // moving it finishes (transports/common/parked.hpp), for the process's waits to move until
+  // take_back(), which the engine calls before it touches the transport again.
+  virtual bool park() { return false; }
+  virtual void take_back() {}
   // Whether post() takes receives with a Request::forward, sending each landed piece on itself
   // (written into the send as it is reduced, with no second pass over the result).
   virtual bool forwards() const { return false; }

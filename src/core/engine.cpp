@@ -11,6 +11,7 @@
 #include "src/core/call_signature.hpp"
 #include "src/core/rendezvous.hpp"
 #include "transports/common/landing.hpp"
+#include "transports/common/parked.hpp"
 
 namespace arcoll {
 namespace {
@@ -28,7 +29,8 @@ static_assert(kMaxChannels <= 64, "channels must fit in bits 24..29 of a tag");
 constexpr std::uint32_t kCheckTagBit = 0x40000000u;
 
 // While several transports serve a communicator, a wait sleeps on the one it waits for in
-// slices this long, polling the others between slices.
+// slices this long, polling the others between slices; so does every wait while a transport
+// of another communicator is parked (transports/common/parked.hpp).
 constexpr auto kMixedWaitSlice = std::chrono::microseconds(200);
 // How often a blocked wait looks for an abort() from another thread.
 constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
@@ -124,7 +126,15 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
              std::to_string(rendezvous.host_count) + " host(s), transport " + transport_name_);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  take_back_parked();
+}
+
+void Engine::take_back_parked() const {
+  if (!parked_) return;
+  for (const auto& t : transports_) t->take_back();
+  parked_ = false;
+}
 
 int Engine::node_of(int rank) const {
   return host_of_[static_cast<std::size_t>(rank)];
@@ -160,6 +170,7 @@ void Engine::apply_tuning(const Tuning& tuning) {
 }
 
 void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
+  take_back_parked();
   call_ = call;
   tag_ = call.sequence == 0
              ? 0
@@ -187,6 +198,7 @@ void Engine::end() {
                         std::to_string(failed.call) + " (its reason did not arrive)",
                     rank_, failed.rank);
   }
+  for (const auto& t : transports_) parked_ = t->park() || parked_;
   in_collective_ = false;
 }
 
@@ -456,6 +468,7 @@ net::Clock::time_point Engine::check_blocked(int peer, const WaitingFor& waiting
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
   if (root_check_open_) root_check_on_boards();
   const Clock::time_point now = Clock::now();
+  transport::ParkingSpot::move_parked(now);
   if (deadline_ == Clock::time_point::max()) deadline_ = now + timeout_;
   if (now < deadline_) return now;
   throw TimeoutError(call_name(),
@@ -473,7 +486,8 @@ void Engine::wait(const RequestPtr& request) {
         check_blocked(request->peer, [&] { return "the " + request->describe(); });
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
     if (transports_.size() == 1) {
-      own->progress(std::min(deadline_, now + kAbortCheckSlice), Waiting::poll_first);
+      const auto slice = transport::ParkingSpot::any_parked() ? kMixedWaitSlice : kAbortCheckSlice;
+      own->progress(std::min(deadline_, now + slice), Waiting::poll_first);
       continue;
     }
     for (const auto& t : transports_)
@@ -551,8 +565,10 @@ void Engine::await_on_boards(Ready ready, Missing first_missing, ThrowIfOther th
 void Engine::progress(Clock::time_point until, Waiting waiting) {
   if (auto failure = transport_failure()) raise(failure);
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
+  transport::ParkingSpot::move_parked(Clock::now());
   // Only the last transport sleeps: a message on another does not wake it.
-  if (transports_.size() > 1) until = std::min(until, Clock::now() + kMixedWaitSlice);
+  if (transports_.size() > 1 || transport::ParkingSpot::any_parked())
+    until = std::min(until, Clock::now() + kMixedWaitSlice);
   for (const auto& t : transports_)
     t == transports_.back() ? t->progress(until, waiting) : t->progress(Clock::now(), waiting);
 }
@@ -618,12 +634,14 @@ void Engine::round_through_wire(void* data, std::size_t count, DataType wire) {
 }
 
 std::exception_ptr Engine::transport_failure() const {
+  take_back_parked();
   for (const auto& t : transports_)
     if (auto f = t->failure()) return f;
   return nullptr;
 }
 
 void Engine::fail(const Error& e, const std::string& operation) {
+  take_back_parked();
   for (const auto& t : transports_) {
     log::debug(operation + " failed; " + std::string(t->name()) + " transfers pending:\n" +
                t->pending_state());
@@ -633,6 +651,7 @@ void Engine::fail(const Error& e, const std::string& operation) {
 }
 
 void Engine::abort_links(const std::string& reason) {
+  take_back_parked();
   for (const auto& t : transports_) t->abort(reason, failed_call());
 }
 

@@ -170,6 +170,10 @@ class Engine final : public PointToPoint {
   Layout layout_;
   // Several transports when ranks share some hosts but not all.
   std::vector<std::unique_ptr<Transport>> transports_;
+  // Whether a transport parked itself at the end of the last call (Transport::park): taken
+  // back before anything here touches the transports again. (Const methods take it back too.)
+  mutable bool parked_ = false;
+  void take_back_parked() const;
   std::vector<Transport*> route_;  // which transport reaches each rank
   const TransportInfo* within_host_;
   const TransportInfo* across_hosts_;

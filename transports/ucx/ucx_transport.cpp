@@ -38,8 +38,11 @@ class Context {
     ucp_config_t* config = nullptr;  // UCX_* variables of the environment
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read", rank);
     ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    // Its workers may move in several threads at once: communicators used by different
+    // threads, and parked ones moved by another communicator's waits.
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    params.mt_workers_shared = 1;
     const ucs_status_t status = ucp_init(&params, config, &handle);
     ucp_config_release(config);
     check(status, "ucp_init", rank);
@@ -241,6 +244,7 @@ void UcxTransport::greet_peers(Clock::time_point deadline) {
 }
 
 UcxTransport::~UcxTransport() {
+  parking_.take_back();
   shut_down();
 }
 
@@ -648,6 +652,31 @@ void UcxTransport::leave_call(std::chrono::milliseconds timeout) {
     progress(deadline, Waiting::poll_first);
     flushing = std::any_of(peers_.begin(), peers_.end(),
                            [](const Peer& p) { return p.flushing != nullptr; });
+  }
+}
+
+// A peer reached over TCP may wait, after this rank left the call, for this worker to answer
+// the flush that completes its send (see sent()) or to take bytes queued in it: moved by the
+// process's waits until the next call, whatever communicator they are in (with UCX and TCP
+// communicators in turn between two emulated hosts, a rank otherwise waited in the TCP one for
+// a peer that waited for it in the UCX one, in half the runs).
+bool UcxTransport::park() {
+  if (aborted_ || failure_ ||
+      std::none_of(peer_ranks_.begin(), peer_ranks_.end(), [&](int r) {
+        return peers_[static_cast<std::size_t>(r)].queues_sends;
+      }))
+    return false;
+  parking_.park();
+  return true;
+}
+
+// A failure found here is kept for the next call, which moves the worker itself.
+bool UcxTransport::move_while_parked() noexcept {
+  try {
+    turn();
+    return true;
+  } catch (...) {
+    return false;
   }
 }
 

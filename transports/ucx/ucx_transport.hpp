@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "transports/common/matching.hpp"
+#include "transports/common/parked.hpp"
 #include "transports/common/peer_process.hpp"
 #include "transports/transport.hpp"
 
@@ -79,6 +80,8 @@ class UcxTransport final : public Transport {
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
   PeerFailedCall peer_failed_call() override;
   void leave_call(std::chrono::milliseconds timeout) override;
+  bool park() override;
+  void take_back() override { parking_.take_back(); }
   std::string pending_state() const override;
 
   // For UCX's callbacks.
@@ -191,6 +194,9 @@ class UcxTransport final : public Transport {
   bool frozen_ = false;
   // What UCX calls the active-message handlers back with, by id.
   std::pair<UcxTransport*, AmId> handlers_[5];
+  // Between calls, where a peer is reached over TCP (see park()).
+  transport::ParkingSpot parking_{[this] { return move_while_parked(); }};
+  bool move_while_parked() noexcept;
 };
 
 }  // namespace arcoll::ucx
