@@ -91,7 +91,7 @@ def arbench_busbw(arbench, ranks, args):
     with tempfile.TemporaryDirectory() as work:
         path = os.path.join(work, "run.json")
         subprocess.run([arbench, "--np", str(ranks), "-b", args.b, "-e", args.e, "-f", str(args.f),
-                        "-n", "20", "--repeat", str(args.repeat), "--json", path], check=True, stdout=subprocess.DEVNULL)
+                        "-n", "auto", "--repeat", str(args.repeat), "--json", path], check=True, stdout=subprocess.DEVNULL)
         with open(path) as f:
             return {r["size_bytes"]: r["in_place"]["busbw_gbs"] for r in json.load(f)["rows"]}
 
