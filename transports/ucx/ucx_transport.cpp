@@ -238,6 +238,7 @@ void UcxTransport::greet_peers(Clock::time_point deadline) {
       std::fclose(info);
       peers_[static_cast<std::size_t>(r)].queues_sends =
           std::string_view(text, length).find("tcp/") != std::string_view::npos;
+      parks_ = parks_ || peers_[static_cast<std::size_t>(r)].queues_sends;
       std::free(text);
     }
   }
@@ -661,11 +662,7 @@ void UcxTransport::leave_call(std::chrono::milliseconds timeout) {
 // communicators in turn between two emulated hosts, a rank otherwise waited in the TCP one for
 // a peer that waited for it in the UCX one, in half the runs).
 bool UcxTransport::park() {
-  if (aborted_ || failure_ ||
-      std::none_of(peer_ranks_.begin(), peer_ranks_.end(), [&](int r) {
-        return peers_[static_cast<std::size_t>(r)].queues_sends;
-      }))
-    return false;
+  if (!parks_ || aborted_ || failure_) return false;
   parking_.park();
   return true;
 }

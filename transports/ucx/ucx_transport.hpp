@@ -194,7 +194,8 @@ class UcxTransport final : public Transport {
   bool frozen_ = false;
   // What UCX calls the active-message handlers back with, by id.
   std::pair<UcxTransport*, AmId> handlers_[5];
-  // Between calls, where a peer is reached over TCP (see park()).
+  // Between calls, where a peer is reached over TCP (see park()): `parks_` says so, from setup.
+  bool parks_ = false;
   transport::ParkingSpot parking_{[this] { return move_while_parked(); }};
   bool move_while_parked() noexcept;
 };
