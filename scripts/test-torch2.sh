@@ -20,4 +20,5 @@ exec scripts/debian13.sh bash -c '
     -DARCOLL_BUILD_BENCH=OFF
   [ "$mode" = prepare ] && exit 0
   python3 -c "import torch; print(\"torch\", torch.__version__)"
-  ctest --test-dir build-debian13 -L torch --output-on-failure --timeout 600 "$@"' torch2 "$mode" "$@"
+  ctest --test-dir build-debian13 -L torch --output-on-failure --timeout 600 --parallel 2 "$@"' \
+  torch2 "$mode" "$@"

@@ -2,9 +2,10 @@
 // them. A rank's board holds the call it is in, written at every collective (with the
 // signature and root of its last two calls), so that a peer waiting on the boards learns that
 // this rank went into another call, and a rooted call checks its root by reading the peers'
-// boards instead of sending messages; and two posts, used in turn: the k-th exchange posts into post k % 2. A rank writes post k only after every rank
-// posted k - 1, which each did after reading every part of k - 2: a part is never overwritten
-// while a peer may still read it, and nobody acknowledges anything.
+// boards instead of sending messages; and two posts, used in turn: the k-th exchange posts
+// into post k % 2. A rank writes post k only after every rank posted k - 1, which each did
+// after reading every part of k - 2: a part is never overwritten while a peer may still read
+// it, and nobody acknowledges anything.
 #pragma once
 
 #include <cstddef>
@@ -29,12 +30,6 @@ class CallBoards {
   // At the start of every collective, numbered by `sequence`, described by `signature`, with
   // `root` (0 for collectives without one).
   void enter(std::uint64_t sequence, std::uint64_t signature, int root);
-  // The root check of the call this rank entered last: the lowest rank not yet seen in it
-  // (-1 once every rank has entered it with this rank's signature and root); a rank that
-  // entered it otherwise is returned in `other`. No rank is ever more than one call ahead of
-  // a rank still checking (every call waits for each rank to enter it), so a peer's board
-  // still holds its entry of this call.
-
   // Posts this rank's part of its next exchange, made in the
   // collective numbered `sequence` described by `signature`, and wakes peers that sleep
   // waiting for it.
