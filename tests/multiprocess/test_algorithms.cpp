@@ -360,6 +360,12 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   job("cache", "link costs measured just now, kept in " + folder + "/tuning-");
   scale_kept(1000);
   job("cache", "link costs kept in " + folder + "/tuning-");
+  // Each transport's figures are measured and kept; what the cache does with kept figures is
+  // the same for all: the shm. and tcp. runs' check.
+  if (forced_transport() != "shm" && forced_transport() != "tcp") {
+    std::filesystem::remove_all(folder);
+    return;
+  }
   const Tuning slow = scale_kept(1e-6);  // a thousandth of the figures measured
   job("cache", "link costs measured again, kept in " + folder + "/tuning-");
   for (const auto& [name, c] : load_tuning(kept_file()).transports)
