@@ -14,6 +14,9 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <stdexcept>
+#include <string>
+#include <system_error>
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
@@ -298,6 +301,28 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
             {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "auto"}});
 }
 
+// A new folder for a test's calibration cache, removed with all it holds when the test ends,
+// however it ends.
+class CalibrationFolder {
+ public:
+  CalibrationFolder() {
+    char name[] = "/tmp/arcoll-calibration-XXXXXX";
+    if (::mkdtemp(name) == nullptr)
+      throw std::runtime_error("cannot make a folder like " + std::string(name));
+    path_ = name;
+  }
+  ~CalibrationFolder() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  CalibrationFolder(const CalibrationFolder&) = delete;
+  CalibrationFolder& operator=(const CalibrationFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Calibration on first use: the first job of a layout measures the link costs and keeps them
 // in the cache folder, the next job reuses them (every rank the same figures), "now" measures
 // again, "off" keeps the built-in figures, a damaged file is measured over, kept figures far
@@ -305,9 +330,8 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
 // the transport within hosts also crosses them (its kept figures are those across), and
 // another value of ARCOLL_CALIBRATE is a configuration error.
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
-  char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
-  ASSERT_NE(::mkdtemp(folder_template), nullptr);
-  const std::string folder = folder_template;
+  const CalibrationFolder scratch;
+  const std::string& folder = scratch.path();
   // `layout`: variables beside this run's that place the ranks and choose their transports.
   auto job = [&](const std::string& mode, const std::string& expected_source,
                  std::map<std::string, std::string> layout = {}) {
@@ -362,10 +386,7 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   job("cache", "link costs kept in " + folder + "/tuning-");
   // Each transport's figures are measured and kept; what the cache does with kept figures is
   // the same for all: the shm. and tcp. runs' check.
-  if (forced_transport() != "shm" && forced_transport() != "tcp") {
-    std::filesystem::remove_all(folder);
-    return;
-  }
+  if (forced_transport() != "shm" && forced_transport() != "tcp") return;
   const Tuning slow = scale_kept(1e-6);  // a thousandth of the figures measured
   job("cache", "link costs measured again, kept in " + folder + "/tuning-");
   for (const auto& [name, c] : load_tuning(kept_file()).transports)
@@ -384,17 +405,13 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   });
   // tcp within and across two hosts: figures however slow are kept (the tcp. run's check:
   // the same in every run).
-  if (forced_transport() != "tcp") {
-    std::filesystem::remove_all(folder);
-    return;
-  }
+  if (forced_transport() != "tcp") return;
   std::filesystem::remove(kept_file());
   const std::map<std::string, std::string> tcp_on_two_hosts{{"ARCOLL_EMULATED_HOSTS", "2"},
                                                             {"ARCOLL_TRANSPORT", "tcp"}};
   job("cache", "link costs measured just now, kept in " + folder + "/tuning-", tcp_on_two_hosts);
   scale_kept(1e-3);
   job("cache", "link costs kept in " + folder + "/tuning-", tcp_on_two_hosts);
-  std::filesystem::remove_all(folder);
 }
 
 // A communicator made from the environment calibrates as arbench does (the C API and the torch
@@ -402,9 +419,8 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
 // with the built-in ones under ARCOLL_CALIBRATE=off or with a tuning file, writing nothing.
 TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
   namespace fs = std::filesystem;
-  char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
-  ASSERT_NE(::mkdtemp(folder_template), nullptr);
-  const std::string folder = folder_template;
+  const CalibrationFolder scratch;
+  const std::string& folder = scratch.path();
   auto kept_files = [&] {
     std::vector<std::string> files;
     for (const auto& entry : fs::directory_iterator(folder))
@@ -440,7 +456,6 @@ TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
       {{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "cache"},
        {"ARCOLL_TUNING_FILE", folder + "/given.tuning"}});
   EXPECT_TRUE(kept_files().empty());
-  fs::remove_all(folder);
   // Another value: every rank fails to make its communicator, naming the variable.
   LocalLaunchOptions bad;
   bad.ranks = 2;
@@ -466,9 +481,8 @@ TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
 // files, other files and partial files still being written stay, abandoned ones go.
 TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
   namespace fs = std::filesystem;
-  char folder_template[] = "/tmp/arcoll-calibration-XXXXXX";
-  ASSERT_NE(::mkdtemp(folder_template), nullptr);
-  const std::string folder = folder_template;
+  const CalibrationFolder scratch;
+  const std::string& folder = scratch.path();
   std::string host;  // as calibration files name it
   for (const char c : host_info().hostname)
     host += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
@@ -536,7 +550,6 @@ TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
   EXPECT_TRUE(fs::exists(ours));
   EXPECT_FALSE(kept_old(31));
   EXPECT_TRUE(kept_old(30));
-  fs::remove_all(folder);
 }
 
 // The model behind auto: predictions exist for every algorithm and auto takes the least.
