@@ -87,6 +87,10 @@ class Transport {
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until, Waiting waiting) = 0;
+  // Moves what is ready, without waiting or reading the clock, for a wait's first looks (a
+  // small message mostly lands within moments); false where this transport has no such step,
+  // and the caller waits through progress().
+  virtual bool poll() { return false; }
   // Makes a progress() sleeping in another thread of this process return now, or the next
   // one not sleep: for a loop whose work also comes from its own process (a server share
   // beside its worker), so that it can sleep long between messages.

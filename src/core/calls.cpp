@@ -1,6 +1,7 @@
 #include "src/core/calls.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
@@ -477,8 +478,9 @@ void Communicator::Impl::run_transfers(const char* operation,
   check_usable([&] { return std::string(operation); });
   engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
   try {
-    std::vector<RequestPtr> posted;
-    posted.reserve(transfers.size());
+    // A send, a receive, or one of each: no allocation on a small call's path.
+    std::array<RequestPtr, 2> posted;
+    std::size_t count = 0;
     for (const Transfer& t : transfers) {
       const bool send = t.kind == Request::Kind::send;
       const bool overlapped =
@@ -493,10 +495,10 @@ void Communicator::Impl::run_transfers(const char* operation,
                           static_cast<const char*>(buffer) + t.bytes);
         buffer = send_copy_.data();
       }
-      posted.push_back(
-          engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag)));
+      posted.at(count++) =
+          engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag));
     }
-    for (const RequestPtr& r : posted) engine_->wait(r);
+    for (std::size_t i = 0; i < count; ++i) engine_->wait(posted[i]);
     staging_.finish();
   } catch (const Error& e) {
     staging_.drop();

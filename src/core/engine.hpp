@@ -180,8 +180,8 @@ class Engine final : public PointToPoint {
   std::string transport_name_;
   // Where one transport reaches every peer and shares memory with them.
   std::unique_ptr<CallBoards> boards_;
-  // Whether a wait on the boards looks a few times before it reads the clock and waits in
-  // the transport: with a core per rank, the peers usually post within moments.
+  // Whether a wait looks a few times (on the boards, or through Transport::poll()) before it
+  // reads the clock and waits in the transport.
   bool quick_looks_ = true;
 
   Call call_;

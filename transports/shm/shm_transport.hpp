@@ -100,6 +100,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::string_view name() const override { return "shm"; }
   void post(const RequestPtr& request) override;
   void progress(Clock::time_point until, Waiting waiting) override;
+  bool poll() override { return !failure_ && (poll_once(), true); }
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
