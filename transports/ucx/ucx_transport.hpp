@@ -75,6 +75,7 @@ class UcxTransport final : public Transport {
   std::string_view name() const override { return "ucx"; }
   void post(const RequestPtr& request) override;
   void progress(Clock::time_point until, Waiting waiting) override;
+  bool poll() override { return !failure_ && (turn(), true); }
   void wake() noexcept override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
