@@ -88,8 +88,8 @@ class Transport {
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until, Waiting waiting) = 0;
   // Moves what is ready, without waiting or reading the clock, for a wait's first looks (a
-  // small message mostly lands within moments); false where this transport has no such step,
-  // and the caller waits through progress().
+  // small message mostly lands within moments); false where this transport has no such step
+  // or has failed: the caller then waits through progress(), which says why.
   virtual bool poll() { return false; }
   // Makes a progress() sleeping in another thread of this process return now, or the next
   // one not sleep: for a loop whose work also comes from its own process (a server share
