@@ -339,14 +339,14 @@ RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::
 }
 
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                         std::uint32_t tag, std::optional<Request::Landing> landing) {
+                         std::uint32_t tag, const std::optional<Request::Landing>& landing) {
   RequestPtr request = make_request(kind, peer, buffer, bytes, tag, landing);
   route_[static_cast<std::size_t>(peer)]->post(request);
   return request;
 }
 
 RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                                std::uint32_t tag, std::optional<Request::Landing> landing) {
+                                std::uint32_t tag, const std::optional<Request::Landing>& landing) {
   RequestPtr request = fresh_request();
   request->kind = kind;
   request->peer = peer;

@@ -133,9 +133,9 @@ class Engine final : public PointToPoint {
   RequestPtr post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                   std::uint32_t tag, std::optional<Request::Landing> landing);
   RequestPtr start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                   std::uint32_t tag, std::optional<Request::Landing> landing);
+                   std::uint32_t tag, const std::optional<Request::Landing>& landing);
   RequestPtr make_request(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                          std::uint32_t tag, std::optional<Request::Landing> landing);
+                          std::uint32_t tag, const std::optional<Request::Landing>& landing);
   std::uint32_t collective_tag(int channel) const;
   // The collective from which this rank fails: the one it is in, or the next.
   std::uint64_t failed_call() const { return in_collective_ ? last_collective_ : last_collective_ + 1; }
