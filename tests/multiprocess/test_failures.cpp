@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -27,16 +28,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs large allreduces (4 MiB: the single-copy path of shm) until one throws; prints the
-// error and how long detection took.
-int allreduce_until_error(Communicator& comm, int kill_rank, int kill_after) {
-  std::vector<float> buffer(1024 * 1024, 1.0f);
+// Makes `call` until it throws, rank `kill_rank` killing itself before its call number
+// `kill_after`; prints the error and how long detection took.
+int until_error(Communicator& comm, int kill_rank, int kill_after,
+                const std::function<void(Communicator&)>& call) {
   for (int i = 0; i < 100000; ++i) {
     if (comm.rank() == kill_rank && i == kill_after) ::raise(SIGKILL);
     const auto start = Clock::now();
     try {
-      comm.allreduce(buffer.data(), buffer.size(), DataType::f32, ReduceOp::sum);
-      std::fill(buffer.begin(), buffer.end(), 1.0f);
+      call(comm);
     } catch (const Error& e) {
       std::printf("detected after %.2f s: %s\n", seconds_since(start), e.what());
       return 0;
@@ -46,16 +46,30 @@ int allreduce_until_error(Communicator& comm, int kill_rank, int kill_after) {
   return 3;
 }
 
+// Large allreduces (4 MiB: the single-copy path of shm).
+int allreduce_until_error(Communicator& comm, int kill_rank, int kill_after) {
+  std::vector<float> buffer(1024 * 1024, 1.0f);
+  return until_error(comm, kill_rank, kill_after, [&](Communicator& c) {
+    c.allreduce(buffer.data(), buffer.size(), DataType::f32, ReduceOp::sum);
+    std::fill(buffer.begin(), buffer.end(), 1.0f);
+  });
+}
+
+// A job of `ranks` in which one is killed: the others' calls end within `timeout_seconds`.
+LocalLaunchOptions with_a_kill(int ranks, const char* timeout_seconds) {
+  LocalLaunchOptions options;
+  options.ranks = ranks;
+  options.env = {{"ARCOLL_TIMEOUT", timeout_seconds}};
+  options.failure_grace = std::chrono::seconds(30);
+  return options;
+}
+
 class KilledRank : public ::testing::TestWithParam<int> {};
 
 TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
   const int victim = GetParam();
-  LocalLaunchOptions options;
-  options.ranks = 4;
-  options.env = {{"ARCOLL_TIMEOUT", "10"}};
-  options.failure_grace = std::chrono::seconds(30);
   const auto segments_before = arcoll_segments();
-  auto exits = launch(options, [&] {
+  auto exits = launch(with_a_kill(4, "10"), [&] {
     auto comm = Communicator::from_env();
     return allreduce_until_error(*comm, victim, 5);
   });
@@ -67,6 +81,25 @@ TEST_P(KilledRank, EverySurvivorFailsPromptlyNamingIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Victims, KilledRank, ::testing::Values(0, 2));
+
+// Sends and receives of 8 B between 2 ranks (with a core each, so that their waits first poll
+// the transport without reading the clock: Engine::wait): a rank killed between two of them
+// makes the other fail promptly naming it.
+TEST(KilledPeer, SmallSendrecvsFailPromptlyNamingIt) {
+  constexpr int kVictim = 1;
+  auto exits = launch(with_a_kill(2, "10"), [&] {
+    auto comm = Communicator::from_env();
+    const int peer = 1 - comm->rank();
+    std::uint64_t out = 0, in = 0;
+    return until_error(*comm, kVictim, 1000, [&](Communicator& c) {
+      ++out;
+      c.sendrecv(&out, sizeof out, peer, &in, sizeof in, peer);
+      if (in != out) std::_Exit(4);  // a wrong value: the rank fails the test
+    });
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  expect_survivors_named(exits, kVictim, 10.0 + 5.0);
+}
 
 // Seeded trials: a random rank of a random world is SIGKILLed at a random moment while every
 // rank runs all-reduces of random sizes with one algorithm, on two emulated hosts (so that
