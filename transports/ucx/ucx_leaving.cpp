@@ -149,7 +149,7 @@ void UcxTransport::abort(const std::string& reason, std::uint64_t failed_call) n
       Peer& p = peers_[static_cast<std::size_t>(r)];
       if (p.lost || p.ep == nullptr) continue;
       auto record = std::make_unique<Sending>();
-      record->header = {p.next_send++, 0, failed_call, 0, rank_};
+      record->header = {p.next_send++, 0, failed_call, 0, rank_, 0, 0};
       record->peer = r;
       record->text = reason.substr(0, 4096);
       const std::string& text = record->text;

@@ -64,14 +64,31 @@ namespace {
 // From this size a send through TCP may complete with a part still queued in UCX (its copy
 // protocols); smaller ones are written whole, or not complete (see sent()).
 constexpr std::size_t kQueuedSendBytes = 8192;
-// Up to this size a send to a peer of this machine over UCX's shared memory goes eager: UCX's
-// own threshold (about 8 KiB there) takes its rendezvous, a round trip and a fetch, from
-// there, which cost more than the copies through its fifo up to 256 KiB. Busbw against Open
+// Up to this size a send to a peer of this machine over UCX's shared memory whose receiver
+// reduces it (or passes it on) as it lands goes eager: a reduction reads the bytes once
+// wherever they are, so the copies through UCX's fifo cost it one pass, as the fetch of UCX's
+// rendezvous (process_vm_readv) would, without the rendezvous' round trip. Busbw against Open
 // MPI over `pml ucx` in the same run, all-reduce, 2 cores of an AMD EPYC, eager to 64 KiB ->
 // to 256 KiB: 2 ranks, 128 KiB x0.79-0.85 -> x0.86-1.03, 256 KiB x0.76-0.83 -> x0.94-1.01;
 // 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
-// one rendezvous costs less than the copies (512 KiB and up gained nothing).
+// one rendezvous costs less than the copies (512 KiB and up gained nothing). A message its
+// receiver only copies takes the rendezvous from one fifo segment on: one copy instead of two
+// (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB: 22.5 -> 7.0 and 41.5 ->
+// 11.5 us, Open MPI 11 us at 256 KiB).
 constexpr std::size_t kLocalEagerBytes = 256 * 1024;
+// Eager messages to a peer of this machine go in pieces of this size, each of which fits one
+// segment of UCX's shared-memory fifo (UCX_POSIX_SEG_SIZE and UCX_SYSV_SEG_SIZE, 8256 B by
+// default: room for 8 KiB, our header and UCX's). UCX hands a message of one segment over
+// where it lies in the fifo, and copies one of several segments into a buffer of its own
+// first, which arcoll then copies (or reduces) again. Cut here, each piece lands in its receive
+// from the fifo, as Open MPI's tag matching over UCX lands its fragments.
+constexpr std::size_t kPieceBytes = 8192;
+// Setup's hello carries this many bytes: more than UCX sends inline (100 B through its shared
+// memory), so that its copying path to each peer is up once setup is over. The first message
+// too large to go inline otherwise stays in the sender's worker until the peer answers
+// (UCX 1.13's shared memory): an abort's reason sent by a rank that then returned to its caller,
+// moving its worker no more, never came, and a peer completed the call it had aborted.
+constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 
@@ -200,15 +217,16 @@ UcxTransport::UcxTransport(const TransportSetup& setup)
   }
 }
 
-void UcxTransport::send_word(int peer, AmId id) {
+void UcxTransport::send_word(int peer, AmId id, const void* bytes, std::size_t length) {
   auto record = std::make_unique<Sending>();
-  record->header = {peers_[static_cast<std::size_t>(peer)].next_send++, 0, 0, 0, rank_};
+  record->header = {peers_[static_cast<std::size_t>(peer)].next_send++, 0, 0, 0, rank_, 0, 0};
   record->peer = peer;
-  send(std::move(record), id, nullptr, 0, UCP_AM_SEND_FLAG_EAGER);
+  send(std::move(record), id, bytes, length, UCP_AM_SEND_FLAG_EAGER);
 }
 
 void UcxTransport::greet_peers(Clock::time_point deadline) {
-  for (int r : peer_ranks_) send_word(r, kHello);
+  static const char greeting[kHelloBytes] = {};
+  for (int r : peer_ranks_) send_word(r, kHello, greeting, sizeof greeting);
   auto greeted = [&] {
     return sending_.empty() && std::all_of(peer_ranks_.begin(), peer_ranks_.end(), [&](int r) {
              return peers_[static_cast<std::size_t>(r)].hello;
@@ -262,14 +280,29 @@ void UcxTransport::post(const RequestPtr& request) {
     return;
   }
   if (request->kind == Request::Kind::recv) return post_recv(request);
+  const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  const bool eager = p.same_machine && !p.queues_sends &&
+                     (request->bytes <= kPieceBytes ||
+                      (request->pipelined_call && request->bytes <= kLocalEagerBytes));
+  if (!eager) return send_data(request, 0, request->bytes, 0);
+  std::size_t offset = 0;
+  do {
+    const std::size_t piece = std::min(kPieceBytes, request->bytes - offset);
+    send_data(request, offset, piece, UCP_AM_SEND_FLAG_EAGER);
+    offset += piece;
+  } while (offset < request->bytes && !request->done);
+}
+
+void UcxTransport::send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
+                             std::uint32_t flags) {
   Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   auto record = std::make_unique<Sending>();
-  record->header = {p.next_send++, request->signature, 0, request->tag, rank_};
+  record->header = {p.next_send++, request->signature, 0, request->tag, rank_,
+                    offset,        request->bytes};
   record->request = request;
+  record->piece_bytes = bytes;
   record->peer = request->peer;
-  const bool eager = p.same_machine && !p.queues_sends && request->bytes <= kLocalEagerBytes;
-  send(std::move(record), kData, request->buffer, request->bytes,
-       eager ? UCP_AM_SEND_FLAG_EAGER : 0);
+  send(std::move(record), kData, static_cast<const char*>(request->buffer) + offset, bytes, flags);
 }
 
 void UcxTransport::send(std::unique_ptr<Sending> record, AmId id, const void* buffer,
@@ -342,8 +375,9 @@ void UcxTransport::sent(std::unique_ptr<Sending> record) {
       return;
     }
   }
-  record->request->transferred = record->request->bytes;
-  record->request->done = true;
+  Request& request = *record->request;
+  request.transferred += record->piece_bytes;
+  if (request.transferred == request.bytes) request.done = true;
 }
 
 // ---- receiving ------------------------------------------------------------------------------
@@ -436,15 +470,11 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     fail_peer(peer, ErrorCode::peer_failure, "rank " + std::to_string(peer) + " aborted: " + text);
     return;
   }
+  if (!rendezvous && header.message_bytes != length) return take_piece(peer, header, data, length);
   if (!rendezvous) {
     // Straight into a receive waiting for it; else kept until one is posted.
     if (matching_.arrive_whole(peer, header.tag, header.signature, length, [&](Request& receive) {
-          // UCX's buffer follows its headers and ours: reductions read whole elements, so
-          // bytes not aligned for them are copied first.
-          if (transport::lands_as_copy(receive) || reinterpret_cast<std::uintptr_t>(data) % 8 == 0)
-            return transport::land(receive, 0, data, length);
-          aligned_.assign(static_cast<char*>(data), static_cast<char*>(data) + length);
-          transport::land(receive, 0, aligned_.data(), length);
+          transport::land(receive, 0, aligned_for(receive, data, length), length);
         }))
       return;
     auto message = std::make_shared<UcxMessage>();
@@ -472,6 +502,49 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     default:  // a mismatch failed the peer; UCX drops the descriptor
       break;
   }
+}
+
+// Pieces come in order (the sequence numbers see to it), each right after the one before.
+void UcxTransport::take_piece(int peer, const Header& header, const void* data,
+                              std::size_t length) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (header.offset == 0) {
+    auto message = std::make_shared<UcxMessage>();
+    message->tag = header.tag;
+    message->signature = header.signature;
+    message->bytes = header.message_bytes;
+    const auto arrival = matching_.arrive(peer, message, /*in_place=*/true);
+    if (arrival == transport::Matching<UcxMessage>::Arrival::failed) return;
+    if (arrival == transport::Matching<UcxMessage>::Arrival::held)
+      message->kept.reserve(message->bytes);
+    p.assembling = std::move(message);
+  }
+  UcxMessage* message = p.assembling.get();
+  if (message == nullptr || header.offset != message->received + message->kept.size() ||
+      header.offset + length > message->bytes)
+    return fail_peer(peer, ErrorCode::protocol,
+                     "rank " + std::to_string(peer) + " sent a piece of " + std::to_string(length) +
+                         " B at " + std::to_string(header.offset) +
+                         " of a message it had not begun");
+  // Until its receive takes what was kept, later pieces are kept behind it.
+  if (!message->request || !message->kept.empty()) {
+    const auto* bytes = static_cast<const char*>(data);
+    message->kept.insert(message->kept.end(), bytes, bytes + length);
+  } else if (!message->request->done) {
+    matching_.deliver(*message, header.offset, aligned_for(*message->request, data, length),
+                      length);
+  }
+  if (header.offset + length == message->bytes) p.assembling.reset();
+}
+
+const void* UcxTransport::aligned_for(const Request& receive, const void* data,
+                                      std::size_t length) {
+  // UCX's buffer follows its headers and ours: reductions read whole elements.
+  if (transport::lands_as_copy(receive) || reinterpret_cast<std::uintptr_t>(data) % 8 == 0)
+    return data;
+  const auto* bytes = static_cast<const char*>(data);
+  aligned_.assign(bytes, bytes + length);
+  return aligned_.data();
 }
 
 // Rendezvous messages whose receive is posted are fetched only after the worker has delivered

@@ -7,7 +7,8 @@
 // Matching, so a message of another call fails both sides naming both calls before any byte
 // lands, exactly as over shm and tcp; with UCP's tag matching a message of another call would
 // wait unmatched until the timeout, or be cut to the wrong size. Eager messages land from
-// UCX's buffer as they arrive (reduced on arrival), or are kept until their receive is posted;
+// UCX's buffer as they arrive (reduced on arrival; to a peer of this machine, in pieces of one
+// fifo segment each), or are kept until their receive is posted;
 // rendezvous messages are fetched by the receiver once matched, straight into the user's
 // buffer when they land as a copy (UCX moves them zero-copy where its transport can), else
 // into a staging buffer that is then reduced. UCX may deliver a peer's messages out of order
@@ -45,11 +46,13 @@ enum AmId : unsigned { kData = 1, kAbort = 2, kGoodbye = 3, kHello = 4, kFarewel
 
 // Ahead of every active message's bytes.
 struct Header {
-  std::uint64_t sequence;     // on this peer pair, from 0, across every kind
-  std::uint64_t signature;    // data: its call's (src/core/call_signature.hpp)
-  std::uint64_t failed_call;  // abort: the collective its sender gave up on
-  std::uint32_t tag;          // data
-  std::int32_t from;          // the sender's rank
+  std::uint64_t sequence;       // on this peer pair, from 0, across every kind
+  std::uint64_t signature;      // data: its call's (src/core/call_signature.hpp)
+  std::uint64_t failed_call;    // abort: the collective its sender gave up on
+  std::uint32_t tag;            // data
+  std::int32_t from;            // the sender's rank
+  std::uint64_t offset;         // data: where this piece's bytes go in its message
+  std::uint64_t message_bytes;  // data: the whole message's (more than this piece when cut)
 };
 
 // A message being received: kept bytes of an eager one that came before its receive, or the
@@ -106,6 +109,8 @@ class UcxTransport final : public Transport {
     net::Fd pidfd;  // same machine: readable once it has ended
     std::uint64_t next_send = 0, next_receive = 0;
     std::map<std::uint64_t, Early> early;
+    // The message whose pieces are coming (see kPieceBytes), until its last.
+    std::shared_ptr<UcxMessage> assembling;
     bool hello = false;  // its first message: the endpoints both ways are up
     bool queues_sends = false;  // its endpoint may hold completed sends (see sent())
     bool same_machine = false;  // watched through its pidfd
@@ -124,6 +129,7 @@ class UcxTransport final : public Transport {
   struct Sending {
     Header header{};
     RequestPtr request;
+    std::size_t piece_bytes = 0;  // data: of the request's bytes, those this send carries
     int peer = 0;
     std::string text;  // an abort's reason
     std::pair<UcxTransport*, void*> callback{nullptr, nullptr};
@@ -134,14 +140,22 @@ class UcxTransport final : public Transport {
 
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
               bool rendezvous, bool& kept);
+  // Sends `bytes` of `request`'s from `offset` on, as one active message.
+  void send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
+                 std::uint32_t flags);
+  // A piece of an eager message cut in pieces arrived: it lands in its receive, or is kept.
+  void take_piece(int peer, const Header& header, const void* data, std::size_t length);
+  // `data`, or a copy of it in aligned_ when `receive` reduces and UCX's bytes are not
+  // aligned for whole elements.
+  const void* aligned_for(const Request& receive, const void* data, std::size_t length);
   void fetch(const std::shared_ptr<UcxMessage>& message);
   void start_fetches();
   bool turn();
   void post_recv(const RequestPtr& request);
   void send(std::unique_ptr<Sending> record, AmId id, const void* buffer, std::size_t bytes,
             std::uint32_t flags);
-  // A message of `id` with no data to `peer` (hello, goodbye, farewell).
-  void send_word(int peer, AmId id);
+  // A message of `id` to `peer` whose bytes, if any, say nothing (hello, goodbye, farewell).
+  void send_word(int peer, AmId id, const void* bytes = nullptr, std::size_t length = 0);
   int peer_of(ucp_ep_h ep) const;
   void check_peers_alive();
   // A connection UCX reported lost (its error handler, or a transfer that failed): the peer is
