@@ -117,8 +117,9 @@ TEST(Agreement, RanksThatLeaveRightAfterTheirCallsLoseNothing) {
 // Rank 0 gives up on a call that rank 1 has not entered yet, and rank 1 enters it only once
 // rank 0 has aborted (ordered through a pipe, not by sleeping): rank 0's data is already on
 // its way to rank 1, but rank 1 must fail the call too, naming rank 0's reason, not return a
-// result built from it. The reason is longer than a transport sends inline (UCX: 100 B),
-// whose first such message UCX once kept in a sender that moved its worker no more.
+// result built from it. The reason is longer than a transport sends inline (UCX's shared
+// memory: 100 B with the headers), whose first such message UCX once kept in a sender that
+// moved its worker no more.
 TEST(Agreement, ACallThatOneRankAbortedFailsOnEveryRank) {
   for (std::size_t count : {std::size_t{8}, std::size_t{1} << 20})
     for (int world : {2, 3}) {

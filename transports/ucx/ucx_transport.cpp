@@ -71,10 +71,11 @@ constexpr std::size_t kQueuedSendBytes = 8192;
 // MPI over `pml ucx` in the same run, all-reduce, 2 cores of an AMD EPYC, eager to 64 KiB ->
 // to 256 KiB: 2 ranks, 128 KiB x0.79-0.85 -> x0.86-1.03, 256 KiB x0.76-0.83 -> x0.94-1.01;
 // 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
-// one rendezvous costs less than the copies (512 KiB and up gained nothing). A message its
-// receiver only copies takes the rendezvous from one fifo segment on: one copy instead of two
-// (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB: 22.5 -> 7.0 and 41.5 ->
-// 11.5 us, Open MPI 11 us at 256 KiB).
+// one rendezvous costs less than the copies (512 KiB and up gained nothing). A message of a
+// call whose receivers only copy what lands (all-gather, all-to-all, gather, scatter, sends)
+// and larger than one fifo segment goes without the eager flag, and UCX takes its rendezvous:
+// one copy instead of two (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB:
+// 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB).
 constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // Eager messages to a peer of this machine go in pieces of this size, each of which fits one
 // segment of UCX's shared-memory fifo (UCX_POSIX_SEG_SIZE and UCX_SYSV_SEG_SIZE, 8256 B by
@@ -83,6 +84,8 @@ constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // first, which arcoll then copies (or reduces) again. Cut here, each piece lands in its receive
 // from the fifo, as Open MPI's tag matching over UCX lands its fragments.
 constexpr std::size_t kPieceBytes = 8192;
+static_assert(kPieceBytes + sizeof(Header) + 8 <= 8256,
+              "a piece, our header and UCX's (8 B) fit one default fifo segment");
 // Setup's hello carries this many bytes: more than UCX sends inline (100 B through its shared
 // memory), so that its copying path to each peer is up once setup is over. The first message
 // too large to go inline otherwise stays in the sender's worker until the peer answers
@@ -320,6 +323,8 @@ void UcxTransport::send(std::unique_ptr<Sending> record, AmId id, const void* bu
                       sizeof(Header), buffer, bytes, &param);
   if (status == nullptr) return sent(std::move(record));
   if (UCS_PTR_IS_ERR(status)) {
+    // The endpoint failed; what this send's sequence number was to carry never comes.
+    connection_lost(peer, UCS_PTR_STATUS(status));
     if (record->request) {
       record->request->error = make_error(ErrorCode::peer_failure, "ucx",
                                           "sending to rank " + std::to_string(peer) + " failed: " +
@@ -471,6 +476,7 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     return;
   }
   if (!rendezvous && header.message_bytes != length) return take_piece(peer, header, data, length);
+  if (p.assembling) return broke_off(peer);
   if (!rendezvous) {
     // Straight into a receive waiting for it; else kept until one is posted.
     if (matching_.arrive_whole(peer, header.tag, header.signature, length, [&](Request& receive) {
@@ -504,11 +510,18 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
   }
 }
 
-// Pieces come in order (the sequence numbers see to it), each right after the one before.
+// Pieces come in order (the sequence numbers see to it), each right after the one before, with
+// nothing else of their sender's between them.
 void UcxTransport::take_piece(int peer, const Header& header, const void* data,
                               std::size_t length) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (header.offset == 0) {
+    if (p.assembling) return broke_off(peer);
+    if (header.message_bytes > kLocalEagerBytes)
+      return fail_peer(peer, ErrorCode::protocol,
+                       "rank " + std::to_string(peer) + " sent an eager message of " +
+                           std::to_string(header.message_bytes) + " B, more than " +
+                           std::to_string(kLocalEagerBytes) + " B");
     auto message = std::make_shared<UcxMessage>();
     message->tag = header.tag;
     message->signature = header.signature;
@@ -520,7 +533,8 @@ void UcxTransport::take_piece(int peer, const Header& header, const void* data,
     p.assembling = std::move(message);
   }
   UcxMessage* message = p.assembling.get();
-  if (message == nullptr || header.offset != message->received + message->kept.size() ||
+  if (message == nullptr || header.tag != message->tag || header.message_bytes != message->bytes ||
+      header.offset != message->received + message->kept.size() ||
       header.offset + length > message->bytes)
     return fail_peer(peer, ErrorCode::protocol,
                      "rank " + std::to_string(peer) + " sent a piece of " + std::to_string(length) +
@@ -530,11 +544,21 @@ void UcxTransport::take_piece(int peer, const Header& header, const void* data,
   if (!message->request || !message->kept.empty()) {
     const auto* bytes = static_cast<const char*>(data);
     message->kept.insert(message->kept.end(), bytes, bytes + length);
-  } else if (!message->request->done) {
+  } else if (message->request->done) {
+    message->received += length;  // its receive failed: dropped, but counted
+  } else {
     matching_.deliver(*message, header.offset, aligned_for(*message->request, data, length),
                       length);
   }
   if (header.offset + length == message->bytes) p.assembling.reset();
+}
+
+void UcxTransport::broke_off(int peer) {
+  const UcxMessage& message = *peers_[static_cast<std::size_t>(peer)].assembling;
+  fail_peer(peer, ErrorCode::protocol,
+            "rank " + std::to_string(peer) + " broke off a message of " +
+                std::to_string(message.bytes) + " B after " +
+                std::to_string(message.received + message.kept.size()) + " B");
 }
 
 const void* UcxTransport::aligned_for(const Request& receive, const void* data,

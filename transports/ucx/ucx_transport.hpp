@@ -145,6 +145,8 @@ class UcxTransport final : public Transport {
                  std::uint32_t flags);
   // A piece of an eager message cut in pieces arrived: it lands in its receive, or is kept.
   void take_piece(int peer, const Header& header, const void* data, std::size_t length);
+  // `peer` sent something else before the last piece of the message it was sending.
+  void broke_off(int peer);
   // `data`, or a copy of it in aligned_ when `receive` reduces and UCX's bytes are not
   // aligned for whole elements.
   const void* aligned_for(const Request& receive, const void* data, std::size_t length);
