@@ -65,7 +65,8 @@ class Communicator {
   // which is then left out and, if it comes back, fails its own shrink() with an error saying
   // so. Every live rank calls it; this communicator is broken from then on (a rank still in a
   // call of it fails promptly), and only destroying it remains. A rank that aborted this
-  // communicator takes no part.
+  // communicator takes no part. The new communicator's algorithm and wire are the lowest
+  // survivor's (survivors that failed different calls may hold different ones).
   std::unique_ptr<Communicator> shrink();
   // Where newcomers find this communicator to join it ("address:port" of rank 0's rendezvous
   // store); empty in a world of one, which has none.

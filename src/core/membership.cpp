@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <sstream>
 #include <thread>
 
 #include "arcoll/communicator.hpp"
@@ -80,10 +81,16 @@ std::unique_ptr<Communicator> Communicator::shrink() {
   // the communicator then fails, and the live ranks agree again (each time one rank fewer).
   for (int attempt = 1;; ++attempt) {
     // Each rank offers a store, listening before its address goes out: the lowest member's
-    // serves the new communicator's rendezvous.
+    // serves the new communicator's rendezvous. Its call settings go with it, and every member
+    // takes the lowest member's: survivors that failed different calls of this communicator
+    // may hold different ones (a set_algorithm() between those calls), and the new
+    // communicator's first call must not run two algorithms.
     net::Fd store = net::listen_on(impl.rendezvous_.listen_address, 0);
+    const Options& own = impl.options_;
     const std::string offer = impl.rendezvous_.listen_address + " " +
-                              std::to_string(net::local_endpoint(store.get()).port);
+                              std::to_string(net::local_endpoint(store.get()).port) + " " +
+                              std::to_string(static_cast<int>(own.wire)) + " " +
+                              (own.wire_error_feedback ? "1 " : "0 ") + own.algorithm;
     const Survivors::Decision decision =
         impl.survivors_.agree(offer, net::Clock::now() + impl.options_.timeout);
     LaunchInfo launch;
@@ -94,9 +101,12 @@ std::unique_ptr<Communicator> Communicator::shrink() {
                          decision.members.begin());
     launch.job_token = impl.rendezvous_.job_token;
     launch.store_listening = true;
-    const std::string& lead = decision.offers.at(decision.members.front());
-    launch.master_addr = lead.substr(0, lead.find(' '));
-    launch.master_port = std::atoi(lead.c_str() + lead.find(' ') + 1);
+    std::istringstream lead(decision.offers.at(decision.members.front()));
+    int wire = 0, error_feedback = 0;
+    Options options = own;
+    lead >> launch.master_addr >> launch.master_port >> wire >> error_feedback >> options.algorithm;
+    options.wire = static_cast<DataType>(wire);
+    options.wire_error_feedback = error_feedback != 0;
     if (launch.rank == 0) launch.store_listen_fd = store.release();
     // A member that dies now never joins: the first rank to see its agreement connection close
     // says so in the new store, and every rank waiting for it fails at once.
@@ -129,7 +139,7 @@ std::unique_ptr<Communicator> Communicator::shrink() {
       }
     } join_on_exit{built, watchdog};
     try {
-      return std::make_unique<Communicator>(launch, impl.options_);
+      return std::make_unique<Communicator>(launch, options);
     } catch (const Error& e) {
       if (attempt >= size() || e.code() == ErrorCode::invalid_argument ||
           e.code() == ErrorCode::configuration)

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -54,6 +55,27 @@ void check_survivors(Communicator& old, Communicator& shrunk, const std::vector<
   for (int r = 0; r < shrunk.size(); ++r) EXPECT_EQ(ranks[static_cast<std::size_t>(r)], r);
 }
 
+// A job of `ranks` in which some are killed: survivors may wait for a silent one (the long
+// timeout, which they must not reach), and they carry on after the kills.
+LocalLaunchOptions with_kills(int ranks) {
+  LocalLaunchOptions options;
+  options.ranks = ranks;
+  options.env = {{"ARCOLL_TIMEOUT", kLongTimeout}};
+  options.failure_grace = std::chrono::seconds(60);
+  return options;
+}
+
+// The ranks of `killed` ended by SIGKILL, the others returned 0.
+void expect_killed_and_the_rest_ok(const std::vector<RankExit>& exits,
+                                   const std::vector<int>& killed) {
+  for (const auto& e : exits) {
+    if (std::find(killed.begin(), killed.end(), e.rank) != killed.end())
+      EXPECT_EQ(e.signal, SIGKILL) << describe(exits);
+    else
+      EXPECT_TRUE(e.ok()) << describe(exits);
+  }
+}
+
 // (world size, victim killed in an all-reduce, a rank that dies in the agreement or -1, the
 // round it dies entering: 1 before it proposes, 2 after its proposal went out, 0 once it has
 // decided and sent its decision; whether it dies unheard: having heard every other rank in
@@ -64,13 +86,10 @@ class DeathsAroundTheAgreement : public ::testing::TestWithParam<Deaths> {};
 
 TEST_P(DeathsAroundTheAgreement, SurvivorsShrinkAndComputeRight) {
   const auto [world, victim, second, round, unheard] = GetParam();
-  LocalLaunchOptions options;
-  options.ranks = world;
-  options.env = {{"ARCOLL_TIMEOUT", kLongTimeout}};
+  LocalLaunchOptions options = with_kills(world);
   if (second >= 0)
     options.env["ARCOLL_FAULT_AGREEMENT"] =
         std::to_string(second) + ":" + std::to_string(round) + (unheard ? ":unheard" : "");
-  options.failure_grace = std::chrono::seconds(60);
   auto exits = launch(options, [&] {
     auto comm = Communicator::from_env();
     const std::string failure = allreduce_until_failure(*comm, victim, 3);
@@ -85,12 +104,7 @@ TEST_P(DeathsAroundTheAgreement, SurvivorsShrinkAndComputeRight) {
     return 0;
   });
   ASSERT_EQ(exits.size(), static_cast<std::size_t>(world));
-  for (const auto& e : exits) {
-    if (e.rank == victim || e.rank == second)
-      EXPECT_EQ(e.signal, SIGKILL) << describe(exits);
-    else
-      EXPECT_TRUE(e.ok()) << describe(exits);
-  }
+  expect_killed_and_the_rest_ok(exits, {victim, second});
 }
 
 std::string deaths_name(const ::testing::TestParamInfo<Deaths>& info) {
@@ -118,11 +132,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DeathsAroundTheAgreement,
 // would: they find the rank dead by its process instead, long before their deadline.
 TEST(Shrink, ARankWhosePortAnotherProcessHoldsIsFoundDeadAtOnce) {
   constexpr int kVictim = 1;
-  LocalLaunchOptions options;
-  options.ranks = 3;
-  options.env = {{"ARCOLL_TIMEOUT", kLongTimeout}};
-  options.failure_grace = std::chrono::seconds(60);
-  auto exits = launch(options, [&] {
+  auto exits = launch(with_kills(3), [&] {
     auto comm = Communicator::from_env();
     if (comm->rank() == kVictim) {
       // One call first: every rank has joined, and the others' failing calls come after.
@@ -150,12 +160,7 @@ TEST(Shrink, ARankWhosePortAnotherProcessHoldsIsFoundDeadAtOnce) {
     return 0;
   });
   ASSERT_EQ(exits.size(), 3u);
-  for (const auto& e : exits) {
-    if (e.rank == kVictim)
-      EXPECT_EQ(e.signal, SIGKILL) << describe(exits);
-    else
-      EXPECT_TRUE(e.ok()) << describe(exits);
-  }
+  expect_killed_and_the_rest_ok(exits, {kVictim});
 }
 
 // Nobody failed: shrink() keeps every rank, as a fresh duplicate.
@@ -166,6 +171,25 @@ TEST(Shrink, WithoutAFailureKeepsEveryRank) {
       check_survivors(comm, *shrunk, {});
     });
   }
+}
+
+// Survivors that failed different calls may have changed their settings in between (a
+// set_algorithm() before the call one of them never reached): the shrunk communicator takes
+// the lowest member's, so its first call runs one algorithm on every rank, not a call
+// mismatch.
+TEST(Shrink, SurvivorsHoldingDifferentSettingsTakeTheLowestMembers) {
+  auto exits = launch(with_kills(3), [&] {
+    auto comm = Communicator::from_env();
+    comm->set_algorithm("ring");
+    const std::string failure = allreduce_until_failure(*comm, 2, 3);
+    // Rank 1 had gone on to the next call's setting when it learned of the failure.
+    if (comm->rank() == 1) comm->set_algorithm("recursive_doubling");
+    auto shrunk = comm->shrink();
+    EXPECT_EQ(shrunk->options().algorithm, "ring") << "after: " << failure;
+    check_survivors(*comm, *shrunk, {2});
+    return 0;
+  });
+  expect_killed_and_the_rest_ok(exits, {2});
 }
 
 // A rank that aborts takes no part: the others find it gone at once, not at their deadline.
