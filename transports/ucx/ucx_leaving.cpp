@@ -1,5 +1,6 @@
 // The UCX transport's failures and its leaving: peers judged lost, their last words, abort,
-// goodbyes and the endpoints closed (ucx_transport.cpp has setup, sending, receiving and waiting).
+// goodbyes and the endpoints closed (ucx_transport.cpp has setup, sending and waiting;
+// ucx_receiving.cpp, receiving).
 #include <thread>
 
 #include "arcoll/error.hpp"

@@ -55,6 +55,29 @@ struct Header {
   std::uint64_t message_bytes;  // data: the whole message's (more than this piece when cut)
 };
 
+// Up to this size a send to a peer of this machine over UCX's shared memory whose receiver
+// reduces it (or passes it on) as it lands goes eager: a reduction reads the bytes once
+// wherever they are, so the copies through UCX's fifo cost it one pass, as the fetch of UCX's
+// rendezvous (process_vm_readv) would, without the rendezvous' round trip. Busbw against Open
+// MPI over `pml ucx` in the same run, all-reduce, 2 cores of an AMD EPYC, eager to 64 KiB ->
+// to 256 KiB: 2 ranks, 128 KiB x0.79-0.85 -> x0.86-1.03, 256 KiB x0.76-0.83 -> x0.94-1.01;
+// 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
+// one rendezvous costs less than the copies (512 KiB and up gained nothing). A message of a
+// call whose receivers only copy what lands (all-gather, all-to-all, gather, scatter, sends)
+// and larger than one fifo segment goes without the eager flag, and UCX takes its rendezvous:
+// one copy instead of two (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB:
+// 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB).
+inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
+// Eager messages to a peer of this machine go in pieces of this size, each of which fits one
+// segment of UCX's shared-memory fifo (UCX_POSIX_SEG_SIZE and UCX_SYSV_SEG_SIZE, 8256 B by
+// default: room for 8 KiB, our header and UCX's). UCX hands a message of one segment over
+// where it lies in the fifo, and copies one of several segments into a buffer of its own
+// first, which arcoll then copies (or reduces) again. Cut here, each piece lands in its receive
+// from the fifo, as Open MPI's tag matching over UCX lands its fragments.
+inline constexpr std::size_t kPieceBytes = 8192;
+static_assert(kPieceBytes + sizeof(Header) + 8 <= 8256,
+              "a piece, our header and UCX's (8 B) fit one default fifo segment");
+
 // A message being received: kept bytes of an eager one that came before its receive, or the
 // descriptor of a rendezvous one, fetched once matched.
 struct UcxMessage : transport::Incoming {
