@@ -50,21 +50,23 @@ const std::map<Collective, const char*> kByMessages = {
     {Collective::broadcast, "ring"},      {Collective::gather, "direct"},
     {Collective::scatter, "direct"},      {Collective::alltoall, "direct"},
 };
-// A reduce goes straight to the root (direct) while the root receives at most this much in all
-// ((p-1) buffers); larger ones reduce-scatter first and gather to the root: by halving-doubling
-// on 2 ranks and from kHalvingReduceBytes, else by the ring. Medians of 4-6 interleaved jobs on
-// 2 cores of an AMD EPYC, shm: on 2 ranks direct took 38 against 47 us at 1 MiB (halving-
-// doubling), 291-381 against 118-165 us at 2 MiB; on 4 ranks 49-84 against 83-131 us at 512
-// KiB (ring); at 2 MiB on 4 ranks the ring took 424-621 us, halving-doubling 882-1317, at 16
-// MiB 8.5-9.1 ms against 6.0-7.1, at 32 MiB 17.3-18.1 against 12.2-12.9. Over tcp on 2 ranks
-// direct stays as fast to 2 MiB.
+// A reduce goes straight to the root (direct) on 2 ranks, and on more while the root receives
+// at most this much in all ((p-1) buffers); larger ones reduce-scatter first and gather to the
+// root: by halving-doubling from kHalvingReduceBytes, else by the ring. On 2 ranks direct, in
+// chunks that the root reduces as they land, took 0.47-0.74 of halving-doubling's time at 1, 4
+// and 16 MiB over shm, UCX and tcp (2 cores of an Intel Xeon; before the chunks, whole
+// messages past the cache made it lose from 2 MiB). Medians of 4-6 interleaved jobs on 2
+// cores of an AMD EPYC, shm: on 4 ranks direct took 49-84 against 83-131 us at 512 KiB (ring);
+// at 2 MiB on 4 ranks the ring took 424-621 us, halving-doubling 882-1317, at 16 MiB 8.5-9.1 ms
+// against 6.0-7.1, at 32 MiB 17.3-18.1 against 12.2-12.9.
 constexpr std::size_t kDirectReduceBytes = 1536 * 1024;
 constexpr std::size_t kHalvingReduceBytes = 16 << 20;
 
 const char* by_messages(Collective collective, std::size_t posted, int ranks) {
   if (collective != Collective::reduce) return kByMessages.at(collective);
-  if (static_cast<std::size_t>(ranks - 1) * posted <= kDirectReduceBytes) return "direct";
-  return ranks == 2 || posted >= kHalvingReduceBytes ? "halving_doubling" : "ring";
+  if (ranks == 2 || static_cast<std::size_t>(ranks - 1) * posted <= kDirectReduceBytes)
+    return "direct";
+  return posted >= kHalvingReduceBytes ? "halving_doubling" : "ring";
 }
 
 // The most a rank posts for a collective other than all-reduce: past it messages win (2 ranks

@@ -269,7 +269,8 @@ TEST(CostModel, CollectivesMoveWhatTheirAlgorithmsMove) {
 }
 
 // The boards' prediction of a collective is theirs while a call fits there, else that of the
-// algorithm it then goes by: direct, then halving-doubling on 2 ranks and the ring on 4.
+// algorithm it then goes by: a reduce direct (on 2 ranks at every size), on 4 then the ring,
+// and halving-doubling from 16 MiB.
 TEST(CostModel, BoardsPredictWhatTheCallRuns) {
   Layout l = one_host(4);
   l.board_capacity = 64 * 1024;
@@ -295,7 +296,7 @@ TEST(CostModel, BoardsPredictWhatTheCallRuns) {
   pair.board_capacity = 64 * 1024;
   Layout pair_without = pair;
   pair_without.board_capacity = 0;
-  same("halving_doubling", pair, pair_without, 4 << 20, Collective::reduce);
+  same("direct", pair, pair_without, 4 << 20, Collective::reduce);
 }
 
 }  // namespace

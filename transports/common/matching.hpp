@@ -59,8 +59,9 @@ class Matching {
 
   // The header of a message from `peer` arrived: it meets the first receive posted for its
   // tag, or is held, or must wait where it is (park: reveal it again once a receive is posted),
-  // or met a receive of another call (failed). `in_place`: its bytes stay readable at the
-  // sender until a receive takes them, so it is held at any size without copying.
+  // or met a receive of another call (failed). `in_place`: the transport keeps its bytes
+  // readable (at the sender, or in a buffer of its own) until a receive takes them, so it is
+  // held at any size without copying here.
   Arrival arrive(int peer, const MessagePtr& message, bool in_place = false) {
     PeerState& p = peer_state(peer);
     const auto match = std::find_if(p.posted.begin(), p.posted.end(),

@@ -102,7 +102,7 @@ bool UcxTransport::take_last_word(int peer) {
     Early last = std::move(it->second);
     p.early.erase(it);
     bool kept = false;
-    handle(peer, kAbort, last.header, last.bytes.data(), last.bytes.size(), false, kept);
+    handle(peer, kAbort, last.header, last.bytes.data(), last.bytes.size(), Arrived::passing, kept);
     return true;
   }
   return false;
@@ -136,6 +136,20 @@ void UcxTransport::fail_transfers(const std::exception_ptr& error) {
 
 void UcxTransport::release(void* descriptor) noexcept {
   if (descriptor != nullptr) ucp_am_data_release(worker_, descriptor);
+}
+
+void UcxMessage::give_back() noexcept {
+  if (held_from != nullptr && held_from->worker != nullptr) {
+    for (const KeptBytes& piece : kept)
+      if (piece.descriptor != nullptr) {
+        ucp_am_data_release(held_from->worker, piece.descriptor);
+        held_from->eager_bytes -= piece.length;
+      }
+    if (descriptor != nullptr) ucp_am_data_release(held_from->worker, descriptor);
+  }
+  if (held_from != nullptr) descriptor = nullptr;
+  kept.clear();
+  kept_bytes = 0;
 }
 
 void UcxTransport::abort(const std::string& reason, std::uint64_t failed_call) noexcept {
@@ -273,15 +287,18 @@ void UcxTransport::shut_down() noexcept {
     close_endpoints(deadline);
   }
   // Transfers still in flight end with the worker: their callbacks (which free them) come from
-  // its destruction. Descriptors of messages never fetched go back to UCX.
+  // its destruction. Descriptors of messages never fetched, and buffers kept, go back to UCX;
+  // frozen, nothing goes back: it all ends with the worker, and no message gives anything back
+  // later.
   if (!frozen_) {
     for (const auto& weak : held_)
-      if (auto message = weak.lock()) release(std::exchange(message->descriptor, nullptr));
+      if (auto message = weak.lock()) message->give_back();
     for (const auto& message : to_fetch_) release(std::exchange(message->descriptor, nullptr));
     for (int r : peer_ranks_)
       for (auto& [sequence, early] : peers_[static_cast<std::size_t>(r)].early)
         release(std::exchange(early.descriptor, nullptr));
   }
+  held_from_worker_.worker = nullptr;
   // The records go after the worker: its destruction may still call back with them.
   ucp_worker_destroy(std::exchange(worker_, nullptr));
   sending_.clear();

@@ -50,12 +50,45 @@ void UcxTransport::post_recv(const RequestPtr& request) {
     to_fetch_.push_back(message);
     return;
   }
-  matching_.deliver(*message, 0, message->kept.data(), message->kept.size());
-  std::vector<char>().swap(message->kept);
+  land_kept(*message);
+}
+
+void UcxTransport::land_kept(UcxMessage& message) {
+  for (const KeptBytes& piece : message.kept)
+    matching_.deliver(message, message.received,
+                      aligned_for(*message.request, piece.data, piece.length), piece.length);
+  message.give_back();
+}
+
+void UcxTransport::keep(const std::shared_ptr<UcxMessage>& message, void* data, std::size_t length,
+                        Arrived how, bool& kept) {
+  KeptBytes piece;
+  piece.length = length;
+  if (how == Arrived::keepable && held_from_worker_.eager_bytes + length <= kHeldEagerBytes) {
+    piece.descriptor = data;
+    piece.data = static_cast<const char*>(data);
+    kept = true;
+    if (message->held_from == nullptr) remember_held(message);
+    held_from_worker_.eager_bytes += length;
+  } else {
+    piece.copy.assign(static_cast<const char*>(data), static_cast<const char*>(data) + length);
+    piece.data = piece.copy.data();
+  }
+  message->kept.push_back(std::move(piece));
+  message->kept_bytes += length;
+}
+
+void UcxTransport::remember_held(const std::shared_ptr<UcxMessage>& message) {
+  message->held_from = &held_from_worker_;
+  // Those landed or dropped since are forgotten as the list would grow.
+  if (held_.size() == held_.capacity())
+    std::erase_if(held_, [](const std::weak_ptr<UcxMessage>& weak) { return weak.expired(); });
+  held_.push_back(message);
 }
 
 ucs_status_t UcxTransport::arrived(AmId id, const Header& header, void* data, std::size_t length,
-                                   bool rendezvous) {
+                                   Arrived how) {
+  const bool rendezvous = how == Arrived::rendezvous;
   const int from = header.from;
   if (!std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), from)) {
     log::warn("ucx: dropped an active message from rank " + std::to_string(from) +
@@ -78,7 +111,7 @@ ucs_status_t UcxTransport::arrived(AmId id, const Header& header, void* data, st
     return rendezvous ? UCS_INPROGRESS : UCS_OK;
   }
   bool kept = false;
-  handle(from, id, header, data, length, rendezvous, kept);
+  handle(from, id, header, data, length, how, kept);
   ++p.next_receive;
   // What came ahead of its turn and is due now.
   for (auto it = p.early.find(p.next_receive); it != p.early.end() && !p.failed;
@@ -88,7 +121,7 @@ ucs_status_t UcxTransport::arrived(AmId id, const Header& header, void* data, st
     bool kept_early = false;
     const bool described = early.descriptor != nullptr;
     handle(from, early.id, early.header, described ? early.descriptor : early.bytes.data(),
-           early.length, described, kept_early);
+           early.length, described ? Arrived::rendezvous : Arrived::passing, kept_early);
     if (described && !kept_early) release(early.descriptor);
     ++p.next_receive;
   }
@@ -96,8 +129,9 @@ ucs_status_t UcxTransport::arrived(AmId id, const Header& header, void* data, st
 }
 
 void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
-                          bool rendezvous, bool& kept) {
+                          Arrived how, bool& kept) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
+  const bool rendezvous = how == Arrived::rendezvous;
   if (id == kHello) {
     p.hello = true;
     return;
@@ -124,7 +158,8 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     fail_peer(peer, ErrorCode::peer_failure, "rank " + std::to_string(peer) + " aborted: " + text);
     return;
   }
-  if (!rendezvous && header.message_bytes != length) return take_piece(peer, header, data, length);
+  if (!rendezvous && header.message_bytes != length)
+    return take_piece(peer, header, data, length, how, kept);
   if (p.assembling) return broke_off(peer);
   if (!rendezvous) {
     // Straight into a receive waiting for it; else kept until one is posted.
@@ -136,8 +171,9 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     message->tag = header.tag;
     message->signature = header.signature;
     message->bytes = length;
-    message->kept.assign(static_cast<char*>(data), static_cast<char*>(data) + length);
-    matching_.arrive(peer, message, /*in_place=*/true);
+    if (matching_.arrive(peer, message, /*in_place=*/true) ==
+        transport::Matching<UcxMessage>::Arrival::held)
+      keep(message, data, length, how, kept);
     return;
   }
   auto message = std::make_shared<UcxMessage>();
@@ -152,7 +188,7 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
       break;
     case transport::Matching<UcxMessage>::Arrival::held:
       kept = true;
-      held_.push_back(message);
+      remember_held(message);
       break;
     default:  // a mismatch failed the peer; UCX drops the descriptor
       break;
@@ -161,8 +197,8 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
 
 // Pieces come in order (the sequence numbers see to it), each right after the one before, with
 // nothing else of their sender's between them.
-void UcxTransport::take_piece(int peer, const Header& header, const void* data,
-                              std::size_t length) {
+void UcxTransport::take_piece(int peer, const Header& header, void* data, std::size_t length,
+                              Arrived how, bool& kept) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (header.offset == 0) {
     if (p.assembling) return broke_off(peer);
@@ -175,15 +211,14 @@ void UcxTransport::take_piece(int peer, const Header& header, const void* data,
     message->tag = header.tag;
     message->signature = header.signature;
     message->bytes = header.message_bytes;
-    const auto arrival = matching_.arrive(peer, message, /*in_place=*/true);
-    if (arrival == transport::Matching<UcxMessage>::Arrival::failed) return;
-    if (arrival == transport::Matching<UcxMessage>::Arrival::held)
-      message->kept.reserve(message->bytes);
+    if (matching_.arrive(peer, message, /*in_place=*/true) ==
+        transport::Matching<UcxMessage>::Arrival::failed)
+      return;
     p.assembling = std::move(message);
   }
-  UcxMessage* message = p.assembling.get();
+  const std::shared_ptr<UcxMessage>& message = p.assembling;
   if (message == nullptr || header.tag != message->tag || header.message_bytes != message->bytes ||
-      header.offset != message->received + message->kept.size() ||
+      header.offset != message->received + message->kept_bytes ||
       header.offset + length > message->bytes)
     return fail_peer(peer, ErrorCode::protocol,
                      "rank " + std::to_string(peer) + " sent a piece of " + std::to_string(length) +
@@ -191,8 +226,7 @@ void UcxTransport::take_piece(int peer, const Header& header, const void* data,
                          " of a message it had not begun");
   // Until its receive takes what was kept, later pieces are kept behind it.
   if (!message->request || !message->kept.empty()) {
-    const auto* bytes = static_cast<const char*>(data);
-    message->kept.insert(message->kept.end(), bytes, bytes + length);
+    keep(message, data, length, how, kept);
   } else if (message->request->done) {
     message->received += length;  // its receive failed: dropped, but counted
   } else {
@@ -207,7 +241,7 @@ void UcxTransport::broke_off(int peer) {
   fail_peer(peer, ErrorCode::protocol,
             "rank " + std::to_string(peer) + " broke off a message of " +
                 std::to_string(message.bytes) + " B after " +
-                std::to_string(message.received + message.kept.size()) + " B");
+                std::to_string(message.received + message.kept_bytes) + " B");
 }
 
 const void* UcxTransport::aligned_for(const Request& receive, const void* data,

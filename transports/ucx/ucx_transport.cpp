@@ -83,8 +83,10 @@ ucs_status_t on_message(void* arg, const void* header, std::size_t header_length
   }
   Header h;
   std::memcpy(&h, header, sizeof h);
-  return handler->first->arrived(handler->second, h, data, length,
-                                 (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+  const Arrived how = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0   ? Arrived::rendezvous
+                      : (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) != 0 ? Arrived::keepable
+                                                                             : Arrived::passing;
+  return handler->first->arrived(handler->second, h, data, length, how);
 }
 
 void on_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -126,6 +128,7 @@ UcxTransport::UcxTransport(const TransportSetup& setup)
   worker.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   Context::check(ucp_worker_create(context_->handle, &worker, &worker_), "ucp_worker_create",
                  rank_);
+  held_from_worker_.worker = worker_;
   try {
     Context::check(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd", rank_);
     for (AmId id : {kData, kAbort, kGoodbye, kHello, kFarewell}) {

@@ -8,7 +8,8 @@
 // lands, exactly as over shm and tcp; with UCP's tag matching a message of another call would
 // wait unmatched until the timeout, or be cut to the wrong size. Eager messages land from
 // UCX's buffer as they arrive (reduced on arrival; to a peer of this machine, in pieces of one
-// fifo segment each), or are kept until their receive is posted;
+// fifo segment each), or are kept until their receive is posted (UCX's buffer itself, held,
+// where UCX lends it);
 // rendezvous messages are fetched by the receiver once matched, straight into the user's
 // buffer when they land as a copy (UCX moves them zero-copy where its transport can), else
 // into a staging buffer that is then reduced. UCX may deliver a peer's messages out of order
@@ -78,15 +79,53 @@ inline constexpr std::size_t kPieceBytes = 8192;
 static_assert(kPieceBytes + sizeof(Header) + 8 <= 8256,
               "a piece, our header and UCX's (8 B) fit one default fifo segment");
 
+// How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
+// call only (`passing`: inline in its fifo, or read from TCP), eager bytes in a buffer of
+// UCX's that the handler may keep (`keepable`: UCS_INPROGRESS keeps it, ucp_am_data_release
+// gives it back), or a rendezvous descriptor, fetched later.
+enum class Arrived { passing, keepable, rendezvous };
+
+// Eager bytes that came before their receive: UCX's own buffer where it lets us keep it (no
+// copy: a reduce's root, whose sender runs a call ahead, read every piece twice before), else
+// a copy.
+struct KeptBytes {
+  void* descriptor = nullptr;  // UCX's buffer, held until landed
+  std::vector<char> copy;
+  const char* data = nullptr;  // the descriptor's bytes, or the copy's
+  std::size_t length = 0;
+};
+
+// What messages that came before their receive hold of one worker's: the worker (null once
+// it is gone: what was held ended with it), and the bytes of eager buffers held.
+struct HeldFromWorker {
+  ucp_worker_h worker = nullptr;
+  std::size_t eager_bytes = 0;
+};
+
+// At most this much of UCX's eager buffers is held at once; beyond, kept bytes are copied.
+// Through shared memory UCX's receive buffers lie in /dev/shm and its pools never shrink: a
+// sender a call ahead with a reduce of 1 GiB would otherwise leave 1 GiB of them behind.
+inline constexpr std::size_t kHeldEagerBytes = 4 << 20;
+
 // A message being received: kept bytes of an eager one that came before its receive, or the
 // descriptor of a rendezvous one, fetched once matched.
 struct UcxMessage : transport::Incoming {
-  void* descriptor = nullptr;  // rendezvous: UCX's, until fetched or released
-  std::vector<char> kept;      // eager, before its receive
+  UcxMessage() = default;
+  UcxMessage(const UcxMessage&) = delete;
+  UcxMessage& operator=(const UcxMessage&) = delete;
+  ~UcxMessage() { give_back(); }
+  // Gives UCX back what this message holds (its kept buffers, its rendezvous descriptor), and
+  // forgets the copies kept.
+  void give_back() noexcept;
+
+  void* descriptor = nullptr;   // rendezvous: UCX's, until fetched or released
+  std::vector<KeptBytes> kept;  // eager, before its receive, in order
+  std::size_t kept_bytes = 0;
+  HeldFromWorker* held_from = nullptr;  // set once it holds anything of UCX's before its receive
   // Fetched here when its receive lands as more than a copy (not zeroed: UCX writes it whole).
   std::unique_ptr<char[]> staging;
-  void* handle = nullptr;      // UCX's request while fetching
-  bool acknowledged = false;   // rendezvous: its sender knows it was fetched (see fetch_done)
+  void* handle = nullptr;     // UCX's request while fetching
+  bool acknowledged = false;  // rendezvous: its sender knows it was fetched (see fetch_done)
 };
 
 // UCX's context, shared by the communicators of a process (creating one loads every UCX
@@ -112,8 +151,7 @@ class UcxTransport final : public Transport {
   std::string pending_state() const override;
 
   // For UCX's callbacks.
-  ucs_status_t arrived(AmId id, const Header& header, void* data, std::size_t length,
-                       bool rendezvous);
+  ucs_status_t arrived(AmId id, const Header& header, void* data, std::size_t length, Arrived how);
   void peer_lost(ucp_ep_h ep, ucs_status_t status);
   void send_done(void* record, ucs_status_t status);
   void fetch_done(UcxMessage* message, ucs_status_t status);
@@ -161,13 +199,20 @@ class UcxTransport final : public Transport {
   };
   void sent(std::unique_ptr<Sending> record);
 
+  // `kept`: the handler holds UCX's buffer or descriptor (UCS_INPROGRESS).
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
-              bool rendezvous, bool& kept);
+              Arrived how, bool& kept);
   // Sends `bytes` of `request`'s from `offset` on, as one active message.
   void send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
                  std::uint32_t flags);
   // A piece of an eager message cut in pieces arrived: it lands in its receive, or is kept.
-  void take_piece(int peer, const Header& header, const void* data, std::size_t length);
+  void take_piece(int peer, const Header& header, void* data, std::size_t length, Arrived how,
+                  bool& kept);
+  // Keeps eager bytes of `message` until its receive takes them (UCX's buffer, or a copy).
+  void keep(const std::shared_ptr<UcxMessage>& message, void* data, std::size_t length,
+            Arrived how, bool& kept);
+  // Lands what `message` kept in its receive, just posted.
+  void land_kept(UcxMessage& message);
   // `peer` sent something else before the last piece of the message it was sending.
   void broke_off(int peer);
   // `data`, or a copy of it in aligned_ when `receive` reduces and UCX's bytes are not
@@ -216,6 +261,7 @@ class UcxTransport final : public Transport {
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
   std::vector<Peer> peers_;
+  HeldFromWorker held_from_worker_;  // outlives the messages of matching_
   transport::Matching<UcxMessage> matching_;
   std::map<Sending*, std::unique_ptr<Sending>> sending_;
   std::map<UcxMessage*, std::shared_ptr<UcxMessage>> fetching_;
@@ -224,8 +270,11 @@ class UcxTransport final : public Transport {
   std::vector<RequestPtr> pending_failures_;  // transfers that failed, until judged
   std::vector<std::shared_ptr<UcxMessage>> to_fetch_;  // matched, fetched after progress
   std::vector<char> aligned_;  // an eager message reduced from, when UCX's bytes are not aligned
-  // Rendezvous messages held before their receive: their descriptors go back when closing.
+  // Messages held before their receive with UCX's descriptors or buffers: they go back when
+  // closing (those of messages gone already went back with them).
   std::vector<std::weak_ptr<UcxMessage>> held_;
+  // `message` holds something of UCX's: counted in held_from_worker_, and listed in held_.
+  void remember_held(const std::shared_ptr<UcxMessage>& message);
   transport::LastWords last_words_;
   std::exception_ptr failure_;
   PeerFailedCall peer_failed_call_;
