@@ -250,7 +250,7 @@ void UcxTransport::post(const RequestPtr& request) {
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   const bool eager = p.same_machine && !p.queues_sends &&
-                     (request->bytes <= kPieceBytes ||
+                     (request->bytes <= kCopyEagerBytes ||
                       (request->pipelined_call && request->bytes <= kLocalEagerBytes));
   if (!eager) return send_data(request, 0, request->bytes, 0);
   std::size_t offset = 0;

@@ -65,7 +65,7 @@ struct Header {
 // 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
 // one rendezvous costs less than the copies (512 KiB and up gained nothing). A message of a
 // call whose receivers only copy what lands (all-gather, all-to-all, gather, scatter, sends)
-// and larger than one fifo segment goes without the eager flag, and UCX takes its rendezvous:
+// and larger than kCopyEagerBytes goes without the eager flag, and UCX takes its rendezvous:
 // one copy instead of two (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB:
 // 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB).
 inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
@@ -78,6 +78,13 @@ inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 inline constexpr std::size_t kPieceBytes = 8192;
 static_assert(kPieceBytes + sizeof(Header) + 8 <= 8256,
               "a piece, our header and UCX's (8 B) fit one default fifo segment");
+// Copies go eager up to two pieces: a rendezvous's round trip costs more than the second copy
+// of 16 KiB where the receiver must first be scheduled. 2 cores of an Intel Xeon, same-run A/B
+// of the limit at one piece and at two, busbw against Open MPI over `pml ucx`: 4 ranks, blocks
+// of 16 KiB, all-gather, all-to-all, gather and scatter in 0.70-0.80 of the time (all-to-all
+// x0.57-0.67 -> x0.85-0.87, scatter x0.23-0.29 -> x0.33-0.41); 2 ranks, the same calls in
+// 0.79-0.96, but sendrecv of 16 KiB in 1.12 (x0.93-1.00 -> x0.85-0.88).
+inline constexpr std::size_t kCopyEagerBytes = 2 * kPieceBytes;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
 // call only (`passing`: inline in its fifo, or read from TCP), eager bytes in a buffer of
