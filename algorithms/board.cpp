@@ -55,10 +55,11 @@ const std::map<Collective, const char*> kByMessages = {
 // root: by halving-doubling from kHalvingReduceBytes, else by the ring. On 2 ranks direct, in
 // chunks that the root reduces as they land, took 0.47-0.74 of halving-doubling's time at 1, 4
 // and 16 MiB over shm, UCX and tcp (2 cores of an Intel Xeon; before the chunks, whole
-// messages past the cache made it lose from 2 MiB). Medians of 4-6 interleaved jobs on 2
-// cores of an AMD EPYC, shm: on 4 ranks direct took 49-84 against 83-131 us at 512 KiB (ring);
-// at 2 MiB on 4 ranks the ring took 424-621 us, halving-doubling 882-1317, at 16 MiB 8.5-9.1 ms
-// against 6.0-7.1, at 32 MiB 17.3-18.1 against 12.2-12.9.
+// messages past the cache made it lose from 2 MiB), 0.57-0.91 between 2 emulated hosts.
+// Medians of 4-6 interleaved jobs on 2 cores of an AMD EPYC, shm: on 4 ranks direct took 49-84
+// against 83-131 us at 512 KiB (ring); at 2 MiB on 4 ranks the ring took 424-621 us,
+// halving-doubling 882-1317, at 16 MiB 8.5-9.1 ms against 6.0-7.1, at 32 MiB 17.3-18.1
+// against 12.2-12.9.
 constexpr std::size_t kDirectReduceBytes = 1536 * 1024;
 constexpr std::size_t kHalvingReduceBytes = 16 << 20;
 

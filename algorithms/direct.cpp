@@ -91,21 +91,27 @@ void direct_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
 // of L2 a core), out of place, whole messages -> chunks of 256 KiB: shm 1 MiB 110 -> 90 us,
 // 4 MiB 843 -> 419; UCX 1 MiB 231 -> 111, 4 MiB 949 -> 539. Chunks of 128 KiB took as long;
 // of 512 KiB over UCX 1.4-1.7x as long (past its eager limit each is fetched whole into a
-// staging buffer of its own, ucx_transport.hpp).
+// staging buffer of its own, ucx_transport.hpp). Between hosts a buffer goes whole: TCP lands
+// it as it streams in, and chunks of 256 KiB took 1.5-1.8x as long at 512 KiB-1 MiB (2
+// emulated hosts, one rank each, unshaped veth; whole messages as fast as any chunk size
+// tried, 1-2 MiB, up to 32 MiB).
 constexpr std::size_t kReduceChunkBytes = 256 * 1024;
 
 // Reduce: every rank sends its buffer to the root, which reduces them in rank order (its own
 // first), one message deep where the ring's reduce-scatter then gather is p - 1 steps and a
 // gather deep. A peer's chunks are all received at once (each lands in its own part of the
-// result); the next peer's reduce into what the one before left.
+// result); the next peer's reduce into what the one before left. Both ends of a pair cut alike:
+// chunks when the peer is on the root's host, else the whole buffer.
 void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t elem = size_of(a.type);
-  const std::size_t chunk = std::max<std::size_t>(1, kReduceChunkBytes / elem);
   auto at = [&](const void* buffer, std::size_t first) {
     return static_cast<char*>(const_cast<void*>(buffer)) + first * elem;
   };
   // (A call of no elements still sends its one empty message: the root hears every rank.)
-  auto each_chunk = [&](auto f) {
+  auto each_chunk = [&](int peer, auto f) {
+    const std::size_t chunk = p2p.node_of(peer) == p2p.node_of(a.root)
+                                  ? std::max<std::size_t>(1, kReduceChunkBytes / elem)
+                                  : std::max<std::size_t>(1, a.count);
     std::size_t first = 0;
     do {
       const std::size_t n = std::min(chunk, a.count - first);
@@ -115,7 +121,7 @@ void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   };
   std::vector<RequestPtr> requests;
   if (p2p.rank() != a.root) {
-    each_chunk([&](std::size_t first, std::size_t n) {
+    each_chunk(p2p.rank(), [&](std::size_t first, std::size_t n) {
       requests.push_back(p2p.isend(a.root, at(a.send, first), n * elem));
     });
     p2p.wait_all(requests);
@@ -126,7 +132,7 @@ void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   for (int r = 0; r < p2p.size(); ++r) {
     if (r == a.root) continue;
     requests.clear();
-    each_chunk([&](std::size_t first, std::size_t n) {
+    each_chunk(r, [&](std::size_t first, std::size_t n) {
       requests.push_back(p2p.irecv_reduce(r, at(a.recv, first), at(with, first), n, a.type, a.op));
     });
     p2p.wait_all(requests);
