@@ -3,7 +3,9 @@
 # (scripts/cluster.sh) on 1 Gbit/s links, again on 1 Gbit/s, and on links throttled to
 # 250 Mbit/s by tc. arbench compare passes the rerun and fails the throttled run with exit 1.
 # Messages of 1 MiB and more keep the link, not the cores, the bottleneck (smaller ones vary
-# with tc's bursts): the rerun must time like the run.
+# with tc's bursts): the rerun must time like the run, within 25% (an unchanged rerun on these
+# links once timed 4 MiB 14% slower with its repetitions 11.5% apart; the throttled run loses
+# about 75%).
 # Skipped (77) where namespaces cannot be made (not root, unprivileged container).
 #
 # Usage: bash compare_throttled.sh path/to/arbench
@@ -24,11 +26,11 @@ sweep 1gbit "$work/rerun.json"
 sweep 250mbit "$work/throttled.json"
 
 status=0
-"$arbench" compare --threshold 10% "$work/base.json" "$work/rerun.json" >"$work/same.txt" || status=$?
+"$arbench" compare --threshold 25% "$work/base.json" "$work/rerun.json" >"$work/same.txt" || status=$?
 cat "$work/same.txt"
 ((status == 0)) || fail "the unchanged rerun was flagged (exit $status)"
 status=0
-"$arbench" compare --threshold 10% "$work/base.json" "$work/throttled.json" >"$work/slow.txt" || status=$?
+"$arbench" compare --threshold 25% "$work/base.json" "$work/throttled.json" >"$work/slow.txt" || status=$?
 cat "$work/slow.txt"
 ((status == 1)) || fail "the throttled run was not flagged (exit $status)"
 # The largest size, the steadiest, regressed by about the 4x the link lost.
