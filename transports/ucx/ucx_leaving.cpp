@@ -143,7 +143,7 @@ void UcxMessage::give_back() noexcept {
     for (const KeptBytes& piece : kept)
       if (piece.descriptor != nullptr) {
         ucp_am_data_release(held_from->worker, piece.descriptor);
-        held_from->eager_bytes -= piece.length;
+        held_from->eager_bytes -= piece.held_length;
       }
     if (descriptor != nullptr) ucp_am_data_release(held_from->worker, descriptor);
   }

@@ -56,26 +56,27 @@ void UcxTransport::post_recv(const RequestPtr& request) {
 void UcxTransport::land_kept(UcxMessage& message) {
   for (const KeptBytes& piece : message.kept)
     matching_.deliver(message, message.received,
-                      aligned_for(*message.request, piece.data, piece.length), piece.length);
+                      aligned_for(*message.request, piece.data(), piece.size()), piece.size());
   message.give_back();
 }
 
 void UcxTransport::keep(const std::shared_ptr<UcxMessage>& message, void* data, std::size_t length,
                         Arrived how, bool& kept) {
-  KeptBytes piece;
-  piece.length = length;
+  message->kept_bytes += length;
   if (how == Arrived::keepable && held_from_worker_.eager_bytes + length <= kHeldEagerBytes) {
-    piece.descriptor = data;
-    piece.data = static_cast<const char*>(data);
+    message->kept.push_back({data, length, {}});
     kept = true;
     if (message->held_from == nullptr) remember_held(message);
     held_from_worker_.eager_bytes += length;
-  } else {
-    piece.copy.assign(static_cast<const char*>(data), static_cast<const char*>(data) + length);
-    piece.data = piece.copy.data();
+    return;
   }
-  message->kept.push_back(std::move(piece));
-  message->kept_bytes += length;
+  // Copied after the last copy, if the last piece kept was one: no allocation per piece.
+  if (message->kept.empty() || message->kept.back().descriptor != nullptr) {
+    message->kept.emplace_back();
+    message->kept.back().copy.reserve(message->bytes - (message->kept_bytes - length));
+  }
+  std::vector<char>& copy = message->kept.back().copy;
+  copy.insert(copy.end(), static_cast<const char*>(data), static_cast<const char*>(data) + length);
 }
 
 void UcxTransport::remember_held(const std::shared_ptr<UcxMessage>& message) {

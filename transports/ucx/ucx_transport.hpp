@@ -94,12 +94,15 @@ enum class Arrived { passing, keepable, rendezvous };
 
 // Eager bytes that came before their receive: UCX's own buffer where it lets us keep it (no
 // copy: a reduce's root, whose sender runs a call ahead, read every piece twice before), else
-// a copy.
+// a copy (pieces copied one after another share one).
 struct KeptBytes {
-  void* descriptor = nullptr;  // UCX's buffer, held until landed
-  std::vector<char> copy;
-  const char* data = nullptr;  // the descriptor's bytes, or the copy's
-  std::size_t length = 0;
+  void* descriptor = nullptr;  // UCX's buffer of `held_length` bytes, held until landed
+  std::size_t held_length = 0;
+  std::vector<char> copy;  // without a descriptor
+  const char* data() const {
+    return descriptor != nullptr ? static_cast<const char*>(descriptor) : copy.data();
+  }
+  std::size_t size() const { return descriptor != nullptr ? held_length : copy.size(); }
 };
 
 // What messages that came before their receive hold of one worker's: the worker (null once
@@ -110,8 +113,9 @@ struct HeldFromWorker {
 };
 
 // At most this much of UCX's eager buffers is held at once; beyond, kept bytes are copied.
-// Through shared memory UCX's receive buffers lie in /dev/shm and its pools never shrink: a
-// sender a call ahead with a reduce of 1 GiB would otherwise leave 1 GiB of them behind.
+// Each one held takes UCX's fifo another receive buffer from its pool (through its shared
+// memory), which then keeps it: a sender a call ahead with a reduce of 1 GiB would otherwise
+// grow that pool by 1 GiB.
 inline constexpr std::size_t kHeldEagerBytes = 4 << 20;
 
 // A message being received: kept bytes of an eager one that came before its receive, or the
