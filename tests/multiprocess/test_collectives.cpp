@@ -318,6 +318,43 @@ TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
   });
 }
 
+// Many eager messages that all arrive before their receives (rank 0 first waits for a message
+// rank 1 sends after them, on another tag): more than a transport holds of them in its own
+// buffers (UCX: kHeldEagerBytes, 4 MiB, then copies), each two pieces over UCX. Every one lands
+// whole and in order.
+TEST(PointToPoint, EagerMessagesBeyondWhatIsHeldArriveWhole) {
+  run_ranks(2, [](Communicator& comm) {
+    constexpr int kMessages = 400;
+    constexpr std::size_t kWords = 16 * 1024 / 4;  // 16 KiB: eager over UCX (kCopyEagerBytes)
+    std::vector<std::uint32_t> words(kWords);
+    int last = 0;
+    if (comm.rank() == 1) {
+      // Posted at once (where 16 KiB is not eager, a blocking send would wait for its receive).
+      std::vector<std::vector<std::uint32_t>> sent(kMessages, words);
+      std::vector<WorkPtr> sends;
+      for (int m = 0; m < kMessages; ++m) {
+        std::iota(sent[m].begin(), sent[m].end(), static_cast<std::uint32_t>(m) * 7919u);
+        sends.push_back(comm.isend(sent[m].data(), kWords * 4, 0, 0));
+      }
+      last = kMessages;
+      comm.send(&last, sizeof last, 0, 1);
+      for (const WorkPtr& send : sends) send->wait();
+    } else {
+      comm.recv(&last, sizeof last, 1, 1);
+      EXPECT_EQ(last, kMessages);
+      for (int m = 0; m < kMessages; ++m) {
+        comm.recv(words.data(), kWords * 4, 1, 0);
+        for (std::size_t i = 0; i < kWords; ++i)
+          if (words[i] != static_cast<std::uint32_t>(m) * 7919u + i) {
+            ADD_FAILURE() << "message " << m << " element " << i << " is " << words[i];
+            return;
+          }
+      }
+    }
+    comm.barrier();
+  });
+}
+
 // A rank that sends and leaves (its communicator destroyed, its process ended) before the
 // receive is posted: what it sent still arrives. Rank 0 waits for rank 2 first, so that it sees
 // rank 1 gone while rank 1's message (larger than an eager one, copied through the ring, not
