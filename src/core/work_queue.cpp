@@ -1,5 +1,10 @@
 #include "src/core/work_queue.hpp"
 
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -8,12 +13,13 @@ namespace arcoll {
 namespace {
 thread_local const WorkQueue* serving_queue = nullptr;  // the queue this thread runs, if any
 
-// How long a call waits for its caller to run it before the progress thread does: far longer
+// How long a call waits for its caller to run it before the progress thread does: half of it
+// at least, all of it at most (the timer is pushed back at most every half window). Far longer
 // than a caller takes from issuing a call to waiting for it (a few microseconds through
-// torch), short against the calls that overlap with computation (DDP's buckets).
-constexpr auto kClaimWindow = std::chrono::milliseconds(1);
-// How long the progress thread keeps looking at the queue after the last call was issued.
-constexpr auto kWatchFor = 20 * kClaimWindow;
+// torch); a call nobody waits for waits for it only when nothing is issued behind it (DDP's
+// buckets come one after another; the last is waited for at the end of the backward pass).
+constexpr std::chrono::microseconds kClaimWindow{10'000};
+constexpr auto kHalfWindow = kClaimWindow / 2;
 }  // namespace
 
 void QueuedWork::wait() {
@@ -29,24 +35,28 @@ WorkQueue::~WorkQueue() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    if (thread_.joinable()) ring_now();
   }
-  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (timer_ >= 0) ::close(timer_);
 }
 
 WorkPtr WorkQueue::submit(std::string description, std::function<void()> call) {
   auto work = std::make_shared<QueuedWork>(std::move(description), this);
-  bool wake;
-  {
-    std::lock_guard lock(mutex_);
-    const bool now = eager_ || pending_ > 0;
-    last_submit_ = Clock::now();
-    queue_.push_back({work, std::move(call), last_submit_, now});
-    ++pending_;
-    if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
-    wake = now || !watching_;
+  std::lock_guard lock(mutex_);
+  if (timer_ < 0) {
+    timer_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    if (timer_ < 0) throw std::system_error(errno, std::system_category(), "timerfd_create");
   }
-  if (wake) wake_.notify_one();
+  if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
+  const bool now = eager_ || pending_ > 0;
+  const Clock::time_point queued_at = Clock::now();
+  queue_.push_back({work, std::move(call), queued_at, now});
+  ++pending_;
+  if (now)
+    ring_now();
+  else
+    ring_for(queued_at);
   return work;
 }
 
@@ -69,6 +79,11 @@ bool WorkQueue::run_here(const QueuedWork& work) {
   return true;
 }
 
+std::uint64_t WorkQueue::wakeups() const {
+  std::lock_guard lock(mutex_);
+  return wakeups_;
+}
+
 bool WorkQueue::idle() const {
   return pending_.load(std::memory_order_acquire) == 0;
 }
@@ -89,7 +104,6 @@ void WorkQueue::drain() {
 void WorkQueue::serve() {
   serving_queue = this;
   std::unique_lock lock(mutex_);
-  watching_ = true;
   while (true) {
     Queued next;
     if (take_front(next)) {
@@ -100,23 +114,45 @@ void WorkQueue::serve() {
     }
     // Stopping, the thread still runs what is queued (each call fails fast then).
     if (stopping_ && !running_ && queue_.empty()) return;
-    if (!running_ && !queue_.empty()) {
-      wake_.wait_until(lock, queue_.front().queued_at + kClaimWindow);
-    } else if (Clock::now() - last_submit_ < kWatchFor) {
-      wake_.wait_for(lock, kClaimWindow);
-    } else {
-      watching_ = false;
-      wake_.wait(lock);
-      watching_ = true;
+    if (!running_ && !queue_.empty()) ring_for(queue_.front().queued_at);
+    lock.unlock();
+    std::uint64_t rang = 0;
+    while (::read(timer_, &rang, sizeof rang) < 0 && errno == EINTR) {
     }
+    lock.lock();
+    ++wakeups_;
+    rings_at_ = Clock::time_point::max();
   }
+}
+
+void WorkQueue::ring_at(Clock::time_point at) {
+  const auto since = at.time_since_epoch();
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(since);
+  itimerspec when{};
+  when.it_value.tv_sec = static_cast<time_t>(seconds.count());
+  when.it_value.tv_nsec = static_cast<long>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(since - seconds).count());
+  // A zero time disarms the timer; a time past rings at once.
+  if (when.it_value.tv_sec == 0 && when.it_value.tv_nsec == 0) when.it_value.tv_nsec = 1;
+  if (::timerfd_settime(timer_, TFD_TIMER_ABSTIME, &when, nullptr) != 0)
+    throw std::system_error(errno, std::system_category(), "timerfd_settime");
+  rings_at_ = at;
+}
+
+void WorkQueue::ring_now() {
+  ring_at(Clock::time_point{});
+}
+
+void WorkQueue::ring_for(Clock::time_point queued_at) {
+  if (rings_at_ == Clock::time_point::max() || rings_at_ < queued_at + kHalfWindow)
+    ring_at(queued_at + kClaimWindow);
 }
 
 bool WorkQueue::take_front(Queued& next) {
   if (running_ || queue_.empty()) return false;
   Queued& front = queue_.front();
   // A call with others issued behind it is not being waited for either: its caller went on.
-  const bool left = queue_.size() > 1 || Clock::now() >= front.queued_at + kClaimWindow;
+  const bool left = queue_.size() > 1 || Clock::now() >= front.queued_at + kHalfWindow;
   if (!front.now && !stopping_ && !left) return false;
   if (!front.now && left) eager_ = true;
   next = std::move(front);
@@ -143,13 +179,10 @@ void WorkQueue::run(Queued next) {
   // The next call starts once these callbacks have run, wherever it runs: they run in issue
   // order.
   next.work->complete(std::move(error));
-  bool more;
-  {
-    std::lock_guard lock(mutex_);
-    running_ = false;
-    more = !queue_.empty() || stopping_;
-  }
-  if (more) wake_.notify_one();  // a caller's call ended with nothing behind it: nothing to do
+  std::lock_guard lock(mutex_);
+  running_ = false;
+  // A caller's call that ended with nothing behind it leaves the thread asleep.
+  if (!queue_.empty() || stopping_) ring_now();
 }
 
 }  // namespace arcoll

@@ -5,19 +5,25 @@
 // waited for at once (torch's blocking calls are issued so) then costs no hand-off to the
 // progress thread and back, which costs more than a small call itself.
 //
-// So the progress thread leaves a call alone for a moment (kClaimWindow) before it runs it, and
-// is not woken for each call while calls keep coming: it looks at the queue every
-// kClaimWindow. With ranks on every core, each wake-up of a thread stalls a rank, and a woken
-// progress thread took about half the calls from their waiting callers (2 ranks on 2 cores: a
-// 1 KiB all-reduce through torch took 9.1 us so, 3.4 us now; a 1 MiB one issued and waited
-// for from C++ 65-69 us, 64-66 us now, 60-63 us blocking). A call issued while another is
-// pending, the one it was issued behind, and those after one that nobody waited for, do not
-// wait: their caller is doing something else meanwhile.
+// So the progress thread leaves a call to its caller for a while (the claim window, 10 ms)
+// before it runs it, and is not woken for each call: it sleeps on a timer that each call
+// issued with nothing ahead of it pushes back to its window's end, at most every half window,
+// so that while calls keep coming and their callers run them it never wakes. With ranks on
+// every core, each wake-up of a thread stalls a rank, and so does setting a timer: 2 ranks on
+// 2 cores of an Intel Xeon VM, all-reduces through torch of 1 / 4 MiB took 133-138 / 681-690 us
+// with a thread that looked at the queue every millisecond, 135-142 / 667-674 with the timer
+// pushed back every 0.5 ms, 125-128 / 620-635 every 2 ms, 122-123 / 613-615 every 5 ms (arbench
+// in place: 113-119 / 587-593). (A woken progress thread also took about half the calls from
+// their waiting callers: a 1 KiB all-reduce through torch took 9.1 us so, 3.4 us without.) A
+// call issued while another is pending, the one it was issued behind, and those after one that
+// nobody waited for, do not wait: their caller is doing something else meanwhile.
+
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -110,10 +116,11 @@ class WorkQueue {
   // queued work would wait for itself.
   bool on_its_thread() const;
   // The thread that waits for `work` runs it, when it is next in line and no call runs (the
-  // progress thread, woken at the same moment, has not taken it yet: a caller that waits at
-  // once usually comes first): true then, once it has run and its Work has completed
-  // (callbacks on this thread).
+  // progress thread has not taken it yet: it leaves it to its caller for the claim window):
+  // true then, once it has run and its Work has completed (callbacks on this thread).
   bool run_here(const QueuedWork& work);
+  // How often the progress thread has woken so far.
+  std::uint64_t wakeups() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -128,20 +135,28 @@ class WorkQueue {
   // held).
   bool take_front(Queued& next);
   void run(Queued next);  // with running_ set; clears it
+  // Sets the timer the progress thread sleeps on to ring at `at` (mutex_ held).
+  void ring_at(Clock::time_point at);
+  // The timer rings now: the thread looks at the queue as soon as it can (mutex_ held).
+  void ring_now();
+  // Has the timer ring by the end of the claim window of a call queued at `queued_at` (at the
+  // front, left to its caller), unless it rings in its second half already (mutex_ held).
+  void ring_for(Clock::time_point queued_at);
 
   mutable std::mutex mutex_;
-  std::condition_variable wake_;     // the thread: work queued, a call ended, or stop
   std::condition_variable drained_;  // drain(): nothing pending
   std::deque<Queued> queue_;
   bool running_ = false;  // a call runs, on the thread or on a waiter's
   std::atomic<std::size_t> pending_{0};  // changed under mutex_, read without it by idle()
   bool stopping_ = false;
-  // Whether the progress thread looks at the queue within kClaimWindow unasked (it does while
-  // calls come; after kWatchFor without one it sleeps until woken).
-  bool watching_ = false;
   // The last call waited for its caller in vain: the calls that follow run at once.
   bool eager_ = false;
-  Clock::time_point last_submit_;
+  // The progress thread's timer (a timerfd, made with the thread) and when it rings: the
+  // thread sleeps reading it. Clock::time_point::max() once the thread has read it and nobody
+  // set it again.
+  int timer_ = -1;
+  Clock::time_point rings_at_ = Clock::time_point::max();
+  std::uint64_t wakeups_ = 0;
   std::thread thread_;  // started by the first submit
 };
 
