@@ -230,14 +230,12 @@ class ArcollWork final : public c10d::Work {
     // The call may run on this thread (a queued call next in line: no hand-off to the progress
     // thread and back) or complete as this thread moves its messages (a send or receive, MPI's
     // progress rule): its callback then completes this Work here, with its error. A call
-    // waited for with a timeout of its own is left to the progress thread, so that the
+    // waited for with a timeout of its own goes to the progress thread at once, so that the
     // timeout holds.
-    const bool transfer =
-        retrieveOpType() == c10d::OpType::SEND || retrieveOpType() == c10d::OpType::RECV;
     try {
       if (timeout == kNoTimeout)
         work_->wait();
-      else if (transfer)
+      else
         (void)work_->wait_for(limit);
     } catch (...) {
     }
@@ -269,7 +267,10 @@ class ArcollWork final : public c10d::Work {
       ended = ended_;
       error = error_;
     }
-    if (ended) settle(*future, error);
+    if (ended)
+      settle(*future, error);
+    else
+      (void)work_->test();  // waited for through the future, never by wait(): starts it now
     return future;
   }
 

@@ -22,8 +22,10 @@ class Work {
   // order, so this returns; a communicator destroyed meanwhile fails its calls.
   virtual void wait() = 0;
   // As wait(), but gives up after `timeout`: false when the call has not completed by then.
+  // The call runs on the progress thread (started at once if it had not started).
   virtual bool wait_for(std::chrono::milliseconds timeout) = 0;
-  // Whether the call has completed (succeeded or failed), without blocking.
+  // Whether the call has completed (succeeded or failed), without blocking; a call that had
+  // not started starts at once on the progress thread.
   virtual bool test() const = 0;
   // The call's error once it has failed; null while it runs or after it succeeded.
   virtual std::exception_ptr exception() const = 0;

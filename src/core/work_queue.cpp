@@ -12,23 +12,34 @@ namespace arcoll {
 
 namespace {
 thread_local const WorkQueue* serving_queue = nullptr;  // the queue this thread runs, if any
-
-// How long a call waits for its caller to run it before the progress thread does: half of it
-// at least, all of it at most (the timer is pushed back at most every half window). Far longer
-// than a caller takes from issuing a call to waiting for it (a few microseconds through
-// torch); a call nobody waits for waits for it only when nothing is issued behind it (DDP's
-// buckets come one after another; the last is waited for at the end of the backward pass).
-constexpr std::chrono::microseconds kClaimWindow{10'000};
-constexpr auto kHalfWindow = kClaimWindow / 2;
 }  // namespace
 
 void QueuedWork::wait() {
   // A completed call's queue may be gone with its communicator: only a pending one is looked
   // for there.
-  if (queue_ != nullptr && !test()) queue_->run_here(*this);
+  if (queue_ != nullptr && !completed()) queue_->run_here(*this);
   std::unique_lock lock(mutex_);
   completed_.wait(lock, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
+}
+
+bool QueuedWork::wait_for(std::chrono::milliseconds timeout) {
+  (void)test();
+  std::unique_lock lock(mutex_);
+  if (!completed_.wait_for(lock, timeout, [&] { return done_; })) return false;
+  if (error_) std::rethrow_exception(error_);
+  return true;
+}
+
+bool QueuedWork::test() const {
+  if (completed()) return true;
+  if (queue_ != nullptr) queue_->start_now(*this);
+  return completed();
+}
+
+bool QueuedWork::completed() const {
+  std::lock_guard lock(mutex_);
+  return done_;
 }
 
 WorkQueue::~WorkQueue() {
@@ -77,6 +88,17 @@ bool WorkQueue::run_here(const QueuedWork& work) {
   run(std::move(next));
   serving_queue = served;
   return true;
+}
+
+void WorkQueue::start_now(const QueuedWork& work) {
+  std::lock_guard lock(mutex_);
+  for (Queued& queued : queue_) {
+    if (queued.work.get() != &work) continue;
+    if (queued.now) return;
+    queued.now = true;
+    if (!running_ && &queued == &queue_.front()) ring_now();
+    return;
+  }
 }
 
 std::uint64_t WorkQueue::wakeups() const {
@@ -144,15 +166,15 @@ void WorkQueue::ring_now() {
 }
 
 void WorkQueue::ring_for(Clock::time_point queued_at) {
-  if (rings_at_ == Clock::time_point::max() || rings_at_ < queued_at + kHalfWindow)
-    ring_at(queued_at + kClaimWindow);
+  if (rings_at_ == Clock::time_point::max() || rings_at_ < queued_at + claim_window_ / 2)
+    ring_at(queued_at + claim_window_);
 }
 
 bool WorkQueue::take_front(Queued& next) {
   if (running_ || queue_.empty()) return false;
   Queued& front = queue_.front();
   // A call with others issued behind it is not being waited for either: its caller went on.
-  const bool left = queue_.size() > 1 || Clock::now() >= front.queued_at + kHalfWindow;
+  const bool left = queue_.size() > 1 || Clock::now() >= front.queued_at + claim_window_ / 2;
   if (!front.now && !stopping_ && !left) return false;
   if (!front.now && left) eager_ = true;
   next = std::move(front);

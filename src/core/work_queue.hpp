@@ -47,16 +47,10 @@ class QueuedWork final : public Work {
 
   // Runs the call on this thread when it is next in line and nothing runs (WorkQueue::run_here).
   void wait() override;
-  bool wait_for(std::chrono::milliseconds timeout) override {
-    std::unique_lock lock(mutex_);
-    if (!completed_.wait_for(lock, timeout, [&] { return done_; })) return false;
-    if (error_) std::rethrow_exception(error_);
-    return true;
-  }
-  bool test() const override {
-    std::lock_guard lock(mutex_);
-    return done_;
-  }
+  // These two start a call still left to its caller at once (WorkQueue::start_now): a caller
+  // that tests, or waits with a deadline of its own, is doing something else meanwhile.
+  bool wait_for(std::chrono::milliseconds timeout) override;
+  bool test() const override;
   std::exception_ptr exception() const override {
     std::lock_guard lock(mutex_);
     return error_;
@@ -86,6 +80,8 @@ class QueuedWork final : public Work {
   }
 
  private:
+  bool completed() const;  // test() without starting the call
+
   const std::string description_;
   WorkQueue* const queue_;  // the queue it waits in; null for other Works
   mutable std::mutex mutex_;
@@ -97,7 +93,10 @@ class QueuedWork final : public Work {
 
 class WorkQueue {
  public:
-  WorkQueue() = default;
+  // `claim_window`: how long a call waits for its caller to run it (half of it at least, all
+  // of it at most) before the progress thread does (the default: kClaimWindow).
+  explicit WorkQueue(std::chrono::microseconds claim_window = kClaimWindow)
+      : claim_window_(claim_window) {}
   // Runs what is queued to its end (the owner makes it fail fast first), then stops.
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
@@ -119,6 +118,9 @@ class WorkQueue {
   // progress thread has not taken it yet: it leaves it to its caller for the claim window):
   // true then, once it has run and its Work has completed (callbacks on this thread).
   bool run_here(const QueuedWork& work);
+  // The progress thread runs `work` as soon as it is next in line, without leaving it to its
+  // caller for the claim window (nothing when it has started already).
+  void start_now(const QueuedWork& work);
   // How often the progress thread has woken so far.
   std::uint64_t wakeups() const;
 
@@ -143,6 +145,12 @@ class WorkQueue {
   // front, left to its caller), unless it rings in its second half already (mutex_ held).
   void ring_for(Clock::time_point queued_at);
 
+  // Far longer than a caller takes from issuing a call to waiting for it (a few microseconds
+  // through torch). A call nobody waits for waits out its window only when nothing is issued
+  // behind it and nobody tests it (DDP's buckets come one after another, and through torch
+  // asking for a call's future tests it).
+  static constexpr std::chrono::microseconds kClaimWindow{10'000};
+  const std::chrono::microseconds claim_window_;
   mutable std::mutex mutex_;
   std::condition_variable drained_;  // drain(): nothing pending
   std::deque<Queued> queue_;

@@ -156,6 +156,17 @@ TEST(WorkQueue, CallsWaitedForAtOnceDoNotWakeTheProgressThread) {
   EXPECT_LT(queue.wakeups() - before, 15u);
 }
 
+// A call tested, or waited for with a deadline, goes to the progress thread at once instead of
+// waiting out its claim window for its caller: here a minute, so that a call left so would not
+// start within the 5 s the test gives each.
+TEST(WorkQueue, ACallTestedOrWaitedForWithADeadlineStartsAtOnce) {
+  WorkQueue queue(std::chrono::minutes(1));
+  const WorkPtr tested = queue.submit("tested", [] {});
+  for (int i = 0; i < 5000 && !tested->test(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(tested->test());
+  EXPECT_TRUE(queue.submit("waited for with a deadline", [] {})->wait_for(5s));
+}
+
 // Many threads submit, wait, test and register callbacks at once (the data races
 // ThreadSanitizer looks for).
 TEST(WorkQueue, ManyThreadsSubmitAndWaitAtOnce) {
