@@ -81,6 +81,7 @@ struct Options {
   // Collectives on buffers of at least this size (ARCOLL_STREAMING_BYTES) write what they
   // receive with streaming stores, which skip the caches: the result is larger than they are
   // and is not read again soon, and a cached store would first read every line it writes.
+  // Not reductions in place: there each line written was just read as the rank's own operand.
   std::size_t streaming_bytes = std::size_t{16} << 20;
 
   // End-to-end integrity (ARCOLL_CHECKSUM=1): every message a collective or send() moves

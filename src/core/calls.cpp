@@ -82,6 +82,15 @@ bool overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_by
   return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
+// Whether a reduction writes its result over its own input (the in-place forms: reduce-scatter's
+// send holds a block per rank, the others' one).
+bool reduces_in_place(Collective collective, const CollectiveArgs& args, int size) {
+  if (!reduces(collective)) return false;
+  const std::size_t bytes = args.count * size_of(args.type);
+  const std::size_t blocks = collective == Collective::reduce_scatter ? std::size_t(size) : 1;
+  return overlap(args.send, bytes * blocks, args.recv, bytes);
+}
+
 // "allreduce of 1024 f32": a queued call's description.
 std::string describe(Collective collective, const CollectiveArgs& args) {
   if (collective == Collective::barrier) return "barrier";
@@ -415,7 +424,11 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .root = args.root,
                   .wire = wire,
                   .chunk_bytes = chosen.plan.chunk_bytes,
-                  .streaming_stores = bytes >= options_.streaming_bytes,
+                  // In place, every line written was just read as the rank's own operand:
+                  // streaming stores save no read there and only push the result out of the
+                  // caches (16 MiB in place on 2 ranks: 1.7 times as long).
+                  .streaming_stores = bytes >= options_.streaming_bytes &&
+                                      !reduces_in_place(collective, host, size),
                   .pipelined = pipelined(collective)},
                  options_.timeout);
   CollectiveArgs effective = host;
