@@ -31,9 +31,10 @@ class PointToPoint {
   // Pipeline chunk size for this call (the cost model's choice under auto, else
   // Options::chunk_bytes).
   virtual std::size_t chunk_bytes() const = 0;
-  // Whether this call's buffer is larger than the caches (Options::streaming_bytes): its
-  // receives then land with streaming stores, and what is read again comes from memory.
-  virtual bool streaming_stores() const = 0;
+  // Whether this call's buffer is larger than the caches (Options::streaming_bytes): what is
+  // read again then comes from memory (and its receives land with streaming stores, but for
+  // a reduction in place).
+  virtual bool beyond_caches() const = 0;
   // Hosts, ranks and link costs of the whole communicator: what the cost model predicts with
   // (hierarchical algorithms pick their inner parts with it).
   virtual const Layout& layout() const = 0;

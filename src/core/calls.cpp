@@ -417,6 +417,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   const bool narrowed = wire != DataType::f32;
   const std::size_t bytes = args.count * size_of(args.type);
   const PlannedCall& chosen = plan_for(collective, narrowed ? bytes / 2 : bytes);
+  const bool beyond_caches = bytes >= options_.streaming_bytes;
   engine_->begin({.kind = to_string(collective),
                   .sequence = sequence_,
                   .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
@@ -424,11 +425,12 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .root = args.root,
                   .wire = wire,
                   .chunk_bytes = chosen.plan.chunk_bytes,
+                  .beyond_caches = beyond_caches,
                   // In place, every line written was just read as the rank's own operand:
                   // streaming stores save no read there and only push the result out of the
                   // caches (16 MiB in place on 2 ranks: 1.7 times as long).
-                  .streaming_stores = bytes >= options_.streaming_bytes &&
-                                      !reduces_in_place(collective, host, size),
+                  .streaming_stores =
+                      beyond_caches && !reduces_in_place(collective, host, size),
                   .pipelined = pipelined(collective)},
                  options_.timeout);
   CollectiveArgs effective = host;

@@ -48,7 +48,7 @@ class Engine final : public PointToPoint {
   int node_of(int rank) const override;
   int numa_of(int rank) const override;
   std::size_t chunk_bytes() const override { return call_.chunk_bytes; }
-  bool streaming_stores() const override { return call_.streaming_stores; }
+  bool beyond_caches() const override { return call_.beyond_caches; }
   const Layout& layout() const override { return layout_; }
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
@@ -74,6 +74,7 @@ class Engine final : public PointToPoint {
     int root = 0;                   // of a rooted collective, whole
     DataType wire = DataType::f32;  // f32 elements travel as this (f32: as they are)
     std::size_t chunk_bytes = 0;
+    bool beyond_caches = false;     // PointToPoint::beyond_caches
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
     bool pipelined = false;         // Request::pipelined_call
   };
