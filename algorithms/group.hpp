@@ -34,7 +34,7 @@ class GroupView final : public PointToPoint {
   }
   // The group's own pipeline chunk (the cost model's choice for what runs on it).
   void set_chunk_bytes(std::size_t bytes) { chunk_bytes_ = bytes; }
-  bool beyond_caches() const override { return parent_.beyond_caches(); }
+  bool pace_returns() override { return parent_.pace_returns(); }
   const Layout& layout() const override { return parent_.layout(); }
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override {
     return parent_.isend(member(peer), buffer, bytes, first_channel_ + channel);

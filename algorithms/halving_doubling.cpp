@@ -58,11 +58,10 @@ std::size_t messages_of(std::size_t bytes, std::size_t chunk) {
 }
 
 // Chunks of the pipeline size, at least one message each way. A single message each way goes
-// on at once: no wait between the rounds. Several go on as reduced, paced one at a time, only
-// on buffers larger than the caches, where reading the result again costs a pass over memory;
-// in cache, giving every chunk at once is faster than pacing (8 MiB all-reduce on 2 ranks:
-// about 15 %). Both ways send the same messages on the same channels, so ranks may decide
-// differently (Options::streaming_bytes is a rank's own setting).
+// on at once: no wait between the rounds. Several are either all given at once, or paced one
+// at a time as the partner's returns come (PointToPoint::pace_returns: always on buffers
+// larger than the caches, else whichever this rank timed faster). Both ways send the same
+// messages on the same channels, so ranks may decide differently.
 void last_halving_round(PointToPoint& p2p, const LastRound& r, DataType type, ReduceOp op) {
   const std::size_t elem = size_of(type);
   const std::size_t chunk = chunk_in_elements(p2p, elem);
@@ -83,7 +82,7 @@ void last_halving_round(PointToPoint& p2p, const LastRound& r, DataType type, Re
     return;
   }
   // Paced returns to the partner are written on by the transport as they are reduced.
-  const bool paced = p2p.beyond_caches();
+  const bool paced = p2p.pace_returns();
   const bool written_on = paced && returns;
   const std::size_t reduced = messages_of(keep_bytes, chunk), gives = messages_of(give_bytes, chunk);
   std::vector<RequestPtr> requests;

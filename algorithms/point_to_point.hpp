@@ -31,10 +31,12 @@ class PointToPoint {
   // Pipeline chunk size for this call (the cost model's choice under auto, else
   // Options::chunk_bytes).
   virtual std::size_t chunk_bytes() const = 0;
-  // Whether this call's buffer is larger than the caches (Options::streaming_bytes): what is
-  // read again then comes from memory (and its receives land with streaming stores, but for
-  // a reduction in place).
-  virtual bool beyond_caches() const = 0;
+  // Whether this call paces what it gives a partner by the partner's returns, each reduced
+  // chunk sent back as it is reduced (halving-doubling's last round): always on buffers
+  // larger than the caches (Options::streaming_bytes), where reading a result again costs a
+  // pass over memory; below, each rank's timed choice (src/core/return_pacing.hpp), which
+  // asking for it enters.
+  virtual bool pace_returns() = 0;
   // Hosts, ranks and link costs of the whole communicator: what the cost model predicts with
   // (hierarchical algorithms pick their inner parts with it).
   virtual const Layout& layout() const = 0;

@@ -418,6 +418,13 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   const std::size_t bytes = args.count * size_of(args.type);
   const PlannedCall& chosen = plan_for(collective, narrowed ? bytes / 2 : bytes);
   const bool beyond_caches = bytes >= options_.streaming_bytes;
+  const bool in_place = reduces_in_place(collective, host, size);
+  // Calls of one chunk never pace: only larger ones ask (and are timed).
+  ReturnPacing* pacing = beyond_caches || bytes <= chosen.plan.chunk_bytes
+                             ? nullptr
+                             : &return_pacing_[{collective, in_place}];
+  const bool pace_returns = beyond_caches || (pacing != nullptr && pacing->next(bytes));
+  const auto started = std::chrono::steady_clock::now();
   engine_->begin({.kind = to_string(collective),
                   .sequence = sequence_,
                   .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
@@ -425,12 +432,11 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   .root = args.root,
                   .wire = wire,
                   .chunk_bytes = chosen.plan.chunk_bytes,
-                  .beyond_caches = beyond_caches,
+                  .pace_returns = pace_returns,
                   // In place, every line written was just read as the rank's own operand:
                   // streaming stores save no read there and only push the result out of the
                   // caches (16 MiB in place on 2 ranks: 1.7 times as long).
-                  .streaming_stores =
-                      beyond_caches && !reduces_in_place(collective, host, size),
+                  .streaming_stores = beyond_caches && !in_place,
                   .pipelined = pipelined(collective)},
                  options_.timeout);
   CollectiveArgs effective = host;
@@ -446,6 +452,8 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     (*chosen.fn)(*engine_, effective);
     if (checks_root) engine_->finish_root_check();
     engine_->end();
+    if (pacing != nullptr && engine_->pacing_asked())
+      pacing->add(bytes, pace_returns, std::chrono::steady_clock::now() - started);
     // The rank that finished a segment holds it in f32, the others as it came off the wire:
     // one more rounding makes every rank's result the same.
     if (narrowed_allreduce) engine_->round_through_wire(host.recv, args.count, wire);

@@ -21,6 +21,7 @@
 #include "src/core/device_staging.hpp"
 #include "src/core/engine.hpp"
 #include "src/core/rendezvous.hpp"
+#include "src/core/return_pacing.hpp"
 #include "src/core/survivors.hpp"
 #include "src/core/work_queue.hpp"
 
@@ -151,6 +152,8 @@ class Communicator::Impl {
   std::map<std::pair<const void*, std::size_t>, std::vector<float>> residuals_;
   std::unordered_map<std::size_t, PlannedCall> auto_plans_;  // by all-reduce bytes
   std::map<Collective, PlannedCall> fixed_plans_;  // the rest, until set_algorithm
+  // On buffers that fit the caches, by collective and whether in place.
+  std::map<std::pair<Collective, bool>, ReturnPacing> return_pacing_;
   std::uint64_t sequence_ = 0;                     // collectives started
   std::string broken_;           // why the communicator can no longer be used
   std::vector<char> coalesced_;  // the buffers of a coalesced call, one after another

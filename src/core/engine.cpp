@@ -178,6 +178,7 @@ void Engine::apply_tuning(const Tuning& tuning) {
 void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
   take_back_parked();
   call_ = call;
+  pacing_asked_ = false;
   tag_ = call.sequence == 0
              ? 0
              : kCollectiveTagBit | static_cast<std::uint32_t>(call.sequence & kSequenceMask);

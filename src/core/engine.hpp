@@ -48,7 +48,12 @@ class Engine final : public PointToPoint {
   int node_of(int rank) const override;
   int numa_of(int rank) const override;
   std::size_t chunk_bytes() const override { return call_.chunk_bytes; }
-  bool beyond_caches() const override { return call_.beyond_caches; }
+  bool pace_returns() override {
+    pacing_asked_ = true;
+    return call_.pace_returns;
+  }
+  // Whether the call begun last asked pace_returns().
+  bool pacing_asked() const { return pacing_asked_; }
   const Layout& layout() const override { return layout_; }
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
@@ -74,7 +79,7 @@ class Engine final : public PointToPoint {
     int root = 0;                   // of a rooted collective, whole
     DataType wire = DataType::f32;  // f32 elements travel as this (f32: as they are)
     std::size_t chunk_bytes = 0;
-    bool beyond_caches = false;     // PointToPoint::beyond_caches
+    bool pace_returns = false;      // PointToPoint::pace_returns
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
     bool pipelined = false;         // Request::pipelined_call
   };
@@ -188,6 +193,7 @@ class Engine final : public PointToPoint {
   Call call_;
   std::uint64_t last_collective_ = 0;  // the sequence of the last collective begun
   bool in_collective_ = false;         // begun and not ended
+  bool pacing_asked_ = false;          // pace_returns() asked since begin()
   std::uint32_t tag_ = 0;
   // The root check: the lowest and highest roots heard so far, each with a rank naming it; what
   // each round sent (kept until the next check), heard, and its messages.

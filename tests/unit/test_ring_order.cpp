@@ -17,7 +17,7 @@ class Placement final : public PointToPoint {
   int node_of(int r) const override { return hosts_[static_cast<std::size_t>(r)]; }
   int numa_of(int r) const override { return numa_[static_cast<std::size_t>(r)]; }
   std::size_t chunk_bytes() const override { return 0; }
-  bool beyond_caches() const override { return false; }
+  bool pace_returns() override { return false; }
   const Layout& layout() const override { return layout_; }
   RequestPtr isend(int, const void*, std::size_t, int) override { return nullptr; }
   RequestPtr irecv(int, void*, std::size_t, int) override { return nullptr; }
