@@ -424,7 +424,8 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                              ? nullptr
                              : &return_pacing_[{collective, in_place}];
   const bool pace_returns = beyond_caches || (pacing != nullptr && pacing->next(bytes));
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = pacing != nullptr ? std::chrono::steady_clock::now()
+                                          : std::chrono::steady_clock::time_point{};
   engine_->begin({.kind = to_string(collective),
                   .sequence = sequence_,
                   .signature = pack({collective, args.type, args.op, chosen.algorithm_index,
