@@ -34,8 +34,8 @@ class PointToPoint {
   // Whether this call paces what it gives a partner by the partner's returns, each reduced
   // chunk sent back as it is reduced (halving-doubling's last round): always on buffers
   // larger than the caches (Options::streaming_bytes), where reading a result again costs a
-  // pass over memory; below, each rank's timed choice (src/core/return_pacing.hpp), which
-  // asking for it enters.
+  // pass over memory; below, each rank's timed choice (src/core/return_pacing.hpp): a call
+  // that asks is timed for it.
   virtual bool pace_returns() = 0;
   // Hosts, ranks and link costs of the whole communicator: what the cost model predicts with
   // (hierarchical algorithms pick their inner parts with it).
