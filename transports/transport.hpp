@@ -26,6 +26,26 @@ namespace arcoll {
 
 class StoreClient;
 
+// How a progress() that finds nothing to do waits: polling for the busy-poll time first (a
+// message is likely soon: a collective's peers are at work, and the waiting thread has nothing
+// else to do), polling briefly (the waiting thread runs calls in the background, for callers
+// whose threads want the cores meanwhile), or sleeping at once (the caller is idle and expects
+// nothing soon).
+enum class Waiting { poll_first, poll_briefly, sleep };
+
+// How long waits poll before they sleep, by Waiting, and whether polls give the core away
+// between them (ranks > cores).
+struct Polling {
+  std::chrono::microseconds busy{0};   // Waiting::poll_first
+  std::chrono::microseconds brief{0};  // Waiting::poll_briefly
+  bool yields = false;
+  std::chrono::microseconds span(Waiting waiting) const {
+    return waiting == Waiting::poll_first     ? busy
+           : waiting == Waiting::poll_briefly ? brief
+                                              : std::chrono::microseconds{0};
+  }
+};
+
 struct TransportSetup {
   int rank = 0;
   int size = 1;
@@ -38,8 +58,7 @@ struct TransportSetup {
   std::uint64_t job_id = 0;                // shared by every rank of this job
   std::string job_token;                   // the job's secret (src/base/auth.hpp); may be empty
   net::Clock::time_point deadline;         // for connection setup
-  std::chrono::microseconds busy_poll{0};  // how long a wait polls before sleeping
-  bool poll_yields = false;  // polling gives the core away between polls (ranks > cores)
+  Polling polling;                         // how waits poll before they sleep
 };
 
 // A peer's word that it failed, from collective `call` on (see Transport::abort).
@@ -49,10 +68,6 @@ struct PeerFailedCall {
   int rank = -1;
 };
 
-// How a progress() that finds nothing to do waits: polling for the busy-poll time first (a
-// message is likely soon: a collective's peers are at work), or sleeping at once (the caller
-// is idle and expects nothing soon).
-enum class Waiting { poll_first, sleep };
 
 // Memory that every peer of a transport reads and only its owner writes: a board per rank
 // (the shm transport's segments). Collectives too small to be worth a message meet there, as
@@ -66,11 +81,11 @@ class SharedBoards {
   virtual const std::byte* board_of(int peer) const = 0;
   // After this rank wrote its board: wakes the peers sleeping in await_boards().
   virtual void announce_board() = 0;
-  // Whether `ready()` holds. Polls it for the busy-poll time, then sleeps once (until
-  // `until`, a slice at most, or a peer's announcement, message or wake()), watching the
-  // peers' messages meanwhile as progress() does: false also when a peer failed (failure()
-  // then says how).
-  virtual bool await_boards(const std::function<bool()>& ready, net::Clock::time_point until) = 0;
+  // Whether `ready()` holds. Polls it as `waiting` says, then sleeps once (until `until`, a
+  // slice at most, or a peer's announcement, message or wake()), watching the peers' messages
+  // meanwhile as progress() does: false also when a peer failed (failure() then says how).
+  virtual bool await_boards(const std::function<bool()>& ready, net::Clock::time_point until,
+                            Waiting waiting) = 0;
   // Whether `peer` destroyed its communicator (said goodbye): it posts nothing more.
   virtual bool departed(int peer) const = 0;
 };

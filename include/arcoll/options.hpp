@@ -52,9 +52,10 @@ struct Options {
   std::string tuning_file;
 
   // How long a wait polls the network before sleeping (ARCOLL_BUSY_POLL_US). Negative:
-  // automatic: 50 us of spinning when this host has a core for each of its ranks; else 1 ms
-  // of polling that yields the core between polls (a spinning rank would keep the CPU from
-  // the very peer it waits for; a yielding one hands it over).
+  // automatic: when this host has a core for each of its ranks, 1 ms of spinning (50 us on
+  // the thread that runs non-blocking calls in the background, whose callers' threads may
+  // want the cores); else 1 ms of polling that yields the core between polls (a spinning rank
+  // would keep the CPU from the very peer it waits for; a yielding one hands it over).
   std::chrono::microseconds busy_poll{-1};
 
   // Shared memory: large messages are read straight from the sender's memory with Linux

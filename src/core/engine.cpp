@@ -86,15 +86,25 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
   setup.job_token = rendezvous.job_token;
   setup.store = store_;
   setup.listen_address = rendezvous.listen_address;
-  setup.busy_poll = options_.busy_poll;
-  if (setup.busy_poll.count() < 0) {
-    // With a core per rank, spin briefly. With more ranks than cores, poll longer but yield
-    // the core between polls: the peer being waited for is likely the one that needs it, and
-    // gets it at once instead of after a sleep and a wake-up.
-    setup.busy_poll = std::chrono::microseconds(rendezvous.oversubscribed ? 1000 : 50);
-    setup.poll_yields = rendezvous.oversubscribed;
+  if (options_.busy_poll.count() >= 0) {
+    setup.polling.busy = setup.polling.brief = options_.busy_poll;
+  } else if (rendezvous.oversubscribed) {
+    // With more ranks than cores, poll but yield the core between polls: the peer being
+    // waited for is likely the one that needs it, and gets it at once instead of after a
+    // sleep and a wake-up.
+    setup.polling = {std::chrono::microseconds(1000), std::chrono::microseconds(1000), true};
+  } else {
+    // With a core per rank, a thread that has nothing else to do spins for a millisecond
+    // before it sleeps, as MPI's progress spins: a rank woken from a longer sleep ran its next
+    // copies slower. 2 ranks on 2 cores of an Intel Xeon VM, busbw against Open MPI in the
+    // same run (arbench --coll all --compare mpi), 50 us -> 1 ms: gather 2 / 8 MiB x0.80-0.84
+    // / x0.90-0.92 -> x0.99-1.00, broadcast 2 MiB x0.97-1.03 -> x1.13-1.17; over UCX,
+    // broadcast 4 / 16 MiB x0.87 / x0.76 -> x0.97 / x0.87. A queue's progress thread spins
+    // 50 us only: it runs calls for callers whose threads (torch's backward pass) want the
+    // cores meanwhile.
+    setup.polling = {std::chrono::microseconds(1000), std::chrono::microseconds(50), false};
   }
-  quick_looks_ = !setup.poll_yields;
+  quick_looks_ = !setup.polling.yields;
   // Per pair of ranks, the transport the registry picks; one transport object per kind used.
   route_.assign(static_cast<std::size_t>(size_), nullptr);
   for (const TransportInfo* info : {within_host_, across_hosts_}) {
@@ -499,12 +509,12 @@ void Engine::wait(const RequestPtr& request) {
     Transport* own = route_[static_cast<std::size_t>(request->peer)];
     if (transports_.size() == 1) {
       const auto slice = transport::ParkingSpot::any_parked() ? kMixedWaitSlice : kAbortCheckSlice;
-      own->progress(std::min(deadline_, now + slice), Waiting::poll_first);
+      own->progress(std::min(deadline_, now + slice), polling_here());
       continue;
     }
     for (const auto& t : transports_)
-      if (t.get() != own) t->progress(now, Waiting::poll_first);
-    own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice), Waiting::poll_first);
+      if (t.get() != own) t->progress(now, polling_here());
+    own->progress(std::min(deadline_, Clock::now() + kMixedWaitSlice), polling_here());
   }
   if (request->error) raise(request->error);
   finish_staged(*request);
@@ -568,12 +578,14 @@ void Engine::await_on_boards(Ready ready, Missing first_missing, ThrowIfOther th
                           awaited,
                       rank_, missing);
     if (!first) throw_if_other();
-    boards_->shared().await_boards(ready, std::min(deadline_, now + kAbortCheckSlice));
+    boards_->shared().await_boards(ready, std::min(deadline_, now + kAbortCheckSlice),
+                                   polling_here());
   }
   throw_if_other();
 }
 
 void Engine::progress(Clock::time_point until, Waiting waiting) {
+  if (waiting == Waiting::poll_first) waiting = polling_here();
   if (auto failure = transport_failure()) raise(failure);
   if (abort_requested()) throw PeerError(call_name(), abort_text(), rank_);
   transport::ParkingSpot::move_parked(Clock::now());

@@ -24,6 +24,7 @@
 #include "arcoll/tuning.hpp"
 #include "src/base/request.hpp"
 #include "src/core/boards.hpp"
+#include "src/core/work_queue.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll {
@@ -189,6 +190,11 @@ class Engine final : public PointToPoint {
   // Whether a wait looks a few times (on the boards, or through Transport::poll()) before it
   // reads the clock and waits in the transport.
   bool quick_looks_ = true;
+  // How a wait on this thread polls first: briefly on a queue's progress thread (see the
+  // transports' setup in the constructor).
+  static Waiting polling_here() {
+    return WorkQueue::on_a_progress_thread() ? Waiting::poll_briefly : Waiting::poll_first;
+  }
 
   Call call_;
   std::uint64_t last_collective_ = 0;  // the sequence of the last collective begun

@@ -12,6 +12,7 @@ namespace arcoll {
 
 namespace {
 thread_local const WorkQueue* serving_queue = nullptr;  // the queue this thread runs, if any
+thread_local bool progress_thread = false;               // serve() runs on this thread
 }  // namespace
 
 void QueuedWork::wait() {
@@ -118,6 +119,10 @@ bool WorkQueue::on_its_thread() const {
   return serving_queue == this;
 }
 
+bool WorkQueue::on_a_progress_thread() {
+  return progress_thread;
+}
+
 void WorkQueue::drain() {
   std::unique_lock lock(mutex_);
   drained_.wait(lock, [&] { return pending_ == 0; });
@@ -125,6 +130,7 @@ void WorkQueue::drain() {
 
 void WorkQueue::serve() {
   serving_queue = this;
+  progress_thread = true;
   std::unique_lock lock(mutex_);
   while (true) {
     Queued next;

@@ -114,6 +114,9 @@ class WorkQueue {
   // Whether the caller is this queue's thread (a completion callback): waiting there for
   // queued work would wait for itself.
   bool on_its_thread() const;
+  // Whether the caller is some queue's progress thread: it runs calls for callers doing
+  // something else meanwhile, whose threads may want the cores it would poll on.
+  static bool on_a_progress_thread();
   // The thread that waits for `work` runs it, when it is next in line and no call runs (the
   // progress thread has not taken it yet: it leaves it to its caller for the claim window):
   // true then, once it has run and its Work has completed (callbacks on this thread).

@@ -122,17 +122,31 @@ TEST(WorkQueue, ACallWaitedForAtOnceRunsOnItsCallersThreadOthersOnTheQueues) {
   WorkQueue queue;
   const auto here = std::this_thread::get_id();
   int ran_here = 0;
+  // Only the queue's own thread counts as a progress thread (its waits poll briefly): a call
+  // run by its caller waits as its caller would.
+  EXPECT_FALSE(WorkQueue::on_a_progress_thread());
   for (int i = 0; i < 200; ++i) {
     std::thread::id ran_on;
-    queue.submit("waited for", [&] { ran_on = std::this_thread::get_id(); })->wait();
+    bool as_progress_thread = false;
+    queue
+        .submit("waited for",
+                [&] {
+                  ran_on = std::this_thread::get_id();
+                  as_progress_thread = WorkQueue::on_a_progress_thread();
+                })
+        ->wait();
     ran_here += ran_on == here;
+    EXPECT_EQ(as_progress_thread, ran_on != here);
   }
   EXPECT_GT(ran_here, 150);
+  EXPECT_FALSE(WorkQueue::on_a_progress_thread());
 
   std::atomic<int> on_queue_thread{0};
   std::vector<WorkPtr> left;
   for (int i = 0; i < 3; ++i)
-    left.push_back(queue.submit("left alone", [&] { on_queue_thread += queue.on_its_thread(); }));
+    left.push_back(queue.submit("left alone", [&] {
+      on_queue_thread += queue.on_its_thread() && WorkQueue::on_a_progress_thread();
+    }));
   // Nobody waits: the three complete by themselves, on the queue's thread.
   for (int i = 0; i < 10000 && !left.back()->test(); ++i) std::this_thread::sleep_for(1ms);
   for (const WorkPtr& w : left) EXPECT_TRUE(w->test());

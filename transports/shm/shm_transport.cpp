@@ -67,8 +67,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
       single_copy_bytes_(setup.options->shm_single_copy_bytes),
       single_copy_pipelined_bytes_(setup.options->shm_single_copy_pipelined_bytes),
-      busy_poll_(setup.busy_poll),
-      poll_yields_(setup.poll_yields) {
+      polling_(setup.polling) {
   for (int p : peer_ranks_) {
     peers_[static_cast<std::size_t>(p)].segment = segments_.peer(p).segment.get();
     peers_[static_cast<std::size_t>(p)].stores = RingStores(setup.options->shm_ring_stores);
@@ -284,10 +283,10 @@ void ShmTransport::progress(Clock::time_point until, Waiting waiting) {
   await([this] { return poll_once(); }, until, waiting);
 }
 
-bool ShmTransport::await_boards(const std::function<bool()>& ready, Clock::time_point until) {
+bool ShmTransport::await_boards(const std::function<bool()>& ready, Clock::time_point until,
+                                Waiting waiting) {
   // The rings are polled too: a peer's abort arrives there.
-  return await([&] { return ready() || (poll_once(), failure_ != nullptr); }, until,
-               Waiting::poll_first) &&
+  return await([&] { return ready() || (poll_once(), failure_ != nullptr); }, until, waiting) &&
          ready();
 }
 
@@ -297,15 +296,14 @@ bool ShmTransport::await(Done done, Clock::time_point until, Waiting waiting) {
   // The clock is read once every few polls, as a read costs more than a poll; but after every
   // poll that yields the core, which may not come back for a while. The spin's end is set at
   // the first read: a small message's wait mostly ends before it.
-  const unsigned polls_per_clock_read = poll_yields_ ? 1 : 16;
+  const unsigned polls_per_clock_read = polling_.yields ? 1 : 16;
   std::optional<Clock::time_point> spin_end;
   for (unsigned polls = 1;; ++polls) {
-    if (poll_yields_) std::this_thread::yield();
+    if (polling_.yields) std::this_thread::yield();
     if (done()) return true;
     if (polls % polls_per_clock_read != 0) continue;
     const Clock::time_point now = Clock::now();
-    if (!spin_end)
-      spin_end = std::min(until, now + (waiting == Waiting::sleep ? Clock::duration{} : busy_poll_));
+    if (!spin_end) spin_end = std::min(until, now + polling_.span(waiting));
     if (now >= *spin_end) break;
   }
   SegmentHeader* h = header_of(own());

@@ -115,7 +115,8 @@ class ShmTransport final : public Transport, public SharedBoards {
     return board_in(segments_.peer(peer).segment.get(), size_);
   }
   void announce_board() override;
-  bool await_boards(const std::function<bool()>& ready, Clock::time_point until) override;
+  bool await_boards(const std::function<bool()>& ready, Clock::time_point until,
+                    Waiting waiting) override;
   bool departed(int peer) const override { return peers_[static_cast<std::size_t>(peer)].goodbye; }
 
  private:
@@ -189,8 +190,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   // then streamed into the ring and copied into the receive buffer.
   std::vector<char> forward_piece_;
   PeerRegions peer_regions_;
-  std::chrono::microseconds busy_poll_;
-  bool poll_yields_;
+  Polling polling_;
   std::atomic<bool> woken_{false};  // see wake()
   // Fragments sent on as forwarding receives landed, by the way they took, and messages read
   // in place: reported when the transport closes (ARCOLL_LOG=debug), where a forwarded call

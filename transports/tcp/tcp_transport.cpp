@@ -29,8 +29,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
       size_(setup.size),
       peer_ranks_(setup.peers),
       sockets_per_peer_(setup.options->sockets_per_peer),
-      busy_poll_(setup.busy_poll),
-      poll_yields_(setup.poll_yields),
+      polling_(setup.polling),
       acceptor_(setup.job_token, {setup.job_id, setup.size, setup.options->sockets_per_peer}),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }) {
@@ -449,10 +448,9 @@ void TcpTransport::progress(Clock::time_point until, Waiting waiting) {
     n = ::epoll_wait(epoll_.get(), events, 64, 0);
   } else {
     // Poll a little before sleeping: a wake-up from epoll costs more than a short spin.
-    const auto spin_end = std::min(
-        until, Clock::now() + (waiting == Waiting::sleep ? Clock::duration{} : busy_poll_));
+    const auto spin_end = std::min(until, Clock::now() + polling_.span(waiting));
     while (n == 0 && Clock::now() < spin_end) {
-      if (poll_yields_) std::this_thread::yield();
+      if (polling_.yields) std::this_thread::yield();
       n = ::epoll_wait(epoll_.get(), events, 64, 0);
     }
     if (n == 0) n = ::epoll_wait(epoll_.get(), events, 64, net::poll_timeout_ms(until));

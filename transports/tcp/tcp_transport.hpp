@@ -139,8 +139,7 @@ class TcpTransport final : public Transport {
     return std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), peer);
   }
   int sockets_per_peer_;
-  std::chrono::microseconds busy_poll_;
-  bool poll_yields_;
+  Polling polling_;
   net::Fd listener_;
   Acceptor acceptor_;
   net::Fd epoll_;

@@ -115,8 +115,7 @@ std::string key_of(int rank) {
 UcxTransport::UcxTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       peer_ranks_(setup.peers),
-      busy_poll_(setup.busy_poll),
-      poll_yields_(setup.poll_yields),
+      polling_(setup.polling),
       context_(Context::shared(setup.rank)),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
@@ -371,12 +370,12 @@ void UcxTransport::progress(Clock::time_point until, Waiting waiting) {
     next_alive_check_ = entered + kSleepSlice;
   }
   if (turn()) return;
-  if (waiting == Waiting::poll_first) {
-    const auto stop = std::min(until, entered + busy_poll_);
-    const unsigned turns_per_clock_read = poll_yields_ ? 1 : 16;
+  if (waiting != Waiting::sleep) {
+    const auto stop = std::min(until, entered + polling_.span(waiting));
+    const unsigned turns_per_clock_read = polling_.yields ? 1 : 16;
     for (unsigned turns = 1; turns % turns_per_clock_read != 0 || Clock::now() < stop; ++turns) {
       if (turn()) return;
-      if (poll_yields_) sched_yield();
+      if (polling_.yields) sched_yield();
     }
   }
   const auto now = Clock::now();

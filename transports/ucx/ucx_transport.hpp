@@ -266,8 +266,7 @@ class UcxTransport final : public Transport {
 
   int rank_;
   std::vector<int> peer_ranks_;
-  std::chrono::microseconds busy_poll_;
-  bool poll_yields_;
+  Polling polling_;
   std::shared_ptr<Context> context_;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;

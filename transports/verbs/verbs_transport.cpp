@@ -91,8 +91,7 @@ VerbsTransport::VerbsTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       size_(setup.size),
       peer_ranks_(setup.peers),
-      busy_poll_(setup.busy_poll),
-      poll_yields_(setup.poll_yields),
+      polling_(setup.polling),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
       last_words_(setup.size) {
@@ -520,11 +519,11 @@ void VerbsTransport::handle(const Completion& c) {
 
 void VerbsTransport::progress(Clock::time_point until, Waiting waiting) {
   if (!device_ || poll_once()) return;
-  if (waiting == Waiting::poll_first) {
-    const auto stop = std::min(until, Clock::now() + busy_poll_);
+  if (waiting != Waiting::sleep) {
+    const auto stop = std::min(until, Clock::now() + polling_.span(waiting));
     while (Clock::now() < stop) {
       if (poll_once()) return;
-      if (poll_yields_) std::this_thread::yield();
+      if (polling_.yields) std::this_thread::yield();
     }
   }
   if (Clock::now() >= until) return;

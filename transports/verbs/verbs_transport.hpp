@@ -128,8 +128,7 @@ class VerbsTransport final : public Transport {
   int rank_;
   int size_;
   std::vector<int> peer_ranks_;
-  std::chrono::microseconds busy_poll_;
-  bool poll_yields_;  // more ranks than cores: the peer polled for may need this core
+  Polling polling_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<transport::RegistrationCache> cache_;
   // Slots: kSlots per peer, each way, in two registered buffers.
