@@ -65,7 +65,10 @@ struct Options {
   // Which messages are large (ARCOLL_SHM_SINGLE_COPY_BYTES): those above this size. Below it,
   // two user-space copies through the rings, which stay in cache, beat the kernel's one (a
   // send/recv, all-to-all or gather of 32 KiB to 512 KiB on 2 ranks: 0.4-0.85 of Open MPI's
-  // busbw read from 1 MiB, 0.97-1.08 from 16 KiB, on an Intel Xeon).
+  // busbw read from 1 MiB, 0.97-1.08 from 16 KiB, on an Intel Xeon). Messages of 12-16 KiB
+  // read from a buffer unchanged since the last call go faster across (send/recv of 16 KiB on
+  // 2 ranks, 2.9-3.0 us through the rings, 2.0 read across), but from one just written,
+  // as a real sender's is, slower (in place, 5.3-5.6 GB/s through the rings, 3.1-3.3 across).
   std::size_t shm_single_copy_bytes = 16 * 1024;
   // The same for calls whose receivers reduce what lands, or pass it on as it lands
   // (all-reduce, reduce-scatter, reduce, broadcast; ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES):

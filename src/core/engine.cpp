@@ -95,13 +95,13 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
     setup.polling = {std::chrono::microseconds(1000), std::chrono::microseconds(1000), true};
   } else {
     // With a core per rank, a thread that has nothing else to do spins for a millisecond
-    // before it sleeps, as MPI's progress spins: a rank woken from a longer sleep ran its next
-    // copies slower. 2 ranks on 2 cores of an Intel Xeon VM, busbw against Open MPI in the
-    // same run (arbench --coll all --compare mpi), 50 us -> 1 ms: gather 2 / 8 MiB x0.80-0.84
-    // / x0.90-0.92 -> x0.99-1.00, broadcast 2 MiB x0.97-1.03 -> x1.13-1.17; over UCX,
-    // broadcast 4 / 16 MiB x0.87 / x0.76 -> x0.97 / x0.87. A queue's progress thread spins
-    // 50 us only: it runs calls for callers whose threads (torch's backward pass) want the
-    // cores meanwhile.
+    // before it sleeps, as MPI's progress spins: sleeping through waits of that order (a peer
+    // copying a few MiB) cost more than spinning. 2 ranks on 2 cores of an Intel Xeon VM,
+    // busbw against Open MPI in the same run (arbench --coll all --compare mpi), 50 us ->
+    // 1 ms: gather 2 / 8 MiB x0.80-0.84 / x0.90-0.92 -> x0.99-1.00, broadcast 2 MiB
+    // x0.97-1.03 -> x1.13-1.17; over UCX, broadcast 4 / 16 MiB x0.87 / x0.76 -> x0.97 /
+    // x0.87. A queue's progress thread spins 50 us only: it runs calls for callers whose
+    // threads (torch's backward pass) want the cores meanwhile.
     setup.polling = {std::chrono::microseconds(1000), std::chrono::microseconds(50), false};
   }
   quick_looks_ = !setup.polling.yields;
