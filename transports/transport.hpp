@@ -68,7 +68,6 @@ struct PeerFailedCall {
   int rank = -1;
 };
 
-
 // Memory that every peer of a transport reads and only its owner writes: a board per rank
 // (the shm transport's segments). Collectives too small to be worth a message meet there, as
 // in UCC's shared-memory team; what a board holds is the caller's business.

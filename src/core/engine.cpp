@@ -10,6 +10,7 @@
 #include "src/base/reduce.hpp"
 #include "src/core/call_signature.hpp"
 #include "src/core/rendezvous.hpp"
+#include "src/core/work_queue.hpp"
 #include "transports/common/landing.hpp"
 #include "transports/common/parked.hpp"
 
@@ -37,6 +38,13 @@ constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
 // Looks a wait takes, with a core per rank, before it reads the clock and waits in the
 // transport: the peers usually post within moments.
 constexpr int kQuickLooks = 256;
+
+// How a wait on this thread polls first: briefly on a queue's progress thread (see the
+// transports' setup in Engine's constructor).
+Waiting polling_here() {
+  return WorkQueue::on_a_progress_thread() ? Waiting::poll_briefly : Waiting::poll_first;
+}
+
 // Messages up to this size take quick looks (Engine::wait): a longer one's wait is worth its
 // clock read.
 constexpr std::size_t kQuickLookBytes = 8192;

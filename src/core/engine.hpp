@@ -24,7 +24,6 @@
 #include "arcoll/tuning.hpp"
 #include "src/base/request.hpp"
 #include "src/core/boards.hpp"
-#include "src/core/work_queue.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll {
@@ -105,8 +104,9 @@ class Engine final : public PointToPoint {
                          std::uint32_t tag);
   // For loops that serve many peers at once (the parameter server), which keep time
   // themselves: progress() moves every transport's messages along, sleeping until `until` at
-  // the latest while nothing moves (polling first or not: Waiting); test() says whether
-  // `request` has completed, throwing its error, the transports' first failure or an abort's.
+  // the latest while nothing moves (polling first or not: Waiting; on a queue's progress
+  // thread, poll_first polls briefly); test() says whether `request` has completed, throwing
+  // its error, the transports' first failure or an abort's.
   void progress(net::Clock::time_point until, Waiting waiting);
   bool test(const RequestPtr& request);
   // Makes a progress() sleeping in another thread return (Transport::wake). Thread-safe.
@@ -190,11 +190,6 @@ class Engine final : public PointToPoint {
   // Whether a wait looks a few times (on the boards, or through Transport::poll()) before it
   // reads the clock and waits in the transport.
   bool quick_looks_ = true;
-  // How a wait on this thread polls first: briefly on a queue's progress thread (see the
-  // transports' setup in the constructor).
-  static Waiting polling_here() {
-    return WorkQueue::on_a_progress_thread() ? Waiting::poll_briefly : Waiting::poll_first;
-  }
 
   Call call_;
   std::uint64_t last_collective_ = 0;  // the sequence of the last collective begun

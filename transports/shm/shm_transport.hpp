@@ -12,8 +12,8 @@
 // with no copy and no system call.
 // Where cross-memory attach is denied between any two ranks of the host, either way, every
 // rank sends large messages as fragments (segment.hpp); a read refused later fails the call.
-// Waiting polls briefly, then sleeps on the doorbell futex in short slices so that a peer's
-// death (seen through its pidfd) is noticed.
+// A wait polls for the time its Waiting says (transport.hpp's Polling), then sleeps on the
+// doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
 // This header: its peers, messages and the transport's class, shared by shm_transport.cpp
 // (sending, waiting, peers' liveness) and shm_receive.cpp (delivering what the rings bring).
 #pragma once
@@ -120,7 +120,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   bool departed(int peer) const override { return peers_[static_cast<std::size_t>(peer)].goodbye; }
 
  private:
-  // Polls `done()` (for the busy-poll time unless `waiting` says sleep), then sleeps once on
+  // Polls `done()` (for the time `waiting` gets from Polling::span), then sleeps once on
   // our doorbell (until `until`, a slice at most, or the doorbell rings), checks the peers
   // are alive, and says whether it held.
   template <class Done>

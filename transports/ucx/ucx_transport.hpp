@@ -17,8 +17,8 @@
 //
 // A dead peer: UCX's endpoint error handler names it (connections lost); a peer on the same
 // machine is also watched through a pidfd, since UCX's shared memory does not notice a death.
-// Waiting polls the worker for the busy-poll time, then arms it and sleeps on its event fd (and
-// the pidfds) until the deadline.
+// Waiting polls the worker for the time its Waiting says (transport.hpp's Polling), then arms it
+// and sleeps on its event fd (and the pidfds) until the deadline.
 #pragma once
 
 #include <ucp/api/ucp.h>
