@@ -44,6 +44,9 @@ struct Polling {
            : waiting == Waiting::poll_briefly ? brief
                                               : std::chrono::microseconds{0};
   }
+  // `configured` (Options::busy_poll, for both ways) where not negative; else the default for
+  // a host with a core per rank, or with more ranks than cores (`oversubscribed`).
+  static Polling for_host(std::chrono::microseconds configured, bool oversubscribed);
 };
 
 struct TransportSetup {

@@ -39,8 +39,8 @@ constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
 // transport: the peers usually post within moments.
 constexpr int kQuickLooks = 256;
 
-// How a wait on this thread polls first: briefly on a queue's progress thread (see the
-// transports' setup in Engine's constructor).
+// How a wait on this thread polls first: briefly on a queue's progress thread (see
+// Polling::for_host).
 Waiting polling_here() {
   return WorkQueue::on_a_progress_thread() ? Waiting::poll_briefly : Waiting::poll_first;
 }
@@ -94,24 +94,7 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
   setup.job_token = rendezvous.job_token;
   setup.store = store_;
   setup.listen_address = rendezvous.listen_address;
-  if (options_.busy_poll.count() >= 0) {
-    setup.polling.busy = setup.polling.brief = options_.busy_poll;
-  } else if (rendezvous.oversubscribed) {
-    // With more ranks than cores, poll but yield the core between polls: the peer being
-    // waited for is likely the one that needs it, and gets it at once instead of after a
-    // sleep and a wake-up.
-    setup.polling = {std::chrono::microseconds(1000), std::chrono::microseconds(1000), true};
-  } else {
-    // With a core per rank, a thread that has nothing else to do spins for a millisecond
-    // before it sleeps, as MPI's progress spins: sleeping through waits of that order (a peer
-    // copying a few MiB) cost more than spinning. 2 ranks on 2 cores of an Intel Xeon VM,
-    // busbw against Open MPI in the same run (arbench --coll all --compare mpi), 50 us ->
-    // 1 ms: gather 2 / 8 MiB x0.80-0.84 / x0.90-0.92 -> x0.99-1.00, broadcast 2 MiB
-    // x0.97-1.03 -> x1.13-1.17; over UCX, broadcast 4 / 16 MiB x0.87 / x0.76 -> x0.97 /
-    // x0.87. A queue's progress thread spins 50 us only: it runs calls for callers whose
-    // threads (torch's backward pass) want the cores meanwhile.
-    setup.polling = {std::chrono::microseconds(1000), std::chrono::microseconds(50), false};
-  }
+  setup.polling = Polling::for_host(options_.busy_poll, rendezvous.oversubscribed);
   quick_looks_ = !setup.polling.yields;
   // Per pair of ranks, the transport the registry picks; one transport object per kind used.
   route_.assign(static_cast<std::size_t>(size_), nullptr);
