@@ -40,6 +40,9 @@ struct Request {
   // A send of a call whose receivers reduce what lands, or pass it on as it lands (the
   // reductions; broadcast's chain).
   bool pipelined_call = false;
+  // A send of a broadcast on more than 2 ranks: its receiver, but the chain's last, sends what
+  // lands on to the next rank (algorithms/ring.cpp).
+  bool relayed_call = false;
   // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
   // its message lands with streaming stores (kernels::Stores::streaming).
   bool streaming_stores = false;

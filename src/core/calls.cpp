@@ -438,7 +438,8 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   // streaming stores save no read there and only push the result out of the
                   // caches (16 MiB in place on 2 ranks: 1.7 times as long).
                   .streaming_stores = beyond_caches && !in_place,
-                  .pipelined = pipelined(collective)},
+                  .pipelined = pipelined(collective),
+                  .relayed = collective == Collective::broadcast && size > 2},
                  options_.timeout);
   CollectiveArgs effective = host;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;

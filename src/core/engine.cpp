@@ -359,6 +359,7 @@ RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std:
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
   request->pipelined_call = call_.pipelined;
+  request->relayed_call = call_.relayed;
   return request;
 }
 

@@ -82,6 +82,7 @@ class Engine final : public PointToPoint {
     bool pace_returns = false;      // PointToPoint::pace_returns
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
     bool pipelined = false;         // Request::pipelined_call
+    bool relayed = false;           // Request::relayed_call
   };
   void begin(const Call& call, std::chrono::milliseconds timeout);
   // A collective's last step once its messages are done: it fails after all where a peer

@@ -102,6 +102,24 @@ TEST_P(CollectiveWorld, ReduceScatterAllgatherBroadcastBarrier) {
   });
 }
 
+// Broadcasts of several chunks from every root: on more than 2 ranks each rank but the chain's
+// last passes them on (over shm, chunks past 256 KiB read across from the sender's buffer, the
+// rest through the rings).
+TEST(Broadcast, ChunksPassedDownTheChainFromEveryRoot) {
+  for (int world : {3, 4}) {
+    run_ranks(world, [](Communicator& comm) {
+      for (std::size_t count : {std::size_t{65537}, std::size_t{300007}}) {
+        for (int root = 0; root < comm.size(); ++root) {
+          auto buffer = make_input(DataType::f32, ReduceOp::max, comm.rank(), count, 13);
+          comm.broadcast(buffer.data(), count, DataType::f32, root);
+          EXPECT_EQ(buffer, make_input(DataType::f32, ReduceOp::max, root, count, 13))
+              << "broadcast of " << count << " from root " << root;
+        }
+      }
+    });
+  }
+}
+
 // Reduce, gather and scatter from roots that vary with the case, and all-to-all with equal and
 // unequal blocks (some empty), for every type (and every op of reduce), against the reference.
 TEST_P(CollectiveWorld, ReduceGatherScatterAlltoall) {

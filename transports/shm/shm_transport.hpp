@@ -3,11 +3,11 @@
 // Each peer writes into a single-producer/single-consumer byte ring in our segment
 // (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
 // Options::shm_single_copy_bytes (shm_single_copy_pipelined_bytes for a reduction's or a
-// broadcast's) travel through the ring as fragments (two copies, but no system call, in
-// cache; written with streaming stores while the peer's core is far: ring_stores.hpp); larger
-// ones travel as a descriptor of the sender's buffer, which the
-// receiver reads straight into its destination with process_vm_readv (one copy) and
-// acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
+// broadcast's, at most 256 KiB for a broadcast passed on down a chain within the caches)
+// travel through the ring as fragments (two copies, but no system call, in cache; written with
+// streaming stores while the peer's core is far: ring_stores.hpp); larger ones travel as a
+// descriptor of the sender's buffer, which the receiver reads straight into its destination
+// with process_vm_readv (one copy) and acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
 // the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
 // with no copy and no system call.
 // Where cross-memory attach is denied between any two ranks of the host, either way, every
