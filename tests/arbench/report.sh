@@ -61,7 +61,10 @@ page = open(sys.argv[1]).read()
 # Self-contained: nothing to fetch, no script.
 assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', page), "fetches something"
 assert "<script" not in page
-for text in ("Bus bandwidth", "Time per all-reduce", "against the baseline", "PASSED",
+# The comparison's verdict, whichever it is: sweeps of 3 iterations on a host that runs other
+# tests too can differ a hundredfold at a row (timing is for the benchmarks, not this test).
+assert re.search(r"(PASSED: none|FAILED: \d+) of \d+ row\(s\) regressed beyond 99\.0%", page)
+for text in ("Bus bandwidth", "Time per all-reduce", "against the baseline",
              "Replay:", "Iteration time: compute and exposed communication",
              "Communication trace:", "Time per collective", "cpu_model", "command_line"):
     assert text in page, text
