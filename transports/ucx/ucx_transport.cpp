@@ -37,6 +37,16 @@ class Context {
   explicit Context(int rank) {
     ucp_config_t* config = nullptr;  // UCX_* variables of the environment
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read", rank);
+    // Shared-memory fifo segments that hold one piece each (kPieceBytes), unless the
+    // environment sizes them. UCX applies the key to its shared-memory transports' common
+    // table (posix and sysv); their own names are not matched there.
+    if (std::getenv("UCX_POSIX_SEG_SIZE") == nullptr &&
+        std::getenv("UCX_SYSV_SEG_SIZE") == nullptr) {
+      const ucs_status_t modified =
+          ucp_config_modify(config, "MM_SEG_SIZE", std::to_string(kFifoSegmentBytes).c_str());
+      if (modified != UCS_OK) ucp_config_release(config);
+      check(modified, "ucp_config_modify", rank);
+    }
     ucp_params_t params{};
     // Its workers may move in several threads at once: communicators used by different
     // threads, and parked ones moved by another communicator's waits.
@@ -248,10 +258,13 @@ void UcxTransport::post(const RequestPtr& request) {
   }
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
-  const bool eager = p.same_machine && !p.queues_sends &&
-                     (request->bytes <= kCopyEagerBytes ||
-                      (request->pipelined_call && request->bytes <= kLocalEagerBytes));
-  if (!eager) return send_data(request, 0, request->bytes, 0);
+  const bool local = p.same_machine && !p.queues_sends;
+  const bool eager = local && (request->bytes <= kCopyEagerBytes ||
+                               (request->pipelined_call && request->bytes <= kLocalEagerBytes));
+  // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
+  // kFifoSegmentBytes UCX's own choice sends 32 KiB eager in two segments, copied three times.
+  if (!eager)
+    return send_data(request, 0, request->bytes, local ? UCP_AM_SEND_FLAG_RNDV : 0);
   std::size_t offset = 0;
   do {
     const std::size_t piece = std::min(kPieceBytes, request->bytes - offset);

@@ -65,26 +65,34 @@ struct Header {
 // 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
 // one rendezvous costs less than the copies (512 KiB and up gained nothing). A message of a
 // call whose receivers only copy what lands (all-gather, all-to-all, gather, scatter, sends)
-// and larger than kCopyEagerBytes goes without the eager flag, and UCX takes its rendezvous:
+// and larger than kCopyEagerBytes goes by UCX's rendezvous (UCP_AM_SEND_FLAG_RNDV):
 // one copy instead of two (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB:
 // 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB).
 inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // Eager messages to a peer of this machine go in pieces of this size, each of which fits one
-// segment of UCX's shared-memory fifo (UCX_POSIX_SEG_SIZE and UCX_SYSV_SEG_SIZE, 8256 B by
-// default: room for 8 KiB, our header and UCX's). UCX hands a message of one segment over
-// where it lies in the fifo, and copies one of several segments into a buffer of its own
-// first, which arcoll then copies (or reduces) again. Cut here, each piece lands in its receive
-// from the fifo, as Open MPI's tag matching over UCX lands its fragments.
-inline constexpr std::size_t kPieceBytes = 8192;
-static_assert(kPieceBytes + sizeof(Header) + 8 <= 8256,
-              "a piece, our header and UCX's (8 B) fit one default fifo segment");
-// Copies go eager up to two pieces: a rendezvous's round trip costs more than the second copy
-// of 16 KiB where the receiver must first be scheduled. 2 cores of an Intel Xeon, same-run A/B
-// of the limit at one piece and at two, busbw against Open MPI over `pml ucx`: 4 ranks, blocks
-// of 16 KiB, all-gather, all-to-all, gather and scatter in 0.70-0.80 of the time (all-to-all
-// x0.57-0.67 -> x0.85-0.87, scatter x0.23-0.29 -> x0.33-0.41); 2 ranks, the same calls in
-// 0.79-0.96, but sendrecv of 16 KiB in 1.12 (x0.93-1.00 -> x0.85-0.88).
-inline constexpr std::size_t kCopyEagerBytes = 2 * kPieceBytes;
+// segment of UCX's shared-memory fifo (kFifoSegmentBytes: room for a piece, our header and
+// UCX's 8 B). UCX hands a message of one segment over where it lies in the fifo, and copies
+// one of several segments into a buffer of its own first, which arcoll then copies (or
+// reduces) again. Cut here, each piece lands in its receive from the fifo, as Open MPI's tag
+// matching over UCX lands its fragments. Each piece costs the receiver a handler's call: with
+// pieces of 32 KiB instead of UCX's default segment (8 KiB of room), 2 ranks on 2 cores of
+// an Intel Xeon took 0.70-0.74 of the time for all-reduces of 64-512 KiB and 0.81-0.84 for
+// reduces of 256-512 KiB. UCX's fifo keeps a segment's length in 16 bits: segments of 64 KiB
+// broke messages.
+inline constexpr std::size_t kPieceBytes = 32 * 1024;
+// UCX_POSIX_SEG_SIZE and UCX_SYSV_SEG_SIZE of arcoll's UCX context, unless the environment sets
+// them (pieces larger than a segment still arrive, assembled by UCX first).
+inline constexpr std::size_t kFifoSegmentBytes = kPieceBytes + sizeof(Header) + 8;
+static_assert(kFifoSegmentBytes < 65536, "UCX's fifo keeps a segment's length in 16 bits");
+// Copies go eager up to 16 KiB; larger ones go by UCX's rendezvous: a rendezvous's round trip
+// costs more than a second copy of 16 KiB where the receiver must first be scheduled. 2 cores
+// of an Intel Xeon, same-run A/B of the limit at 8 KiB and at 16, busbw against Open MPI over
+// `pml ucx`: 4 ranks, blocks of 16 KiB, all-gather, all-to-all, gather and scatter in
+// 0.70-0.80 of the time (all-to-all x0.57-0.67 -> x0.85-0.87, scatter x0.23-0.29 ->
+// x0.33-0.41); 2 ranks, the same calls in 0.79-0.96, but sendrecv of 16 KiB in 1.12
+// (x0.93-1.00 -> x0.85-0.88). At 32 KiB the rendezvous is faster (2 ranks, gather of 32 KiB
+// blocks: 3.79 us against 4.52 eager).
+inline constexpr std::size_t kCopyEagerBytes = 16 * 1024;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
 // call only (`passing`: inline in its fifo, or read from TCP), eager bytes in a buffer of
