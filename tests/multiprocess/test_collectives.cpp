@@ -338,8 +338,9 @@ TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
 
 // Many eager messages that all arrive before their receives (rank 0 first waits for a message
 // rank 1 sends after them, on another tag): more than a transport holds of them in its own
-// buffers (UCX: kHeldEagerBytes, 4 MiB, then copies), each two pieces over UCX. Every one lands
-// whole and in order.
+// buffers (UCX: kHeldEagerBytes, 4 MiB, then copies), each one piece over UCX (messages of
+// several pieces: the reductions of the collectives' tests). Every one lands whole and in
+// order.
 TEST(PointToPoint, EagerMessagesBeyondWhatIsHeldArriveWhole) {
   run_ranks(2, [](Communicator& comm) {
     constexpr int kMessages = 400;

@@ -36,10 +36,11 @@ constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 // pipelined limit, when lower) are read across: a relaying rank copies a message through the
 // ring out of it and into the next one, two passes where a read across is one. Not beyond the
 // caches (streaming stores), where the rings' stores skip the reads for ownership that the
-// kernel's copy of a read across pays. 4 ranks on 2 cores of an Intel Xeon, chunks of 512 KiB,
-// out of place, us through the rings -> read across: 1 MiB 253 -> 189, 4 MiB 1140 -> 824;
-// 32 MiB 13368-15154 -> 15683-16880, 64 MiB 29514-31928 -> 33384-35767. A whole message of
-// 64 KiB read across took twice as long (14.6 -> 28.9 us).
+// kernel's copy of a read across pays. 4 ranks on 2 cores of an Intel Xeon (two a core),
+// chunks of 512 KiB, out of place, us through the rings -> read across: 1 MiB 253 -> 189,
+// 4 MiB 1140 -> 824; 32 MiB 13368-15154 -> 15683-16880, 64 MiB 29514-31928 -> 33384-35767.
+// A whole message of 64 KiB read across took twice as long (14.6 -> 28.9 us); the limit lies
+// between the sizes measured, not at a measured crossing.
 constexpr std::size_t kRelayedSingleCopyBytes = 256 * 1024;
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,

@@ -7,9 +7,9 @@
 // travel through the ring as fragments (two copies, but no system call, in cache; written with
 // streaming stores while the peer's core is far: ring_stores.hpp); larger ones travel as a
 // descriptor of the sender's buffer, which the receiver reads straight into its destination
-// with process_vm_readv (one copy) and acknowledges. A send from memory of arcoll::mem_alloc travels as a descriptor of its region:
-// the receiver maps the region once (pidfd_getfd) and reads, or reduces, the message in place,
-// with no copy and no system call.
+// with process_vm_readv (one copy) and acknowledges. A send from memory of arcoll::mem_alloc
+// travels as a descriptor of its region: the receiver maps the region once (pidfd_getfd) and
+// reads, or reduces, the message in place, with no copy and no system call.
 // Where cross-memory attach is denied between any two ranks of the host, either way, every
 // rank sends large messages as fragments (segment.hpp); a read refused later fails the call.
 // A wait polls for the time its Waiting says (transport.hpp's Polling), then sleeps on the

@@ -38,14 +38,21 @@ class Context {
     ucp_config_t* config = nullptr;  // UCX_* variables of the environment
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read", rank);
     // Shared-memory fifo segments that hold one piece each (kPieceBytes), unless the
-    // environment sizes them. UCX applies the key to its shared-memory transports' common
-    // table (posix and sysv); their own names are not matched there.
-    if (std::getenv("UCX_POSIX_SEG_SIZE") == nullptr &&
-        std::getenv("UCX_SYSV_SEG_SIZE") == nullptr) {
+    // environment sizes them; their receive pool grows by as many bytes as with UCX's default
+    // segments (512 of them a step: 4 ranks held 80 MiB of shared memory where they held 25).
+    // UCX applies the keys to its shared-memory transports' common table (posix, sysv,
+    // xpmem); their own names are not matched there. Should UCX refuse, pieces larger than a
+    // segment still arrive (assembled by UCX first).
+    for (const auto& [key, value] :
+         {std::pair{"SEG_SIZE", kFifoSegmentBytes}, std::pair{"RX_BUFS_GROW", kFifoRxBufsGrow}}) {
+      const std::string name(key);
+      if (std::getenv(("UCX_POSIX_" + name).c_str()) != nullptr ||
+          std::getenv(("UCX_SYSV_" + name).c_str()) != nullptr)
+        continue;
       const ucs_status_t modified =
-          ucp_config_modify(config, "MM_SEG_SIZE", std::to_string(kFifoSegmentBytes).c_str());
-      if (modified != UCS_OK) ucp_config_release(config);
-      check(modified, "ucp_config_modify", rank);
+          ucp_config_modify(config, ("MM_" + name).c_str(), std::to_string(value).c_str());
+      if (modified != UCS_OK)
+        log::warn("ucx: UCX kept its default " + name + ": " + ucs_status_string(modified));
     }
     ucp_params_t params{};
     // Its workers may move in several threads at once: communicators used by different
@@ -264,8 +271,7 @@ void UcxTransport::post(const RequestPtr& request) {
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).
-  if (!eager)
-    return send_data(request, 0, request->bytes, local ? UCP_AM_SEND_FLAG_RNDV : 0);
+  if (!eager) return send_data(request, 0, request->bytes, local ? UCP_AM_SEND_FLAG_RNDV : 0);
   std::size_t offset = 0;
   do {
     const std::size_t piece = std::min(kPieceBytes, request->bytes - offset);

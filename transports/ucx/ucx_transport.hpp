@@ -84,14 +84,17 @@ inline constexpr std::size_t kPieceBytes = 32 * 1024;
 // them (pieces larger than a segment still arrive, assembled by UCX first).
 inline constexpr std::size_t kFifoSegmentBytes = kPieceBytes + sizeof(Header) + 8;
 static_assert(kFifoSegmentBytes < 65536, "UCX's fifo keeps a segment's length in 16 bits");
+// The segments its receive pool grows by (UCX_POSIX_RX_BUFS_GROW; UCX's default, 512, is for
+// segments of 8 KiB).
+inline constexpr std::size_t kFifoRxBufsGrow = 128;
 // Copies go eager up to 16 KiB; larger ones go by UCX's rendezvous: a rendezvous's round trip
 // costs more than a second copy of 16 KiB where the receiver must first be scheduled. 2 cores
 // of an Intel Xeon, same-run A/B of the limit at 8 KiB and at 16, busbw against Open MPI over
 // `pml ucx`: 4 ranks, blocks of 16 KiB, all-gather, all-to-all, gather and scatter in
 // 0.70-0.80 of the time (all-to-all x0.57-0.67 -> x0.85-0.87, scatter x0.23-0.29 ->
 // x0.33-0.41); 2 ranks, the same calls in 0.79-0.96, but sendrecv of 16 KiB in 1.12
-// (x0.93-1.00 -> x0.85-0.88). At 32 KiB the rendezvous is faster (2 ranks, gather of 32 KiB
-// blocks: 3.79 us against 4.52 eager).
+// (x0.93-1.00 -> x0.85-0.88); measured with pieces of 8 KiB. At 32 KiB the rendezvous is
+// faster (2 ranks, gather of 32 KiB blocks: 3.79 us against 4.52 eager).
 inline constexpr std::size_t kCopyEagerBytes = 16 * 1024;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
