@@ -37,12 +37,14 @@ struct Request {
     DataType wire = DataType::f32;
   };
   std::optional<Landing> landing;
-  // A send of a call whose receivers reduce what lands, or pass it on as it lands (the
-  // reductions; broadcast's chain).
-  bool pipelined_call = false;
-  // A send of a broadcast on more than 2 ranks: its receiver, but the chain's last, sends what
-  // lands on to the next rank (algorithms/ring.cpp).
-  bool relayed_call = false;
+  // What the receivers of a send's call do with what lands, by which a transport chooses how
+  // to move it.
+  enum class Receivers : std::uint8_t {
+    copy,       // keep it (all-gather, all-to-all, gather, scatter, sends)
+    pipelined,  // reduce it as it lands (the reductions; broadcast on 2 ranks, moved alike)
+    relayed,    // pass it on down a chain, each but the last (broadcast on more than 2 ranks)
+  };
+  Receivers receivers = Receivers::copy;
   // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
   // its message lands with streaming stores (kernels::Stores::streaming).
   bool streaming_stores = false;

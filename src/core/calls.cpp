@@ -66,10 +66,11 @@ bool reduces(Collective collective) {
          collective == Collective::reduce;
 }
 
-// Collectives whose receivers reduce what lands or pass it on as it lands
-// (Request::pipelined_call).
-bool pipelined(Collective collective) {
-  return reduces(collective) || collective == Collective::broadcast;
+// What a collective's receivers do with what lands (Request::receivers).
+Request::Receivers receivers_of(Collective collective, int size) {
+  if (collective == Collective::broadcast)
+    return size > 2 ? Request::Receivers::relayed : Request::Receivers::pipelined;
+  return reduces(collective) ? Request::Receivers::pipelined : Request::Receivers::copy;
 }
 
 bool rooted(Collective collective) {
@@ -438,8 +439,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   // streaming stores save no read there and only push the result out of the
                   // caches (16 MiB in place on 2 ranks: 1.7 times as long).
                   .streaming_stores = beyond_caches && !in_place,
-                  .pipelined = pipelined(collective),
-                  .relayed = collective == Collective::broadcast && size > 2},
+                  .receivers = receivers_of(collective, size)},
                  options_.timeout);
   CollectiveArgs effective = host;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;

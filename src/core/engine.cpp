@@ -358,8 +358,7 @@ RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std:
   request->bytes = bytes;
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
-  request->pipelined_call = call_.pipelined;
-  request->relayed_call = call_.relayed;
+  request->receivers = call_.receivers;
   return request;
 }
 

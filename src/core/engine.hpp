@@ -81,8 +81,7 @@ class Engine final : public PointToPoint {
     std::size_t chunk_bytes = 0;
     bool pace_returns = false;      // PointToPoint::pace_returns
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
-    bool pipelined = false;         // Request::pipelined_call
-    bool relayed = false;           // Request::relayed_call
+    Request::Receivers receivers = Request::Receivers::copy;  // Request::receivers
   };
   void begin(const Call& call, std::chrono::milliseconds timeout);
   // A collective's last step once its messages are done: it fails after all where a peer

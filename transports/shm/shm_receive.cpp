@@ -193,6 +193,7 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
       return;
     }
   }
+  ++forwarded_.read_across;
   const int pid = segments_.peer(peer).pid;
   char* straight = matching_.direct(*m, 0);
   const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;

@@ -32,7 +32,7 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // buffer is read from memory twice (64 MiB: 10.3 against 9.1 ms).
 constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 
-// A relayed broadcast's messages (Request::relayed_call) larger than this (or than the
+// A relayed broadcast's messages (Request::Receivers::relayed) larger than this (or than the
 // pipelined limit, when lower) are read across: a relaying rank copies a message through the
 // ring out of it and into the next one, two passes where a read across is one. Not beyond the
 // caches (streaming stores), where the rings' stores skip the reads for ownership that the
@@ -78,6 +78,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
       single_copy_bytes_(setup.options->shm_single_copy_bytes),
       single_copy_pipelined_bytes_(setup.options->shm_single_copy_pipelined_bytes),
+      single_copy_relayed_bytes_(std::min(single_copy_pipelined_bytes_, kRelayedSingleCopyBytes)),
       polling_(setup.polling) {
   for (int p : peer_ranks_) {
     peers_[static_cast<std::size_t>(p)].segment = segments_.peer(p).segment.get();
@@ -87,11 +88,12 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
 
 ShmTransport::~ShmTransport() {
   const Forwarded& f = forwarded_;
-  if (f.written + f.queued + f.whole + f.read_in_place > 0)
+  if (f.written + f.queued + f.whole + f.read_in_place + f.read_across > 0)
     log::debug("shm: fragments forwarded as they landed: " + std::to_string(f.written) +
                " written into the ring, " + std::to_string(f.queued) +
                " queued behind a full ring; messages forwarded whole: " + std::to_string(f.whole) +
-               "; messages read in place: " + std::to_string(f.read_in_place));
+               "; messages read in place: " + std::to_string(f.read_in_place) +
+               "; messages read across: " + std::to_string(f.read_across));
   for (int peer : peer_ranks_) {
     const RingStores& stores = peers_[static_cast<std::size_t>(peer)].stores;
     if (stores.streaming() || stores.cached_pace() > 0)
@@ -116,6 +118,18 @@ std::optional<shared_memory::Region> ShmTransport::in_place_region(const Request
   if (send.bytes < kSharedDescriptorBytes || send.streaming_stores || !segments_.cma())
     return std::nullopt;
   return shared_memory::find(send.buffer, send.bytes);
+}
+
+std::size_t ShmTransport::single_copy_above(const Request& send) const {
+  switch (send.receivers) {
+    case Request::Receivers::copy:
+      return single_copy_bytes_;
+    case Request::Receivers::pipelined:
+      return single_copy_pipelined_bytes_;
+    case Request::Receivers::relayed:
+      return send.streaming_stores ? single_copy_pipelined_bytes_ : single_copy_relayed_bytes_;
+  }
+  return single_copy_bytes_;
 }
 
 bool ShmTransport::forwards_pieces(const Request& receive) const {
@@ -148,11 +162,7 @@ void ShmTransport::post(const RequestPtr& request) {
     enqueue(request->peer, std::move(out));
     return;
   }
-  const std::size_t large =
-      request->relayed_call && !request->streaming_stores
-          ? std::min(single_copy_pipelined_bytes_, kRelayedSingleCopyBytes)
-          : (request->pipelined_call ? single_copy_pipelined_bytes_ : single_copy_bytes_);
-  if (request->bytes > large && segments_.cma()) {
+  if (request->bytes > single_copy_above(*request) && segments_.cma()) {
     enqueue(request->peer, Outgoing(descriptor(EntryKind::descriptor, p, request, 0)));
     return;
   }

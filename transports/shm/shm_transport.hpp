@@ -176,6 +176,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   void fail_dead_peer(int peer, const std::string& what);
 
   void* own() const { return segments_.own(); }
+  // The size past which `send` is read across (by what its call's receivers do).
+  std::size_t single_copy_above(const Request& send) const;
 
   int rank_;
   int size_;
@@ -184,7 +186,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::vector<Peer> peers_;
   transport::Matching<ShmMessage> matching_;
   // Larger messages are read across processes when segments_.cma().
-  std::size_t single_copy_bytes_, single_copy_pipelined_bytes_;
+  std::size_t single_copy_bytes_, single_copy_pipelined_bytes_, single_copy_relayed_bytes_;
   std::vector<char> bounce_;  // pieces of reducing receives
   // Reduced pieces forwarded into a ring that is streamed (RingStores): reduced here, in cache,
   // then streamed into the ring and copied into the receive buffer.
@@ -201,6 +203,7 @@ class ShmTransport final : public Transport, public SharedBoards {
     // Messages sent on once landed: held before their receive, or read in place by the peer.
     std::size_t whole = 0;
     std::size_t read_in_place = 0;  // messages read out of a peer's shared memory
+    std::size_t read_across = 0;    // messages read from a peer's memory (process_vm_readv)
   } forwarded_;
   std::exception_ptr failure_;
   bool aborted_ = false;

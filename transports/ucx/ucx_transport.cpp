@@ -266,8 +266,10 @@ void UcxTransport::post(const RequestPtr& request) {
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   const bool local = p.same_machine && !p.queues_sends;
-  const bool eager = local && (request->bytes <= kCopyEagerBytes ||
-                               (request->pipelined_call && request->bytes <= kLocalEagerBytes));
+  const bool eager =
+      local &&
+      (request->bytes <= kCopyEagerBytes ||
+       (request->receivers != Request::Receivers::copy && request->bytes <= kLocalEagerBytes));
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).
