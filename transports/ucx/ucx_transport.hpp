@@ -267,8 +267,10 @@ class UcxTransport final : public Transport {
   // flight (closed at once, which ends it); then waits until the closes, and the transfers
   // they end, are done.
   void close_endpoints(Clock::time_point deadline) noexcept;
-  // Whether a send of data to `peer`, or a fetch from it, is in flight.
+  // Whether a send of data to `peer`, or a fetch from it, is in flight (busy: either).
   bool busy(int peer) const;
+  bool sending_to(int peer) const;
+  bool fetching_from(int peer) const;
   // Setup's last step: a hello each way with every peer, so that UCX's connections are up
   // before any call (closing an endpoint whose wireup is under way trips UCX 1.13).
   void greet_peers(Clock::time_point deadline);
