@@ -87,15 +87,15 @@ static_assert(kFifoSegmentBytes < 65536, "UCX's fifo keeps a segment's length in
 // The segments its receive pool grows by (UCX_POSIX_RX_BUFS_GROW; UCX's default, 512, is for
 // segments of 8 KiB).
 inline constexpr std::size_t kFifoRxBufsGrow = 128;
-// Copies go eager up to 16 KiB; larger ones go by UCX's rendezvous: a rendezvous's round trip
-// costs more than a second copy of 16 KiB where the receiver must first be scheduled. 2 cores
-// of an Intel Xeon, same-run A/B of the limit at 8 KiB and at 16, busbw against Open MPI over
-// `pml ucx`: 4 ranks, blocks of 16 KiB, all-gather, all-to-all, gather and scatter in
-// 0.70-0.80 of the time (all-to-all x0.57-0.67 -> x0.85-0.87, scatter x0.23-0.29 ->
-// x0.33-0.41); 2 ranks, the same calls in 0.79-0.96, but sendrecv of 16 KiB in 1.12
-// (x0.93-1.00 -> x0.85-0.88); measured with pieces of 8 KiB. At 32 KiB the rendezvous is
-// faster (2 ranks, gather of 32 KiB blocks: 3.79 us against 4.52 eager).
-inline constexpr std::size_t kCopyEagerBytes = 16 * 1024;
+// Copies go eager up to 32 KiB, one fifo segment (kPieceBytes); larger ones go by UCX's
+// rendezvous: below it a rendezvous's round trip costs more than a second copy where the
+// receiver must first be scheduled. 2 cores of an Intel Xeon, same-run A/B of the limit at
+// 16 KiB and at 32, messages of 32 KiB, three runs: 2 ranks, all-gather 9.3-10.4 -> 8.1-9.2
+// us, all-to-all 9.0-9.9 -> 6.8-7.7, gather 5.9-8.1 -> 5.1-5.9, scatter 6.7-8.1 -> 4.6-6.8;
+// 4 ranks, gather 28-30 -> 21-27, the others within the noise of 4 ranks on 2 cores. At 64
+// KiB the rendezvous is as fast or faster (all-gather and all-to-all of 64 KiB blocks on 2
+// ranks: 12.6-13.8 and 12.2-13.2 us against 12.7-14.8 and 13.3-15.7 eager).
+inline constexpr std::size_t kCopyEagerBytes = kPieceBytes;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
 // call only (`passing`: inline in its fifo, or read from TCP), eager bytes in a buffer of
