@@ -29,6 +29,7 @@ LinkCost LinkCost::at(double bytes) const {
                                   (sized_beta - small_beta);
   LinkCost sized{alpha, sized_beta, blend(cached_gamma, gamma)};  // no cached or small ones
   sized.forwards = forwards;
+  sized.fans_out = fans_out;
   return sized;
 }
 

@@ -1,8 +1,9 @@
 // Direct exchanges: every block goes straight from the rank that has it to the rank that needs
 // it, all posted at once. Gather and scatter (the root talks to each rank: it moves (p-1)/p
 // of the data once, which no tree beats in bytes), all-gather, reduce (on 2 ranks; on more, of
-// small buffers), and all-to-all (each pair exchanges its two blocks; rank r starts with rank
-// r+1 so that no rank is everyone's first partner).
+// small buffers), all-to-all (each pair exchanges its two blocks; rank r starts with rank
+// r+1 so that no rank is everyone's first partner), and broadcast where receivers read in
+// parallel.
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -173,12 +174,37 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
                          send + place(a.send_offsets, rank), bytes(a.send_counts, rank));
 }
 
+// The root's buffer to every rank at once: for a transport whose receivers read it each on
+// their own (LinkCost::fans_out), where the hops of a chain cost more than the reads in
+// parallel (see board.cpp's by_messages()).
+void direct_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  if (p2p.size() == 1 || bytes == 0) return;
+  if (p2p.rank() != a.root) {
+    p2p.wait(p2p.irecv(a.root, a.recv, bytes));
+    return;
+  }
+  std::vector<RequestPtr> sends;
+  for (int r = 0; r < p2p.size(); ++r)
+    if (r != a.root) sends.push_back(p2p.isend(r, a.recv, bytes));
+  p2p.wait_all(sends);
+}
+
 // Every block at once: the busiest rank's link (the root's; any rank's in all-gather and
 // all-to-all) takes the others' p - 1 blocks.
 double blocks_cost(const CostQuery& q) {
   const Layout& l = q.layout;
   if (l.ranks <= 1) return 0;
   return l.flat().alpha + (l.ranks - 1.0) / l.ranks * q.bytes * l.flat().beta;
+}
+
+// Broadcast: the root's link carries the buffer once a rank, or once where the ranks read it
+// in parallel (fans_out).
+double broadcast_cost(const CostQuery& q) {
+  const Layout& l = q.layout;
+  if (l.ranks <= 1) return 0;
+  const LinkCost& link = l.flat();
+  return link.alpha + (link.fans_out ? 1.0 : l.ranks - 1.0) * q.bytes * link.beta;
 }
 
 // Reduce: every buffer into the root, which reads and reduces each as it lands (a read is half
@@ -192,14 +218,17 @@ double reduce_cost(const CostQuery& q) {
 
 const AlgorithmRegistrar kDirect{AlgorithmInfo{
     "direct",
-    "every block straight to the rank that needs it: gather, scatter, all-to-all, reduce",
+    "every block straight to the rank that needs it: gather, scatter, all-to-all, reduce, "
+    "broadcast",
     {{Collective::allgather, direct_allgather},
      {Collective::gather, direct_gather},
      {Collective::reduce, direct_reduce},
      {Collective::scatter, direct_scatter},
      {Collective::alltoall, direct_alltoallv},
-     {Collective::alltoallv, direct_alltoallv}},
-    {{Collective::allgather, blocks_cost},
+     {Collective::alltoallv, direct_alltoallv},
+     {Collective::broadcast, direct_broadcast}},
+    {{Collective::broadcast, broadcast_cost},
+     {Collective::allgather, blocks_cost},
      {Collective::gather, blocks_cost},
      {Collective::scatter, blocks_cost},
      {Collective::alltoall, blocks_cost},

@@ -29,6 +29,10 @@ struct LinkCost {
   // Whether its transport writes a reduced result on as it is reduced
   // (PointToPoint::irecv_reduce_send): a message sent back so costs no copy into the link.
   bool forwards = false;
+  // Whether its transport's receivers read a large message from the sender's buffer each on
+  // their own (Transport::fans_out): a buffer sent to every rank at once costs the sender one
+  // message's time, not one a rank.
+  bool fans_out = false;
   // The costs of an all-reduce of `bytes`: the cached figures up to cached_until, the others
   // from uncached_from, and in between a blend linear in log(bytes); below kCachedBytes, β
   // goes the same way to small_beta at kSmallMessageBytes. The result has no cached or small

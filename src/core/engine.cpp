@@ -169,7 +169,10 @@ void Engine::apply_tuning(const Tuning& tuning) {
   // Priced for f32 calls on the communicator's wire, as irecv_reduce_send decides.
   const bool forwarded = unstaged(options_.wire);
   for (const auto& t : transports_) {
-    if (t->name() == within_host_->name) layout_.intra.forwards = forwarded && t->forwards();
+    if (t->name() == within_host_->name) {
+      layout_.intra.forwards = forwarded && t->forwards();
+      layout_.intra.fans_out = t->fans_out();
+    }
     if (t->name() == across_hosts_->name) layout_.inter.forwards = forwarded && t->forwards();
   }
   for (LinkCost* link : {&layout_.intra, &layout_.inter})

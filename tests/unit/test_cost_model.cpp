@@ -260,6 +260,13 @@ TEST(CostModel, CollectivesMoveWhatTheirAlgorithmsMove) {
   // A chain of 4 ranks, 2 MiB in 4 chunks of 512 KiB: 4 + 2 steps of one chunk.
   EXPECT_DOUBLE_EQ(predict("ring", Collective::broadcast, 2 * n),
                    6 * (kAlpha + 512 * 1024 * kBeta));
+  // Direct broadcast: the root's link carries the buffer to three ranks, or once where they read
+  // it in parallel.
+  EXPECT_DOUBLE_EQ(predict("direct", Collective::broadcast), kAlpha + 3 * n * kBeta);
+  Layout fanning = l;
+  fanning.intra.fans_out = true;
+  EXPECT_DOUBLE_EQ(cost::predict("direct", fanning, n, Collective::broadcast).seconds,
+                   kAlpha + n * kBeta);
   // Direct reduce: the root reads and reduces three buffers.
   EXPECT_DOUBLE_EQ(predict("direct", Collective::reduce), kAlpha + 3 * n * (kBeta / 2 + kGamma));
   // Halving-doubling reduce: a round of halves, then the last round (quarters) beside the three
@@ -297,6 +304,18 @@ TEST(CostModel, BoardsPredictWhatTheCallRuns) {
   Layout pair_without = pair;
   pair_without.board_capacity = 0;
   same("direct", pair, pair_without, 4 << 20, Collective::reduce);
+  // A broadcast goes straight from the root where more than 2 ranks of one host read it in
+  // parallel, else down the chain.
+  Layout fanning = without;
+  fanning.intra.fans_out = true;
+  same("direct", fanning, fanning, 64 * 1024, Collective::broadcast);
+  Layout pair_fanning = pair_without;
+  pair_fanning.intra.fans_out = true;
+  same("ring", pair_fanning, pair_fanning, 64 * 1024, Collective::broadcast);
+  Layout hosts_fanning = fanning;
+  hosts_fanning.hosts = 2;
+  hosts_fanning.ranks_per_host = 2;
+  same("ring", hosts_fanning, hosts_fanning, 64 * 1024, Collective::broadcast);
 }
 
 }  // namespace

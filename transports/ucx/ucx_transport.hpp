@@ -170,6 +170,8 @@ class UcxTransport final : public Transport {
   void leave_call(std::chrono::milliseconds timeout) override;
   bool park() override;
   void take_back() override { parking_.take_back(); }
+  // Its rendezvous messages are fetched by their receivers (over cma, within one machine).
+  bool fans_out() const override { return true; }
   std::string pending_state() const override;
 
   // For UCX's callbacks.
