@@ -104,7 +104,7 @@ TEST_P(CollectiveWorld, ReduceScatterAllgatherBroadcastBarrier) {
 
 // Broadcasts of several chunks from every root: on more than 2 ranks each rank but the chain's
 // last passes them on (over shm, chunks past 256 KiB read across from the sender's buffer, the
-// rest through the rings).
+// rest through the rings); over UCX the root sends the whole buffer to each rank at once.
 TEST(Broadcast, ChunksPassedDownTheChainFromEveryRoot) {
   for (int world : {3, 4}) {
     run_ranks(world, [](Communicator& comm) {
