@@ -66,8 +66,10 @@ constexpr std::size_t kHalvingReduceBytes = 16 << 20;
 // A broadcast on more than 2 ranks of one host goes straight from the root where the ranks read
 // it in parallel (LinkCost::fans_out): UCX on 4 ranks, 2 cores of an Intel Xeon, three runs
 // each, the chain against direct: 64 KiB 36-38 against 22-23 us, 1 MiB 411-495 against
-// 337-405, 16 MiB 13.3-14.5 against 12.1-12.5 ms. Over shm the chain's hops cost less than
-// the reads in parallel (4 MiB: 1.1-1.5 against 2.3-2.5 ms).
+// 337-405, 16 MiB 13.3-14.5 against 12.1-12.5 ms; on 8 ranks, two runs, 1 MiB 808-867
+// against 608-687 us, 16 MiB alike; on 3, alike but at 4 MiB (1.1-1.8 against 1.5-2.0 ms).
+// Over shm the chain's hops cost less than the reads in parallel (4 ranks, 4 MiB: 1.1-1.5
+// against 2.3-2.5 ms).
 const char* by_messages(Collective collective, std::size_t posted, int ranks,
                         const Layout& layout) {
   if (collective == Collective::broadcast && layout.hosts == 1 && ranks > 2 &&

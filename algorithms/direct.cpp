@@ -50,16 +50,26 @@ void direct_gather(PointToPoint& p2p, const CollectiveArgs& a) {
   wait_copying_own_block(p2p, receives, block(a.recv, a.root, bytes), a.send, bytes);
 }
 
-void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
-  const std::size_t bytes = a.count * size_of(a.type);
+// The root sends every other rank r `bytes` from `part(r)` at once, each receiving them into
+// a.recv. Returns the root's sends, to wait for (none elsewhere: the receive is done).
+template <class Part>
+std::vector<RequestPtr> from_root(PointToPoint& p2p, const CollectiveArgs& a, std::size_t bytes,
+                                  Part part) {
+  std::vector<RequestPtr> sends;
   if (p2p.rank() != a.root) {
     p2p.wait(p2p.irecv(a.root, a.recv, bytes));
-    return;
+    return sends;
   }
-  std::vector<RequestPtr> sends;
-  auto* send = const_cast<void*>(a.send);
   for (int r = 0; r < p2p.size(); ++r)
-    if (r != a.root) sends.push_back(p2p.isend(r, block(send, r, bytes), bytes));
+    if (r != a.root) sends.push_back(p2p.isend(r, part(r), bytes));
+  return sends;
+}
+
+void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  auto* send = const_cast<void*>(a.send);
+  const auto sends = from_root(p2p, a, bytes, [&](int r) { return block(send, r, bytes); });
+  if (p2p.rank() != a.root) return;
   // The root's copy goes alongside its peers' reads: it reads nothing itself (1 MiB a rank
   // on 2 ranks: 65 us, against 187 us after them).
   copy_block(a.recv, block(send, a.root, bytes), bytes);
@@ -180,14 +190,7 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
 void direct_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
   if (p2p.size() == 1 || bytes == 0) return;
-  if (p2p.rank() != a.root) {
-    p2p.wait(p2p.irecv(a.root, a.recv, bytes));
-    return;
-  }
-  std::vector<RequestPtr> sends;
-  for (int r = 0; r < p2p.size(); ++r)
-    if (r != a.root) sends.push_back(p2p.isend(r, a.recv, bytes));
-  p2p.wait_all(sends);
+  p2p.wait_all(from_root(p2p, a, bytes, [&](int) { return a.recv; }));
 }
 
 // Every block at once: the busiest rank's link (the root's; any rank's in all-gather and
@@ -199,7 +202,8 @@ double blocks_cost(const CostQuery& q) {
 }
 
 // Broadcast: the root's link carries the buffer once a rank, or once where the ranks read it
-// in parallel (fans_out).
+// in parallel (fans_out; UCX's eager messages, to 256 KiB, the root copies into each peer's
+// fifo: priced as read in parallel too).
 double broadcast_cost(const CostQuery& q) {
   const Layout& l = q.layout;
   if (l.ranks <= 1) return 0;

@@ -140,8 +140,10 @@ class Transport {
   // Whether post() takes receives with a Request::forward, sending each landed piece on itself
   // (written into the send as it is reduced, with no second pass over the result).
   virtual bool forwards() const { return false; }
-  // Whether each peer of this machine reads a large message from the sender's buffer itself,
-  // so that one buffer sent to several peers at once is read by all of them in parallel.
+  // Whether one buffer sent to several peers of this machine at once costs the sender about
+  // one message's time: each peer reads its large messages from the sender's memory itself,
+  // in parallel (UCX over cma, knem or xpmem). shm says no: it copies such a buffer into each
+  // peer's ring, reading across only the chunks of a relayed broadcast.
   virtual bool fans_out() const { return false; }
   // The boards shared with every peer of this transport; null where it has none.
   virtual SharedBoards* boards() { return nullptr; }

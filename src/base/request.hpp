@@ -42,7 +42,8 @@ struct Request {
   enum class Receivers : std::uint8_t {
     copy,       // keep it (all-gather, all-to-all, gather, scatter, sends)
     pipelined,  // reduce it as it lands (the reductions; broadcast on 2 ranks, moved alike)
-    relayed,    // pass it on down a chain, each but the last (broadcast on more than 2 ranks)
+    relayed,    // broadcast on more than 2 ranks: passed on down a chain, each but the last
+                // (kept where it comes straight from the root: LinkCost::fans_out)
   };
   Receivers receivers = Receivers::copy;
   // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):

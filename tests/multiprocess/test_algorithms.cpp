@@ -91,13 +91,60 @@ TEST_P(ReduceWorld, EveryRootTypeAndCountMatchesReference) {
             {{"ARCOLL_ALGO", algorithm}, {"ARCOLL_CHUNK_BYTES", "16K"}});
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Algorithms, ReduceWorld,
-    ::testing::Combine(::testing::Values("direct", "ring", "halving_doubling"),
-                       ::testing::Range(1, 9)),
-    [](const ::testing::TestParamInfo<AlgorithmAndWorld>& info) {
-      return std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
-    });
+INSTANTIATE_TEST_SUITE_P(Algorithms, ReduceWorld,
+                         ::testing::Combine(::testing::Values("direct", "ring", "halving_doubling"),
+                                            ::testing::Range(1, 9)),
+                         [](const ::testing::TestParamInfo<AlgorithmAndWorld>& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+// The direct broadcast, which the board picks only where ranks read the root's buffer in
+// parallel (UCX), named on every transport: every root, types and counts of nothing, one, a
+// prime, and one past UCX's eager limits and shm's single-copy one, on odd and even worlds.
+TEST(DirectBroadcast, EveryRootTypeAndCountMatchesTheRoots) {
+  for (int world : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(std::to_string(world) + " ranks");
+    run_ranks(world,
+              [](Communicator& comm) {
+                const std::size_t counts[] = {0, 1, 4099, 70001};
+                int cases = 0;
+                for (int root = 0; root < comm.size(); ++root)
+                  for (DataType t : {DataType::f32, DataType::f64, DataType::bf16}) {
+                    const std::size_t count = counts[cases++ % std::size(counts)];
+                    auto buffer = make_input(t, ReduceOp::max, comm.rank(), count, 31);
+                    comm.broadcast(buffer.data(), count, t, root);
+                    EXPECT_EQ(buffer, make_input(t, ReduceOp::max, root, count, 31))
+                        << "root " << root << " " << label(t, ReduceOp::max, count, false);
+                  }
+              },
+              {{"ARCOLL_ALGO", "direct"}});
+  }
+}
+
+// The board sends a broadcast of 3 ranks straight from the root only over UCX with a lane by
+// which receivers read the sender's memory (cma here); without one (UCX's shared memory
+// alone), and over every other transport, down the chain.
+TEST(DirectBroadcast, ChosenOnlyWhereRanksReadTheRootsBufferInParallel) {
+  const char* transport = std::getenv("ARCOLL_TRANSPORT");
+  const bool ucx = transport != nullptr && std::string(transport) == "ucx";
+  auto expect_broadcast_by = [](const std::string& algorithm,
+                                const std::map<std::string, std::string>& env) {
+    run_ranks(
+        3,
+        [&](Communicator& comm) {
+          const std::size_t bytes = std::size_t{64} << 20;  // where the two differ
+          EXPECT_EQ(comm.predict("broadcast", bytes).seconds,
+                    comm.predict("broadcast", bytes, algorithm).seconds)
+              << "a broadcast by " << algorithm << " expected";
+          EXPECT_NE(comm.predict("broadcast", bytes, "direct").seconds,
+                    comm.predict("broadcast", bytes, "ring").seconds);
+        },
+        env);
+  };
+  expect_broadcast_by(ucx ? "direct" : "ring", {});
+  if (ucx) expect_broadcast_by("ring", {{"UCX_TLS", "posix,self"}});
+}
 
 // Mixed precision: f32 carried as f16 or bf16, accumulated in f32. Inputs are not
 // representable on the wire, so the result is off by at most a few wire roundings of the

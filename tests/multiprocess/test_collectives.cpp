@@ -344,11 +344,11 @@ TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
 TEST(PointToPoint, EagerMessagesBeyondWhatIsHeldArriveWhole) {
   run_ranks(2, [](Communicator& comm) {
     constexpr int kMessages = 400;
-    constexpr std::size_t kWords = 16 * 1024 / 4;  // 16 KiB: eager over UCX (kCopyEagerBytes)
+    constexpr std::size_t kWords = 32 * 1024 / 4;  // 32 KiB: eager over UCX (kCopyEagerBytes)
     std::vector<std::uint32_t> words(kWords);
     int last = 0;
     if (comm.rank() == 1) {
-      // Posted at once (where 16 KiB is not eager, a blocking send would wait for its receive).
+      // Posted at once (where 32 KiB is not eager, a blocking send would wait for its receive).
       std::vector<std::vector<std::uint32_t>> sent(kMessages, words);
       std::vector<WorkPtr> sends;
       for (int m = 0; m < kMessages; ++m) {

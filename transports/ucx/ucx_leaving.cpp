@@ -183,14 +183,17 @@ void UcxTransport::abort(const std::string& reason, std::uint64_t failed_call) n
   // of this machine whose process has ended, which never end (UCX's shared memory does not
   // notice, and its endpoints, without peer error handling, cannot be closed by force): every
   // survivor of a killed rank waited the whole bound for them. Fetches from such a peer are
-  // waited for: they end at once, failing (its memory can be read no more), and a worker
-  // destroyed with one queued on UCX's cma endpoint fails UCX's assertion, killing the process
-  // (1 run in 40 of a 4 MiB call aborted on 2 ranks, the abort read after a fetch began).
+  // waited for, within kAbortFlushTime: read by this rank over cma, they end at once, failing
+  // (its memory can be read no more), and a worker destroyed with one queued on UCX's cma
+  // endpoint fails UCX's assertion, killing the process (1 run in 40 of a 4 MiB call aborted
+  // on 2 ranks, the abort read after a fetch began); those its sender had to push never end.
+  const auto now = Clock::now();
+  const auto bound = now + kTransfersEndTime, ended_bound = now + kAbortFlushTime;
   auto can_end = [&](int r) {
     const Peer& p = peers_[static_cast<std::size_t>(r)];
-    return fetching_from(r) || (sending_to(r) && !(p.pidfd && transport::has_ended(p.pidfd)));
+    if (!(p.pidfd && transport::has_ended(p.pidfd))) return busy(r);
+    return fetching_from(r) && Clock::now() < ended_bound;
   };
-  const auto bound = Clock::now() + kTransfersEndTime;
   while (std::any_of(peer_ranks_.begin(), peer_ranks_.end(), can_end) && Clock::now() < bound) {
     if (ucp_worker_progress(worker_) == 0) std::this_thread::yield();
     judge_lost_peers();

@@ -89,6 +89,8 @@ constexpr std::size_t kQueuedSendBytes = 8192;
 constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
+// UCX's transports by which a receiver reads the sender's memory itself.
+constexpr std::string_view kReadingLanes[] = {"cma/", "knem/", "xpmem/"};
 
 ucs_status_t on_message(void* arg, const void* header, std::size_t header_length, void* data,
                         std::size_t length, const ucp_am_recv_param_t* param) {
@@ -231,18 +233,30 @@ void UcxTransport::greet_peers(Clock::time_point deadline) {
     progress(std::min(deadline, Clock::now() + kSleepSlice), Waiting::poll_first);
   }
   // Which endpoints go through TCP, whose sends UCX completes while they may still wait in its
-  // queue (see sent()); shared memory's are in the peer's memory when they complete.
+  // queue (see sent()); shared memory's are in the peer's memory when they complete. And
+  // whether every peer reads this rank's rendezvous messages from its memory (a lane of
+  // cma, knem or xpmem: fans_out()); every rank of a job with the same UCX settings sees the
+  // same lanes.
+  fans_out_ = !peer_ranks_.empty();
   for (int r : peer_ranks_) {
+    Peer& p = peers_[static_cast<std::size_t>(r)];
     char* text = nullptr;
     std::size_t length = 0;
-    if (FILE* info = open_memstream(&text, &length)) {
-      ucp_ep_print_info(peers_[static_cast<std::size_t>(r)].ep, info);
-      std::fclose(info);
-      peers_[static_cast<std::size_t>(r)].queues_sends =
-          std::string_view(text, length).find("tcp/") != std::string_view::npos;
-      parks_ = parks_ || peers_[static_cast<std::size_t>(r)].queues_sends;
-      std::free(text);
+    FILE* info = open_memstream(&text, &length);
+    if (info == nullptr) {
+      fans_out_ = false;
+      continue;
     }
+    ucp_ep_print_info(p.ep, info);
+    std::fclose(info);
+    const std::string_view lanes(text, length);
+    p.queues_sends = lanes.find("tcp/") != std::string_view::npos;
+    parks_ = parks_ || p.queues_sends;
+    fans_out_ = fans_out_ && std::any_of(std::begin(kReadingLanes), std::end(kReadingLanes),
+                                         [&](std::string_view lane) {
+                                           return lanes.find(lane) != std::string_view::npos;
+                                         });
+    std::free(text);
   }
 }
 

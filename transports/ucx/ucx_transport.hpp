@@ -67,7 +67,11 @@ struct Header {
 // call whose receivers only copy what lands (all-gather, all-to-all, gather, scatter, sends)
 // and larger than kCopyEagerBytes goes by UCX's rendezvous (UCP_AM_SEND_FLAG_RNDV):
 // one copy instead of two (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB:
-// 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB).
+// 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB). A broadcast's messages go as
+// a reduction's, also where the root sends its buffer to each rank (fans_out): 4 ranks on 2
+// cores, eager against rendezvous past 32 KiB, four runs each: 64 KiB 29-42 against 37-85 us,
+// 128 KiB 62-110 against 50-95, 256 KiB 117-162 against 100-141; kept, for want of a clear
+// winner.
 inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // Eager messages to a peer of this machine go in pieces of this size, each of which fits one
 // segment of UCX's shared-memory fifo (kFifoSegmentBytes: room for a piece, our header and
@@ -170,8 +174,7 @@ class UcxTransport final : public Transport {
   void leave_call(std::chrono::milliseconds timeout) override;
   bool park() override;
   void take_back() override { parking_.take_back(); }
-  // Its rendezvous messages are fetched by their receivers (over cma, within one machine).
-  bool fans_out() const override { return true; }
+  bool fans_out() const override { return fans_out_; }
   std::string pending_state() const override;
 
   // For UCX's callbacks.
@@ -306,6 +309,8 @@ class UcxTransport final : public Transport {
   bool aborted_ = false;
   // Aborted with a transfer still in flight: the worker must not move again (abort()).
   bool frozen_ = false;
+  // Every peer reads this rank's rendezvous messages from its memory (see greet_peers()).
+  bool fans_out_ = false;
   // What UCX calls the active-message handlers back with, by id.
   std::pair<UcxTransport*, AmId> handlers_[5];
   // Between calls, where a peer is reached over TCP (see park()): `parks_` says so, from setup.
