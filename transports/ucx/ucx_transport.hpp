@@ -70,8 +70,8 @@ struct Header {
 // 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB). A broadcast's messages go as
 // a reduction's, also where the root sends its buffer to each rank (fans_out): 4 ranks on 2
 // cores, eager against rendezvous past 32 KiB, four runs each: 64 KiB 29-42 against 37-85 us,
-// 128 KiB 62-110 against 50-95, 256 KiB 117-162 against 100-141; kept, for want of a clear
-// winner.
+// 128 KiB 68-111 against 54-95, 256 KiB 117-162 against 100-141. Kept: eager wins at 64 KiB;
+// a broadcast's own limit from 128 KiB is not measured beyond these runs.
 inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
 // Eager messages to a peer of this machine go in pieces of this size, each of which fits one
 // segment of UCX's shared-memory fifo (kFifoSegmentBytes: room for a piece, our header and
