@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """torch.distributed.all_reduce through arcoll and through torch's Gloo (and with --mpi torch's
-MPI backend, where torch has it: the ranks then start under mpirun), size by size in the same
-ranks (the groups take turns at each size, --repeat times; medians), float32 sum, --runs times
-in separate jobs, each followed, with --arbench, by the same sizes through arbench (its median
-of --repeat), to show what the torch backend adds over the library.
+MPI backend, where torch has it: its ranks then start under mpirun), each backend in a job of
+its own (every size, --repeat timings each; medians), float32 sum; --runs runs, in each the
+backends' jobs one after another, each run starting with the next backend, then with --arbench
+the same sizes through arbench (its median of --repeat), to show what the torch backend adds
+over the library.
 
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --arbench build/bench/arbench
     PYTHONPATH=build/python python3 bench/torch_allreduce.py --np 2 --mpi    (torch 2.x)
@@ -45,44 +46,38 @@ def parse_size(text):
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
-def timed(group, tensor, seconds):
+def timed(tensor, seconds):
     """Mean time of one all_reduce, iterations chosen to last about `seconds`."""
-    dist.all_reduce(tensor, group=group)
+    dist.all_reduce(tensor)
     start = time.perf_counter()
-    dist.all_reduce(tensor, group=group)
+    dist.all_reduce(tensor)
     once = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
     dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank runs the same number of calls
     iterations = max(3, min(1000, int(seconds / max(once.item(), 1e-6))))
-    dist.barrier(group=group)
+    dist.barrier()
     start = time.perf_counter()
     for _ in range(iterations):
-        dist.all_reduce(tensor, group=group)
+        dist.all_reduce(tensor)
     return (time.perf_counter() - start) / iterations
 
 
-def rank_main(rank, args, rendezvous, out):
-    groups = torch_ranks.groups(rank, args.np, rendezvous, args.mpi)
-    if args.shared_tensors:
-        groups["arcoll+shared"] = dist.group.WORLD
+def rank_main(rank, args, backend, rendezvous, out):
+    torch_ranks.init(rank, args.np, rendezvous, backend)
+    names = [backend] + (["arcoll+shared"] if backend == "arcoll" and args.shared_tensors else [])
     rows = []
     for nbytes in sizes(parse_size(args.b), parse_size(args.e), args.f):
-        tensor = torch.ones(nbytes // 4)
-        tensors = {name: tensor for name in groups}
-        if args.shared_tensors:
+        tensors = {backend: torch.ones(nbytes // 4)}
+        if "arcoll+shared" in names:
             arcoll_torch.share_cpu_tensors(1)
             tensors["arcoll+shared"] = torch.ones(nbytes // 4)
             arcoll_torch.share_cpu_tensors(0)
-        row = {"bytes": nbytes}
-        times = {name: [] for name in groups}
-        for _ in range(args.repeat):  # the backends take turns, so that drift hits both
-            for name, group in groups.items():
-                seconds = torch.tensor([timed(group, tensors[name], args.seconds)],
-                                       dtype=torch.float64)
+        times = {name: [] for name in names}
+        for _ in range(args.repeat):  # arcoll's two tensors take turns, so that drift hits both
+            for name in names:
+                seconds = torch.tensor([timed(tensors[name], args.seconds)], dtype=torch.float64)
                 dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank's
                 times[name].append(seconds.item())
-        for name, measured in times.items():
-            row[name] = statistics.median(measured)
-        rows.append(row)
+        rows.append({"bytes": nbytes, **{name: statistics.median(t) for name, t in times.items()}})
     torch_ranks.write(rank, out, rows)
     dist.destroy_process_group()
 
@@ -108,9 +103,9 @@ def main():
     parser.add_argument("-f", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=0.3, help="timing per size and backend")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="timings per size and backend, turn by turn; the median is kept")
+                        help="timings per size and backend; the median is kept")
     parser.add_argument("--runs", type=int, default=1,
-                        help="separate jobs, each of every size and backend")
+                        help="runs, each a job per backend of every size")
     parser.add_argument("--arbench", help="arbench to compare with (its in-place busbw)")
     parser.add_argument("--shared-tensors", action="store_true",
                         help="arcoll also on a tensor in shared memory (zero-copy buckets)")
@@ -118,10 +113,13 @@ def main():
     if args.runs < 1:
         parser.error("--runs must be 1 or more")
     runs, library = [], []
-    for _ in range(args.runs):
-        rows = torch_ranks.run(rank_main, args)
-        if rows is None:
-            return 0  # a rank under mpirun
+    for number in range(args.runs):
+        rows = None
+        for backend in torch_ranks.in_turn(args, number):
+            job = torch_ranks.run(rank_main, args, backend)
+            if job is None:
+                return 0  # a rank under mpirun
+            rows = [{**mine, **theirs} for mine, theirs in zip(rows or job, job)]
         runs.append(rows)
         # arbench in each run too: the machine's pace moves between runs.
         if args.arbench:

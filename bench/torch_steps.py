@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Training step time of a small CNN (torch's MNIST example network: 1.2 M parameters, 4.8 MB
 of gradients) under DDP and, on torch 2.x, FSDP, through arcoll, torch's Gloo and (--mpi)
-torch's MPI backend, in the same ranks: each backend wraps its own copy of the model, and they
-take turns (--rounds times, --steps steps each) so that drift hits all of them alike. Synthetic
-data, one thread per rank. Prints per wrapper and backend the median step time over the rounds
-(each round's median over its steps, the slowest rank's), the fastest and slowest round, and
-the step time over arcoll's.
+torch's MPI backend, each backend in a job of its own (--rounds rounds of --steps steps); --runs
+runs, in each the backends' jobs one after another, each run starting with the next backend, so
+that drift hits all of them alike. Synthetic data, one thread per rank. Prints per wrapper and
+backend the median step time over all rounds (each round's median over its steps, the slowest
+rank's), the fastest and slowest round, and the step time over arcoll's.
 
     PYTHONPATH=build/python python3 bench/torch_steps.py --np 2
     PYTHONPATH=build-debian13/python python3 bench/torch_steps.py --np 2 --mpi   (torch 2.x)
@@ -54,27 +54,23 @@ def step_seconds(model, optimizer, batch, steps, generator):
         optimizer.step()
         times.append(time.perf_counter() - start)
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # on arcoll, whichever backend was timed
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.item()
 
 
-def rank_main(rank, args, rendezvous, out):
-    groups = torch_ranks.groups(rank, args.np, rendezvous, args.mpi)
-    kinds = ["ddp", "fsdp"] if TORCH_2 else ["ddp"]
+def rank_main(rank, args, backend, rendezvous, out):
+    torch_ranks.init(rank, args.np, rendezvous, backend)
+    # torch's MPI backend refuses FSDP's reduce-scatter
+    kinds = [kind for kind in (["ddp", "fsdp"] if TORCH_2 else ["ddp"])
+             if not (kind == "fsdp" and backend == "mpi")]
     result = {}
     for kind in kinds:
-        backends = [name for name in groups if not (kind == "fsdp" and name == "mpi")]
-        models = {name: wrapped(kind, groups[name]) for name in backends}
-        optimizers = {name: torch.optim.SGD(m.parameters(), lr=0.01) for name, m in models.items()}
+        model = wrapped(kind, dist.group.WORLD)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         generator = torch.Generator().manual_seed(rank)
-        for name in backends:  # a first round untimed: buffers allocated, connections made
-            step_seconds(models[name], optimizers[name], args.batch, 3, generator)
-        rounds = {name: [] for name in backends}
-        for _ in range(args.rounds):
-            for name in backends:
-                rounds[name].append(step_seconds(models[name], optimizers[name], args.batch,
-                                                 args.steps, generator))
-        result[kind] = rounds
+        step_seconds(model, optimizer, args.batch, 3, generator)  # untimed: buffers, connections
+        result[kind] = [step_seconds(model, optimizer, args.batch, args.steps, generator)
+                        for _ in range(args.rounds)]
     torch_ranks.write(rank, out, result)
     dist.destroy_process_group()
 
@@ -84,14 +80,20 @@ def main():
     torch_ranks.add_arguments(parser)
     parser.add_argument("--batch", type=int, default=32, help="samples per rank and step")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of every backend")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per job")
+    parser.add_argument("--runs", type=int, default=1, help="runs, each a job per backend")
     args = parser.parse_args()
-    result = torch_ranks.run(rank_main, args)
-    if result is None:
-        return 0  # a rank under mpirun
+    result = {}  # wrapper -> backend -> every round's step time
+    for number in range(args.runs):
+        for backend in torch_ranks.in_turn(args, number):
+            job = torch_ranks.run(rank_main, args, backend)
+            if job is None:
+                return 0  # a rank under mpirun
+            for kind, rounds in job.items():
+                result.setdefault(kind, {}).setdefault(backend, []).extend(rounds)
     print(f"# step time (ms) of torch's MNIST CNN, {args.np} ranks, batch {args.batch} per rank, "
-          f"torch {torch.__version__}: median of {args.rounds} rounds of {args.steps} steps "
-          f"(fastest - slowest round); over arcoll's median")
+          f"torch {torch.__version__}: median of {args.runs} x {args.rounds} rounds of {args.steps} "
+          f"steps (fastest - slowest round); over arcoll's median")
     for kind, rounds in result.items():
         arcoll = statistics.median(rounds["arcoll"])
         for name, seconds in rounds.items():

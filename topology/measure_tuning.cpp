@@ -237,17 +237,18 @@ Tuning measure_tuning(Communicator& comm) {
   return tuning;
 }
 
-CachedExchangeRate cached_exchange_rate_now(Communicator& comm) {
+WithinHostCosts within_host_costs_now(Communicator& comm) {
   const std::vector<std::int32_t> node_of = hosts_of_ranks(comm);
   const Role role = roles(node_of, /*across=*/false)[static_cast<std::size_t>(comm.rank())];
-  // Rate and pairs, summed over the pairs.
-  double figures[2] = {0, 0};
+  // Latency (us), rate and pairs, summed over the pairs.
+  double figures[3] = {0, 0, 0};
   if (role.partner >= 0) {
     const double alpha = exchange_seconds(comm, role.partner, kSmallBytes, kSmallRounds / 10);
-    figures[0] = cached_exchange_gbs(comm, role.partner, alpha);
-    figures[1] = 1;
+    figures[0] = alpha * 1e6;
+    figures[1] = cached_exchange_gbs(comm, role.partner, alpha);
+    figures[2] = 1;
   }
-  comm.allreduce(figures, 2, DataType::f64, ReduceOp::sum);
+  comm.allreduce(figures, 3, DataType::f64, ReduceOp::sum);
   const std::string name = measured_transport(comm, role.partner >= 0, role.partner);
   // Where that transport crosses hosts too, its figures are those measure_tuning measured
   // across them (its second round writes over the first): nothing to compare with.
@@ -258,7 +259,7 @@ CachedExchangeRate cached_exchange_rate_now(Communicator& comm) {
       crosses = 1;
   comm.allreduce(&crosses, 1, DataType::i32, ReduceOp::max);
   if (name.empty() || crosses != 0) return {};
-  return {name, figures[0] / figures[1]};
+  return {name, figures[0] / figures[2], figures[1] / figures[2]};
 }
 
 }  // namespace arcoll

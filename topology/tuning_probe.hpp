@@ -8,15 +8,16 @@
 
 namespace arcoll {
 
-struct CachedExchangeRate {
+struct WithinHostCosts {
   // Between ranks of one host; empty where no two ranks share one, or where it also crosses
   // hosts (its kept figures are then those across).
   std::string transport;
-  double gbs = 0;         // as Tuning's cached_bandwidth_gbs of that transport
+  double latency_us = 0;  // as Tuning's latency_us of that transport
+  double cached_gbs = 0;  // as its cached_bandwidth_gbs
 };
 
-// The in-cache exchange rate between ranks of one host, in pairs at once, from a few
-// milliseconds of exchanges. Collective: every rank calls it and gets the same result.
-CachedExchangeRate cached_exchange_rate_now(Communicator& comm);
+// The latency and in-cache exchange rate between ranks of one host, in pairs at once, from a
+// few milliseconds of exchanges. Collective: every rank calls it and gets the same result.
+WithinHostCosts within_host_costs_now(Communicator& comm);
 
 }  // namespace arcoll

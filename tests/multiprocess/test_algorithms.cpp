@@ -373,9 +373,9 @@ class CalibrationFolder {
 // Calibration on first use: the first job of a layout measures the link costs and keeps them
 // in the cache folder, the next job reuses them (every rank the same figures), "now" measures
 // again, "off" keeps the built-in figures, a damaged file is measured over, kept figures far
-// slower than the links are now (measured while the host ran slow) are measured again, unless
-// the transport within hosts also crosses them (its kept figures are those across), and
-// another value of ARCOLL_CALIBRATE is a configuration error.
+// slower than the links are now (measured while the host ran slow: in-cache rate or latency)
+// are measured again, unless the transport within hosts also crosses them (its kept figures
+// are those across), and another value of ARCOLL_CALIBRATE is a configuration error.
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   const CalibrationFolder scratch;
   const std::string& folder = scratch.path();
@@ -411,10 +411,10 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
         },
         layout);
   };
-  // The folder's one file; scale_kept multiplies its in-cache bandwidths: by 1000, the kept
-  // figures are faster than any look at the links finds (on a busy test host, one measurement
-  // came out 20 times slower than the next); by 1/1000, they look measured while the host ran
-  // slow.
+  // The folder's one file; scale_kept multiplies its in-cache bandwidths and divides its
+  // latencies: by 1000, the kept figures are faster than any look at the links finds (on a
+  // busy test host, one measurement came out 20 times slower than the next); by 1/1000, they
+  // look measured while the host ran slow.
   auto kept_file = [&] {
     std::vector<std::string> files;
     for (const auto& entry : std::filesystem::directory_iterator(folder))
@@ -424,7 +424,10 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   };
   auto scale_kept = [&](double factor) {
     Tuning tuning = load_tuning(kept_file());
-    for (auto& [name, c] : tuning.transports) c.cached_bandwidth_gbs *= factor;
+    for (auto& [name, c] : tuning.transports) {
+      c.cached_bandwidth_gbs *= factor;
+      c.latency_us /= factor;
+    }
     save_tuning(tuning, kept_file());
     return tuning;
   };
@@ -436,8 +439,17 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   if (forced_transport() != "shm" && forced_transport() != "tcp") return;
   const Tuning slow = scale_kept(1e-6);  // a thousandth of the figures measured
   job("cache", "link costs measured again, kept in " + folder + "/tuning-");
-  for (const auto& [name, c] : load_tuning(kept_file()).transports)
+  for (const auto& [name, c] : load_tuning(kept_file()).transports) {
     EXPECT_GT(c.cached_bandwidth_gbs, 3 * slow.transports.at(name).cached_bandwidth_gbs) << name;
+    EXPECT_LT(3 * c.latency_us, slow.transports.at(name).latency_us) << name;
+  }
+  // The latency alone kept far slower (1.1 ms kept where exchanges took 0.7 us): the same.
+  Tuning slow_latency = load_tuning(kept_file());
+  for (auto& [name, c] : slow_latency.transports) c.latency_us *= 1000;
+  save_tuning(slow_latency, kept_file());
+  job("cache", "link costs measured again, kept in " + folder + "/tuning-");
+  for (const auto& [name, c] : load_tuning(kept_file()).transports)
+    EXPECT_LT(3 * c.latency_us, slow_latency.transports.at(name).latency_us) << name;
   job("now", "link costs measured just now, kept in " + folder + "/tuning-");
   job("off", "built-in link costs");
   // A damaged file: measured over, and whole again.
@@ -582,13 +594,17 @@ TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
   EXPECT_FALSE(fs::exists(folder + "/" + abandoned));
   // The new calibration, made to look last used two days ago, is used again: it counts as
   // used now, so the next new calibration removes the oldest of the others instead. (Its
-  // in-cache rate is raised first, so that no look at the links finds it measured slow.)
+  // in-cache rate is raised and its latency lowered first, so that no look at the links finds
+  // it measured slow.)
   std::string ours;
   for (const std::string& name : kept)
     if (name.find("-2r1h-00000000000000") == std::string::npos) ours = folder + "/" + name;
   ASSERT_FALSE(ours.empty());
   Tuning fast = load_tuning(ours);
-  for (auto& [name, c] : fast.transports) c.cached_bandwidth_gbs *= 1000;
+  for (auto& [name, c] : fast.transports) {
+    c.cached_bandwidth_gbs *= 1000;
+    c.latency_us /= 1000;
+  }
   save_tuning(fast, ours);
   fs::last_write_time(ours, now - std::chrono::hours(48));
   job("512K", "link costs kept in " + ours);
