@@ -78,8 +78,7 @@ def rank_main(rank, args, backend, rendezvous, out):
                 dist.all_reduce(seconds, op=dist.ReduceOp.MAX)  # the slowest rank's
                 times[name].append(seconds.item())
         rows.append({"bytes": nbytes, **{name: statistics.median(t) for name, t in times.items()}})
-    torch_ranks.write(rank, out, rows)
-    dist.destroy_process_group()
+    torch_ranks.finish(rank, out, rows, backend)
 
 
 def arbench_busbw(arbench, ranks, args):

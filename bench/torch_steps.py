@@ -71,8 +71,7 @@ def rank_main(rank, args, backend, rendezvous, out):
         step_seconds(model, optimizer, args.batch, 3, generator)  # untimed: buffers, connections
         result[kind] = [step_seconds(model, optimizer, args.batch, args.steps, generator)
                         for _ in range(args.rounds)]
-    torch_ranks.write(rank, out, result)
-    dist.destroy_process_group()
+    torch_ranks.finish(rank, out, result, backend)
 
 
 def main():
