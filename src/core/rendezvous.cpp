@@ -23,6 +23,21 @@ using net::Clock;
 // Emulated hosts are named "<machine>#<index>"; real host names never hold the separator.
 constexpr char kEmulatedHostSeparator = '#';
 
+// The CPUs this process may run on: '1' at each one's index, up to the last; empty where
+// unknown.
+std::string allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "";
+  std::string cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) {
+      cpus.resize(static_cast<std::size_t>(c), '0');
+      cpus += '1';
+    }
+  return cpus;
+}
+
 // The machine behind a host name: emulated hosts of one machine share its cores.
 std::string machine_of(const std::string& host) {
   return host.substr(0, host.find(kEmulatedHostSeparator));
@@ -105,12 +120,13 @@ std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
                                       std::chrono::milliseconds timeout,
                                       Clock::time_point deadline) {
   StoreClient& store = *r.store;
-  store.set("node/" + std::to_string(r.rank), host + '\n' +
-                                                  std::to_string(numa_node_of_cpu(::sched_getcpu())) +
-                                                  '\n' + survivors_endpoint);
+  store.set("node/" + std::to_string(r.rank),
+            host + '\n' + std::to_string(numa_node_of_cpu(::sched_getcpu())) + '\n' +
+                allowed_cpus() + '\n' + survivors_endpoint);
   std::vector<std::string> hosts(static_cast<std::size_t>(r.size));
   r.numa_of.assign(static_cast<std::size_t>(r.size), -1);
   r.survivors_endpoints.assign(static_cast<std::size_t>(r.size), "");
+  r.cpus_of.assign(static_cast<std::size_t>(r.size), "");
   std::vector<int> missing;
   std::optional<PeerError> failed;  // the first rank that said it could not join
   int present = 0;                  // other ranks that published their host
@@ -134,14 +150,20 @@ std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
       continue;
     }
     if (value) {
-      // "host\nnuma\nsurvivors endpoint"
-      const std::size_t numa = value->find('\n');
-      const std::size_t endpoint = value->find('\n', numa == std::string::npos ? numa : numa + 1);
-      hosts[static_cast<std::size_t>(p)] = value->substr(0, numa);
-      if (numa != std::string::npos)
-        r.numa_of[static_cast<std::size_t>(p)] = std::atoi(value->c_str() + numa + 1);
-      if (endpoint != std::string::npos)
-        r.survivors_endpoints[static_cast<std::size_t>(p)] = value->substr(endpoint + 1);
+      // "host\nnuma\nallowed cpus\nsurvivors endpoint"
+      std::vector<std::string> fields;
+      for (std::size_t at = 0;;) {
+        const std::size_t end = value->find('\n', at);
+        fields.push_back(value->substr(at, end == std::string::npos ? end : end - at));
+        if (end == std::string::npos || fields.size() == 4) break;
+        at = end + 1;
+      }
+      fields.resize(4);
+      const auto i = static_cast<std::size_t>(p);
+      hosts[i] = fields[0];
+      if (!fields[1].empty()) r.numa_of[i] = std::atoi(fields[1].c_str());
+      r.cpus_of[i] = fields[2];
+      r.survivors_endpoints[i] = fields[3];
       present += p != r.rank;
     } else
       missing.push_back(p);
@@ -265,10 +287,22 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
   r.host_id = r.host_of[static_cast<std::size_t>(r.rank)];
   r.local_size = static_cast<int>(std::count(r.hosts.begin(), r.hosts.end(), host));
   r.local_rank = static_cast<int>(std::count(r.hosts.begin(), r.hosts.begin() + r.rank, host));
-  const long on_machine = std::count_if(r.hosts.begin(), r.hosts.end(), [&](const std::string& h) {
-    return machine_of(h) == machine_of(host);
-  });
-  r.oversubscribed = on_machine > ::sysconf(_SC_NPROCESSORS_ONLN);
+  // The CPUs that the ranks of this machine may run on, all told: a job confined to fewer
+  // cores than ranks (taskset, a container's cpuset) is oversubscribed however many the
+  // machine has. (2 ranks under taskset -c 0, polling as if each had a core: 8-byte
+  // all-reduces of 1 ms, each rank spinning out its millisecond before the other could run.)
+  long on_machine = 0;
+  std::string cpus;  // '1' at each CPU some rank of this machine may run on
+  for (std::size_t p = 0; p < r.hosts.size(); ++p) {
+    if (machine_of(r.hosts[p]) != machine_of(host)) continue;
+    ++on_machine;
+    const std::string allowed = p < r.cpus_of.size() ? r.cpus_of[p] : "";
+    if (allowed.size() > cpus.size()) cpus.resize(allowed.size(), '0');
+    for (std::size_t c = 0; c < allowed.size(); ++c)
+      if (allowed[c] == '1') cpus[c] = '1';
+  }
+  const long usable = std::count(cpus.begin(), cpus.end(), '1');
+  r.oversubscribed = on_machine > (usable > 0 ? usable : ::sysconf(_SC_NPROCESSORS_ONLN));
   return r;
 }
 

@@ -31,11 +31,14 @@ struct Rendezvous {
   std::vector<int> numa_of;        // the NUMA node each rank joined from; -1 unknown
   // Where each rank's agreement on survivors listens (src/core/survivors.hpp).
   std::vector<std::string> survivors_endpoints;
+  // The CPUs each rank may run on ('1' at each one's index); empty where unknown.
+  std::vector<std::string> cpus_of;
   int host_count = 1;
   int host_id = 0;
   int local_rank = 0;
   int local_size = 1;
-  // The ranks on this machine outnumber its cores (emulated hosts of a machine share them).
+  // The ranks on this machine outnumber the cores they may run on (emulated hosts of a machine
+  // share them).
   bool oversubscribed = false;
 
   bool same_host(int a, int b) const {
