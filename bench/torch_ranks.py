@@ -76,14 +76,14 @@ def run(rank_main, args, backend):
 
 
 def finish(rank, out, result, backend):
-    """Rank 0 writes `result` to `out`; every rank then ends its job. Ranks not on MPI leave
-    at once: torch 1.13's Gloo can deadlock tearing down a DDP model's group at exit (its
-    worker thread waits for the GIL that the thread joining it holds)."""
+    """Rank 0 writes `result` to `out`; every rank then ends its job. Gloo's ranks leave at
+    once: torch 1.13's Gloo can deadlock tearing down a DDP model's group at exit (its worker
+    thread waits for the GIL that the thread joining it holds)."""
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)
     dist.barrier()
-    if backend != "mpi":
+    if backend == "gloo":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

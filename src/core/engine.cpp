@@ -131,8 +131,8 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
   call_.chunk_bytes = options_.chunk_bytes;
   log::debug("communicator ready: " + std::to_string(size_) + " ranks, " +
              std::to_string(rendezvous.host_count) + " host(s), transport " + transport_name_ +
-             (rendezvous.oversubscribed
-                  ? "; more ranks than the cores they may run on: waits yield between polls"
+             (setup.polling.yields
+                  ? "; waits yield between polls (more ranks than the cores they may run on)"
                   : ""));
 }
 

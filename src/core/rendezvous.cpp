@@ -114,7 +114,8 @@ void claim_rank(StoreClient& store, int rank, const std::string& host) {
       rank);
 }
 
-// Every rank's host name, and into `r.numa_of` the NUMA node each runs on.
+// Every rank's host name, and into `r` the NUMA node each runs on, the CPUs each may run on and
+// where each one's agreement on survivors listens.
 std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
                                       const std::string& survivors_endpoint,
                                       std::chrono::milliseconds timeout,
@@ -150,14 +151,13 @@ std::vector<std::string> gather_hosts(Rendezvous& r, const std::string& host,
       continue;
     }
     if (value) {
-      // "host\nnuma\nallowed cpus\nsurvivors endpoint"
+      // "host\nnuma\nallowed cpus\nsurvivors endpoint": the last field is the rest.
       std::vector<std::string> fields;
-      for (std::size_t at = 0;;) {
-        const std::size_t end = value->find('\n', at);
-        fields.push_back(value->substr(at, end == std::string::npos ? end : end - at));
-        if (end == std::string::npos || fields.size() == 4) break;
-        at = end + 1;
-      }
+      std::size_t at = 0;
+      for (std::size_t end; fields.size() < 3 && (end = value->find('\n', at)) != std::string::npos;
+           at = end + 1)
+        fields.push_back(value->substr(at, end - at));
+      fields.push_back(value->substr(std::min(at, value->size())));
       fields.resize(4);
       const auto i = static_cast<std::size_t>(p);
       hosts[i] = fields[0];
@@ -291,18 +291,22 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
   // cores than ranks (taskset, a container's cpuset) is oversubscribed however many the
   // machine has. (2 ranks under taskset -c 0, polling as if each had a core: 8-byte
   // all-reduces of 1 ms, each rank spinning out its millisecond before the other could run.)
+  // A rank that could not tell its CPUs counts as free to run on all of them.
   long on_machine = 0;
+  bool all_told = true;
   std::string cpus;  // '1' at each CPU some rank of this machine may run on
   for (std::size_t p = 0; p < r.hosts.size(); ++p) {
     if (machine_of(r.hosts[p]) != machine_of(host)) continue;
     ++on_machine;
     const std::string allowed = p < r.cpus_of.size() ? r.cpus_of[p] : "";
+    all_told = all_told && !allowed.empty();
     if (allowed.size() > cpus.size()) cpus.resize(allowed.size(), '0');
     for (std::size_t c = 0; c < allowed.size(); ++c)
       if (allowed[c] == '1') cpus[c] = '1';
   }
-  const long usable = std::count(cpus.begin(), cpus.end(), '1');
-  r.oversubscribed = on_machine > (usable > 0 ? usable : ::sysconf(_SC_NPROCESSORS_ONLN));
+  const long usable = all_told ? std::count(cpus.begin(), cpus.end(), '1')
+                               : ::sysconf(_SC_NPROCESSORS_ONLN);
+  r.oversubscribed = on_machine > usable;
   return r;
 }
 
