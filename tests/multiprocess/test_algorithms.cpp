@@ -379,9 +379,11 @@ class CalibrationFolder {
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   const CalibrationFolder scratch;
   const std::string& folder = scratch.path();
-  // `layout`: variables beside this run's that place the ranks and choose their transports.
+  // `layout`: variables beside this run's that place the ranks and choose their transports;
+  // `because`: what the source must also say (why kept figures were measured again).
   auto job = [&](const std::string& mode, const std::string& expected_source,
-                 std::map<std::string, std::string> layout = {}) {
+                 std::map<std::string, std::string> layout = {},
+                 const std::string& because = "") {
     // from_env takes the built-in figures; the calibration under test comes next.
     layout.insert({{"ARCOLL_CACHE_DIR", folder}, {"ARCOLL_CALIBRATE", "off"}});
     run_ranks(
@@ -391,6 +393,7 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
           const Calibration calibration = calibration_from_env();
           const CalibratedTuning calibrated = calibrated_tuning(comm, calibration);
           EXPECT_EQ(calibrated.source.rfind(expected_source, 0), 0u) << calibrated.source;
+          EXPECT_NE(calibrated.source.find(because), std::string::npos) << calibrated.source;
           if (calibration == Calibration::off) {
             EXPECT_TRUE(calibrated.tuning.transports.empty());
             comm.barrier();  // rank 0's store stays up until every rank has joined
@@ -447,7 +450,8 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   Tuning slow_latency = load_tuning(kept_file());
   for (auto& [name, c] : slow_latency.transports) c.latency_us *= 1000;
   save_tuning(slow_latency, kept_file());
-  job("cache", "link costs measured again, kept in " + folder + "/tuning-");
+  job("cache", "link costs measured again, kept in " + folder + "/tuning-", {},
+      "exchanges of 8 bytes took");
   for (const auto& [name, c] : load_tuning(kept_file()).transports)
     EXPECT_LT(3 * c.latency_us, slow_latency.transports.at(name).latency_us) << name;
   job("now", "link costs measured just now, kept in " + folder + "/tuning-");
