@@ -152,7 +152,10 @@ void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
 }
 
 // all-to-all as all-to-all-v with blocks of `count` elements. In place (all-to-all's send ==
-// recv), the blocks go from a copy, as the receives overwrite them.
+// recv), the blocks that go out are copied first, as the receives from the same peers
+// overwrite them, and the rank's own block stays where it is: p - 1 blocks copied, as Open
+// MPI's in-place all-to-all copies, where a copy of the whole buffer and the own block copied
+// back took 3 blocks' copies on 2 ranks (2 MiB in place: x0.63-0.66 of Open MPI's busbw).
 void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
   const int p = p2p.size(), rank = p2p.rank();
   const std::size_t elem = size_of(a.type);
@@ -164,12 +167,15 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
   };
   const auto* send = static_cast<const char*>(a.send);
   auto* recv = static_cast<char*>(a.recv);
-  if (send == recv && a.count != 0) {
-    const std::size_t whole = static_cast<std::size_t>(p) * a.count * elem;
-    auto* copy = static_cast<char*>(p2p.scratch(whole, 0));
-    std::memcpy(copy, send, whole);
-    send = copy;
-  }
+  const bool in_place = send == recv && a.count != 0;  // all-to-all's: blocks all alike
+  const std::size_t block = a.count * elem;
+  char* kept = in_place && p > 1 ? static_cast<char*>(p2p.scratch((p - 1) * block, 0)) : nullptr;
+  // Where the block for the k-th peer on, rank + k, goes from.
+  auto outgoing = [&](int k) -> const char* {
+    return kept != nullptr ? kept + (k - 1) * block : send + place(a.send_offsets, (rank + k) % p);
+  };
+  for (int k = 1; kept != nullptr && k < p; ++k)
+    std::memcpy(kept + (k - 1) * block, send + place(a.send_offsets, (rank + k) % p), block);
   std::vector<RequestPtr> requests;
   for (int k = 1; k < p; ++k) {
     const int from = (rank - k + p) % p;
@@ -178,8 +184,9 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
   }
   for (int k = 1; k < p; ++k) {
     const int to = (rank + k) % p;
-    requests.push_back(p2p.isend(to, send + place(a.send_offsets, to), bytes(a.send_counts, to)));
+    requests.push_back(p2p.isend(to, outgoing(k), bytes(a.send_counts, to)));
   }
+  if (in_place) return p2p.wait_all(requests);
   wait_copying_own_block(p2p, requests, recv + place(a.recv_offsets, rank),
                          send + place(a.send_offsets, rank), bytes(a.send_counts, rank));
 }

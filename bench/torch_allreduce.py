@@ -90,6 +90,23 @@ def arbench_busbw(arbench, ranks, args):
             return {r["size_bytes"]: r["in_place"]["busbw_gbs"] for r in json.load(f)["rows"]}
 
 
+def check_same_build(parser, arbench):
+    """arcoll_torch links its own copy of arcoll: a module left from an earlier commit beside a
+    fresh arbench compares two versions of the library, not torch's path against the library's.
+    (Builds of one commit with different uncommitted changes both say "<commit>-dirty".)"""
+    try:
+        said = subprocess.run([arbench, "--version"], check=True, capture_output=True,
+                              text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        parser.error(f"--arbench {arbench}: cannot run it ({e})")
+    module = arcoll_torch.git_commit
+    if f"(git {module})" not in said:
+        first = (said.strip().splitlines() or [""])[0]
+        parser.error(f"arcoll_torch ({arcoll_torch.__file__}) was built from git {module}, "
+                     f"{arbench} says '{first}': build both from this tree "
+                     f"(scripts/build.sh) before comparing them")
+
+
 def spread(values):
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}"
 
@@ -111,6 +128,8 @@ def main():
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be 1 or more")
+    if args.arbench and not args.rank_of:
+        check_same_build(parser, args.arbench)
     runs, library = [], []
     for number in range(args.runs):
         rows = None

@@ -3,6 +3,7 @@
 #include <pybind11/chrono.h>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -225,6 +226,11 @@ def join(store, key="arcoll/grow", timeout=None):
     return _group_of(*ProcessGroupArcoll._join(store, key, timeout))
 )",
            m.attr("__dict__"));
+
+  // Which build of arcoll this module holds (it links its own copy): benchmarks that set it
+  // beside arbench check that both come from the same tree.
+  m.attr("__version__") = std::string(arcoll::version());
+  m.attr("git_commit") = std::string(arcoll::git_commit());
 
   m.def("transports", &arcoll::Communicator::transports,
         "The transports of this build (ARCOLL_TRANSPORT's choices besides \"auto\").");

@@ -87,6 +87,11 @@ def main():
         assert "Successfully installed arcoll-torch" in install.stdout, install.stdout
         where = run(python, "-c", "import arcoll_torch; print(arcoll_torch.__file__)").stdout.strip()
         assert where.startswith(os.path.join(work, "venv")), where
+        # The module says which arcoll it holds: the package's version, and a commit.
+        said = run(python, "-c", "import arcoll_torch, importlib.metadata as m; "
+                   "print(arcoll_torch.__version__, m.version('arcoll-torch'), "
+                   "arcoll_torch.git_commit)").stdout.split()
+        assert len(said) == 3 and said[0] == said[1] and said[2], said
         script = os.path.join(work, "ddp_job.py")
         with open(script, "w") as f:
             f.write(JOB)
