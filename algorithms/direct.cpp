@@ -153,9 +153,9 @@ void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
 
 // all-to-all as all-to-all-v with blocks of `count` elements. In place (all-to-all's send ==
 // recv), the blocks that go out are copied first, as the receives from the same peers
-// overwrite them, and the rank's own block stays where it is: p - 1 blocks copied, as Open
-// MPI's in-place all-to-all copies, where a copy of the whole buffer and the own block copied
-// back took 3 blocks' copies on 2 ranks (2 MiB in place: x0.63-0.66 of Open MPI's busbw).
+// overwrite them, and the rank's own block stays where it is: p - 1 blocks copied. A copy of
+// the whole buffer, then of the own block back, copied p + 1 (2 ranks, 2 MiB in place: x0.63-
+// 0.66 of Open MPI's busbw, x1.24-1.25 so).
 void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
   const int p = p2p.size(), rank = p2p.rank();
   const std::size_t elem = size_of(a.type);
