@@ -25,6 +25,7 @@
 namespace arcoll {
 
 class StoreClient;
+struct DeviceMemoryInfo;
 
 // How a progress() that finds nothing to do waits: polling for the busy-poll time first (a
 // message is likely soon: a collective's peers are at work, and the waiting thread has nothing
@@ -147,6 +148,9 @@ class Transport {
   virtual bool fans_out() const { return false; }
   // The boards shared with every peer of this transport; null where it has none.
   virtual SharedBoards* boards() { return nullptr; }
+  // Whether post() takes point-to-point requests on this kind of device memory as they are
+  // (Request::memory): a peer then reads the buffer from its device, with no host copy.
+  virtual bool takes(const DeviceMemoryInfo& /*memory*/) const { return false; }
 };
 
 // Which pairs of ranks a transport can connect.

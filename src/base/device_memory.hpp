@@ -1,10 +1,13 @@
 // Memory the host cannot read, a GPU's: each kind of it registers what the library needs of it
 // (whether an address is its own, copies to and from the host, pinned host memory for those
-// copies). A call asks this registry once for each of its buffers; a
-// build without CUDA registers nothing, and every buffer is host memory.
+// copies, and where it can, sharing a buffer with another process of the host). A call asks
+// this registry once for each of its buffers; a build without CUDA registers nothing, and
+// every buffer is host memory.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -13,6 +16,19 @@
 #include "src/base/registry.hpp"
 
 namespace arcoll {
+
+// A buffer of device memory as another process of the host opens it (CUDA IPC): what a kind's
+// share() writes and its open() reads, carried between processes as it is.
+struct DeviceMemoryShare {
+  std::array<char, 16> kind{};  // the kind's name, which the other process opens it with
+  // Unique within the sharing process and never reused: an opening of the allocation kept by
+  // another process never serves a later allocation at the same addresses.
+  std::uint64_t allocation = 0;
+  std::uint64_t offset = 0;  // of the buffer within its allocation
+  std::uint64_t bytes = 0;   // of the allocation
+  std::array<std::byte, 64> handle{};  // the kind's own (cudaIpcMemHandle_t)
+};
+static_assert(sizeof(DeviceMemoryShare) == 104);
 
 struct DeviceMemoryInfo {
   static constexpr const char* kKind = "device memory";
@@ -25,6 +41,17 @@ struct DeviceMemoryInfo {
   // Host memory those copies run at full speed from and to (pinned), and its release.
   std::function<void*(std::size_t bytes)> allocate_host;
   std::function<void(void* host)> free_host;
+  // Sharing with the other processes of the host; all four null where the kind cannot.
+  // Describes the allocation holding `device` once the work queued on the device before is
+  // done, for a peer to read it.
+  std::function<void(const void* device, DeviceMemoryShare& share)> share;
+  // The shared allocation's base in this process, opened from process `pid` (`pidfd`, -1
+  // where there is none); throws SystemError where it cannot be opened (the process is gone).
+  std::function<void*(const DeviceMemoryShare& share, int pid, int pidfd)> open;
+  std::function<void(void* opened)> close;
+  // Copies where either side, or both, is this kind's memory (an opened share too), and
+  // returns once the bytes are there.
+  std::function<void(void* to, const void* from, std::size_t bytes)> copy;
 };
 using DeviceMemoryRegistry = Registry<DeviceMemoryInfo>;
 using DeviceMemoryRegistrar = Registrar<DeviceMemoryInfo>;

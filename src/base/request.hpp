@@ -14,6 +14,8 @@
 
 namespace arcoll {
 
+struct DeviceMemoryInfo;
+
 struct Request {
   enum class Kind : std::uint8_t { send, recv };
 
@@ -25,6 +27,10 @@ struct Request {
   std::uint64_t signature = 0;
   void* buffer = nullptr;  // const for sends
   std::size_t bytes = 0;
+  // The kind of device memory `buffer` lies in (src/base/device_memory.hpp), null for host
+  // memory: only that kind's operations may touch it, and only a transport that takes() the
+  // kind is given such a request. A point-to-point message only: it lands as a plain copy.
+  const DeviceMemoryInfo* memory = nullptr;
   // A receive whose message is combined into `buffer` as it lands instead of copied as it is
   // (transports/common/landing.hpp): reduced element-wise with `with`, buffer[i] = with[i] op
   // message[i] (`with` may be `buffer`; null: no reduction), and widened from the 16-bit wire

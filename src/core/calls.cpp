@@ -512,7 +512,16 @@ void Communicator::Impl::run_transfers(const char* operation,
           std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& o) {
             return o.kind != t.kind && overlap(o.buffer, o.bytes, t.buffer, t.bytes);
           });
-      // Device memory: a host copy (what a send reads, or a receive shares with one).
+      // Device memory stays there where the peer's transport reads it from the device (shm:
+      // CUDA IPC) and no receive of the call overlaps it; elsewhere a host copy (what a send
+      // reads, or a receive shares with one).
+      const DeviceMemoryInfo* memory =
+          overlapped || t.bytes == 0 ? nullptr : device_memory_of(t.buffer);
+      if (memory != nullptr && engine_->takes_device(t.peer, *memory)) {
+        posted.at(count++) = engine_->post_tagged(t.kind, t.peer, t.buffer, t.bytes,
+                                                  static_cast<std::uint32_t>(tag), memory);
+        continue;
+      }
       void* buffer = staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
       // A send whose bytes a receive of the same call overwrites goes from a copy.
       if (send && overlapped) {

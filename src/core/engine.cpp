@@ -342,8 +342,16 @@ RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, s
 }
 
 RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                               std::uint32_t tag) {
-  return post(kind, peer, buffer, bytes, tag, {});
+                               std::uint32_t tag, const DeviceMemoryInfo* memory) {
+  if (memory == nullptr) return post(kind, peer, buffer, bytes, tag, {});
+  RequestPtr request = make_request(kind, peer, buffer, bytes, tag, std::nullopt);
+  request->memory = memory;
+  route_[static_cast<std::size_t>(peer)]->post(request);
+  return request;
+}
+
+bool Engine::takes_device(int peer, const DeviceMemoryInfo& memory) const {
+  return !options_.checksum && route_[static_cast<std::size_t>(peer)]->takes(memory);
 }
 
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
@@ -362,6 +370,7 @@ RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std:
   request->signature = call_.signature;
   request->buffer = buffer;
   request->bytes = bytes;
+  request->memory = nullptr;
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
   request->receivers = call_.receivers;

@@ -99,9 +99,14 @@ class Engine final : public PointToPoint {
   void finish_root_check();
   // "allreduce #12", "send".
   std::string call_name() const;
-  // A message of a point-to-point call (send, recv, sendrecv), with the user's tag.
+  // A message of a point-to-point call (send, recv, sendrecv), with the user's tag; `memory`:
+  // the kind of device memory `buffer` lies in, which the transport to `peer` takes as it is
+  // (takes_device()).
   RequestPtr post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                         std::uint32_t tag);
+                         std::uint32_t tag, const DeviceMemoryInfo* memory = nullptr);
+  // Whether a point-to-point message to or from `peer` may stay in `memory`'s device memory:
+  // its transport reads such buffers from the device, and no checksum reads them here.
+  bool takes_device(int peer, const DeviceMemoryInfo& memory) const;
   // For loops that serve many peers at once (the parameter server), which keep time
   // themselves: progress() moves every transport's messages along, sleeping until `until` at
   // the latest while nothing moves (polling first or not: Waiting; on a queue's progress

@@ -94,17 +94,20 @@ void Communicator::Impl::post_in_flight(const char* operation, const Transfer& t
   try {
     check_usable([&] { return std::string(operation); });
     engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
-    // Device memory moves through a host copy, a receive's copied back as it ends.
+    // Device memory stays there where the peer's transport reads it from the device (shm:
+    // CUDA IPC); elsewhere it moves through a host copy, a receive's copied back as it ends.
     std::shared_ptr<char[]> host_copy;
     void* buffer = t.buffer;
-    if (t.bytes != 0 && device_memory_of(t.buffer) != nullptr) {
+    const DeviceMemoryInfo* memory = t.bytes != 0 ? device_memory_of(t.buffer) : nullptr;
+    if (memory != nullptr && !engine_->takes_device(t.peer, *memory)) {
       host_copy.reset(new char[t.bytes]);
       if (t.kind == Request::Kind::send) copy_to_host(host_copy.get(), t.buffer, t.bytes);
       buffer = host_copy.get();
+      memory = nullptr;
     }
     void* device_recv = t.kind == Request::Kind::recv && host_copy ? t.buffer : nullptr;
-    RequestPtr request =
-        engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag));
+    RequestPtr request = engine_->post_tagged(t.kind, t.peer, buffer, t.bytes,
+                                              static_cast<std::uint32_t>(tag), memory);
     in_flight_.push_back({std::move(request), std::move(work), what,
                           Clock::now() + options_.timeout, std::move(host_copy), device_recv});
   } catch (const Error&) {

@@ -1,16 +1,22 @@
-// Calls on device memory (staged through host copies, src/core/device_staging.hpp), on the
-// emulated device of tests/support/emulated_device.hpp: a rank that reads or writes a device
-// buffer with the host crashes. All-reduce is checked against the double-precision reference;
-// every other call against the same call on host buffers, whose own tests check it against the
-// reference.
+// Calls on device memory (staged through host copies, src/core/device_staging.hpp; sends and
+// receives over shm read from the peer's device, as CUDA IPC reads them), on the emulated
+// device of tests/support/emulated_device.hpp: a rank that reads or writes a device buffer with
+// the host crashes. All-reduce is checked against the double-precision reference; every other
+// call against the same call on host buffers, whose own tests check it against the reference.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <functional>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "arcoll/error.hpp"
 #include "tests/support/emulated_device.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
@@ -223,6 +229,88 @@ TEST_P(DeviceBuffers, EveryCallMatchesTheSameCallOnHostBuffers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DeviceBuffers, ::testing::Values(1, 2, 3, 5));
+
+// Sends and receives between ranks of a host: a device buffer is read by the receiver from
+// the sender's device (its allocation opened once, as CUDA IPC opens it), into device or host
+// memory, and a host message lands in a device buffer; a buffer freed and allocated again is
+// opened anew, never read through the old opening.
+TEST(DeviceSends, ReadFromThePeersDeviceIntoEitherKind) {
+  if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
+  run_ranks(3, [](Communicator& comm) {
+    const int r = comm.rank(), p = comm.size();
+    const int next = (r + 1) % p, previous = (r + p - 1) % p;
+    auto device_with = [](const std::vector<unsigned char>& bytes) {
+      void* d = emulated_device_alloc(bytes.size());
+      emulated_device_write(d, bytes.data(), bytes.size());
+      return d;
+    };
+    const auto opened_before = emulated_device_openings();
+    int cases = 0;
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{4099 * 4}, std::size_t{1} << 20}) {
+      for (bool send_on_device : {true, false}) {
+        for (bool recv_on_device : {true, false}) {
+          for (int round = 0; round < 2; ++round) {
+            ++cases;
+            std::vector<unsigned char> mine(bytes), expected(bytes);
+            for (std::size_t i = 0; i < bytes; ++i) {
+              mine[i] = static_cast<unsigned char>(r * 31 + cases * 7 + i % 251);
+              expected[i] = static_cast<unsigned char>(previous * 31 + cases * 7 + i % 251);
+            }
+            // A fresh allocation each round: the first may be given the same addresses again.
+            void* send = send_on_device ? device_with(mine) : mine.data();
+            std::vector<unsigned char> host_recv(bytes, 0);
+            void* recv = recv_on_device ? emulated_device_alloc(bytes) : host_recv.data();
+            comm.sendrecv(send, bytes, next, recv, bytes, previous, 9);
+            const auto got = recv_on_device ? emulated_device_read(recv, bytes) : host_recv;
+            EXPECT_EQ(got, expected) << bytes << " B, send on device " << send_on_device
+                                     << ", receive on device " << recv_on_device << ", round "
+                                     << round;
+            if (send_on_device) emulated_device_free(send);
+            if (recv_on_device) emulated_device_free(recv);
+          }
+        }
+      }
+    }
+    // Every message from a device buffer opened its allocation here: each was a new one.
+    EXPECT_EQ(emulated_device_openings() - opened_before, 3u * 2 * 2);
+  });
+}
+
+// A sender whose device buffer waits unread when its process dies: the receiver, which could
+// not open the allocation, fails naming the rank within its deadline, never hangs or reads
+// anything else.
+TEST(DeviceSends, ASenderThatDiesBeforeItsBufferIsReadIsNamed) {
+  if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env = {{"ARCOLL_TIMEOUT", "10"}};
+  options.failure_grace = std::chrono::seconds(20);
+  options.output = RankOutput::capture;
+  const auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    constexpr std::size_t kBytes = 64 * 1024;
+    void* buffer = emulated_device_alloc(kBytes);
+    comm->barrier();
+    if (comm->rank() == 0) {
+      WorkPtr sent = comm->isend(buffer, kBytes, 1, 3);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the descriptor is out
+      ::_exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));  // the sender is gone
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm->recv(buffer, kBytes, 0, 3);
+      std::printf("the receive completed\n");
+      return 4;
+    } catch (const PeerError& e) {
+      std::printf("after %.3f s: %s\n", seconds_since(start), e.what());
+      return std::string(e.what()).find("rank 0") != std::string::npos ? 0 : 5;
+    }
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_TRUE(exits[1].ok()) << describe(exits);
+  EXPECT_LT(number_after(exits[1].output, "after"), 5.0) << exits[1].output;
+}
 
 }  // namespace
 }  // namespace arcoll::testing

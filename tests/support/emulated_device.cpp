@@ -1,16 +1,21 @@
 #include "tests/support/emulated_device.hpp"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
+#include "arcoll/error.hpp"
 #include "src/base/device_memory.hpp"
 
 namespace arcoll::testing {
@@ -19,7 +24,12 @@ namespace {
 struct Region {
   char* readable;
   std::size_t bytes;
+  int fd;                     // the memfd, kept for peers to open it (-1: a peer's, opened here)
+  std::uint64_t allocation;   // never reused
 };
+
+std::atomic<std::uint64_t> next_allocation{1};
+std::atomic<std::uint64_t> openings{0};
 
 // Both mappings of each allocation, by the address of the one without access.
 struct Regions {
@@ -47,6 +57,55 @@ char* readable_or_throw(const void* device) {
   return at;
 }
 
+// Both mappings of the memfd `fd`, `mapped` bytes, registered as one allocation.
+void* map_device(int fd, std::size_t mapped, bool keep_fd) {
+  void* device = ::mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
+  void* alias = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (!keep_fd) ::close(fd);
+  if (device == MAP_FAILED || alias == MAP_FAILED)
+    throw std::runtime_error("emulated device: mmap failed");
+  Regions& r = regions();
+  std::lock_guard lock(r.mutex);
+  r.by_device[static_cast<char*>(device)] = {static_cast<char*>(alias), mapped,
+                                             keep_fd ? fd : -1, next_allocation++};
+  return device;
+}
+
+// The readable address of `p` where it is emulated device memory, else `p` (host memory).
+template <class T>
+T* readable_or_host(T* p) {
+  char* at = readable(p);
+  return at != nullptr ? at : p;
+}
+
+// The sharing of an allocation with another process (as CUDA IPC does): the memfd's number in
+// this process, which the other takes through this process's pidfd.
+void share(const void* device, DeviceMemoryShare& out) {
+  const auto* d = static_cast<const char*>(device);
+  Regions& r = regions();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.by_device.lower_bound(d);
+  if (it == r.by_device.end() || d >= it->first + it->second.bytes || it->second.fd < 0)
+    throw std::logic_error("emulated device: sharing what it did not allocate");
+  std::copy_n("emulated", 9, out.kind.begin());
+  out.allocation = it->second.allocation;
+  out.offset = static_cast<std::uint64_t>(d - it->first);
+  out.bytes = it->second.bytes;
+  const int fd = it->second.fd;
+  std::memcpy(out.handle.data(), &fd, sizeof fd);
+}
+
+void* open(const DeviceMemoryShare& share, int /*pid*/, int pidfd) {
+  int peer_fd = -1;
+  std::memcpy(&peer_fd, share.handle.data(), sizeof peer_fd);
+  const int fd = pidfd < 0 ? -1 : static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, peer_fd, 0));
+  if (fd < 0)
+    throw SystemError("emulated device", std::string("the peer's allocation cannot be taken: ") +
+                                             std::strerror(errno));
+  ++openings;
+  return map_device(fd, share.bytes, false);
+}
+
 const DeviceMemoryRegistrar kEmulatedDevice{{
     "emulated",
     [](const void* address) { return readable(address) != nullptr; },
@@ -58,6 +117,12 @@ const DeviceMemoryRegistrar kEmulatedDevice{{
     },
     [](std::size_t bytes) { return std::malloc(bytes); },
     [](void* host) { std::free(host); },
+    share,
+    open,
+    [](void* opened) { emulated_device_free(opened); },
+    [](void* to, const void* from, std::size_t bytes) {
+      if (bytes != 0) std::memcpy(readable_or_host(to), readable_or_host(from), bytes);
+    },
 }};
 
 }  // namespace
@@ -68,15 +133,7 @@ void* emulated_device_alloc(std::size_t bytes) {
   const int fd = ::memfd_create("arcoll-emulated-device", MFD_CLOEXEC);
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(mapped)) != 0)
     throw std::runtime_error("emulated device: memfd failed");
-  void* device = ::mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
-  void* alias = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (device == MAP_FAILED || alias == MAP_FAILED)
-    throw std::runtime_error("emulated device: mmap failed");
-  Regions& r = regions();
-  std::lock_guard lock(r.mutex);
-  r.by_device[static_cast<char*>(device)] = {static_cast<char*>(alias), mapped};
-  return device;
+  return map_device(fd, mapped, true);
 }
 
 void emulated_device_free(void* device) {
@@ -86,8 +143,11 @@ void emulated_device_free(void* device) {
   if (it == r.by_device.end()) return;
   ::munmap(device, it->second.bytes);
   ::munmap(it->second.readable, it->second.bytes);
+  if (it->second.fd >= 0) ::close(it->second.fd);
   r.by_device.erase(it);
 }
+
+std::uint64_t emulated_device_openings() { return openings.load(); }
 
 void emulated_device_write(void* device, const void* host, std::size_t bytes) {
   if (bytes != 0) std::memcpy(readable_or_throw(device), host, bytes);

@@ -3,10 +3,12 @@
 // (mapped without access, so a host read or write of it crashes the rank), while the kind's
 // copies go through a second, readable mapping of the same pages. A call that
 // works on it kept its hands off the buffer but for the kind's own operations, as a GPU's
-// buffers need.
+// buffers need. Allocations can be shared with the ranks of the host, as CUDA IPC shares a
+// GPU's: another process opens one through the memfd behind it.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace arcoll::testing {
@@ -17,5 +19,8 @@ void emulated_device_free(void* device);
 // Copies through the readable mapping.
 void emulated_device_write(void* device, const void* host, std::size_t bytes);
 std::vector<unsigned char> emulated_device_read(const void* device, std::size_t bytes);
+// How many peers' allocations this process opened (shared as CUDA IPC shares them): what a
+// message read from a peer's device, not staged through host copies, costs once.
+std::uint64_t emulated_device_openings();
 
 }  // namespace arcoll::testing

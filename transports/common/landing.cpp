@@ -1,5 +1,6 @@
 #include "transports/common/landing.hpp"
 
+#include "src/base/device_memory.hpp"
 #include "src/base/reduce.hpp"
 
 namespace arcoll::transport {
@@ -15,6 +16,10 @@ std::size_t landing_element(const Request& receive) {
 
 void land(const Request& receive, std::uint64_t offset, const void* src, std::size_t n) {
   if (n == 0) return;  // empty messages may have no buffer at all
+  if (receive.memory != nullptr) {
+    receive.memory->copy(static_cast<char*>(receive.buffer) + offset, src, n);
+    return;
+  }
   const auto stores =
       receive.streaming_stores ? kernels::Stores::streaming : kernels::Stores::by_size;
   if (lands_as_copy(receive)) {

@@ -15,8 +15,9 @@
 
 namespace arcoll::transport {
 
-// Puts `n` bytes of `receive`'s message, found at `offset` of the message, into its buffer.
-// Pieces hold whole elements of the message.
+// Puts `n` bytes of `receive`'s message, found at `offset` of the message, into its buffer
+// (through its kind's copy where it is device memory: Request::memory). Pieces hold whole
+// elements of the message.
 void land(const Request& receive, std::uint64_t offset, const void* src, std::size_t n);
 
 // Whether the message lands as a plain copy, so that a transport may read it straight into

@@ -1,6 +1,7 @@
 // The shm transport's receiving side (shm_transport.hpp): the entries a peer wrote into its
 // ring, delivered to their receives as they arrive; pieces of a forwarding receive reduced and
 // written on into the ring back; messages read from the sender's memory (a descriptor).
+#include <poll.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -39,13 +40,16 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
     }
     case EntryKind::descriptor:
     case EntryKind::shared_descriptor:
+    case EntryKind::device_descriptor:
     case EntryKind::fragment:
       break;
     default:
       fail_peer(peer, ErrorCode::protocol, "unknown entry in the shared ring");
       return;
   }
-  const bool described = e.kind == EntryKind::descriptor || e.kind == EntryKind::shared_descriptor;
+  const bool described = e.kind == EntryKind::descriptor ||
+                         e.kind == EntryKind::shared_descriptor ||
+                         e.kind == EntryKind::device_descriptor;
   const bool first = described || e.offset == 0;
   // A message of one fragment is far below what is read in place (kSharedDescriptorBytes), and
   // so is its forward, which has its size: forwarded piece by piece.
@@ -81,6 +85,19 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
         return;
       }
       m->region = region;
+    }
+    if (e.kind == EntryKind::device_descriptor) {
+      DeviceMemoryShare share;
+      if (e.payload != sizeof share) {
+        fail_peer(peer, ErrorCode::protocol, "malformed device-memory descriptor");
+        return;
+      }
+      ring_copy_out(ring, payload_at, &share, sizeof share);
+      if (share.offset > share.bytes || e.message_bytes > share.bytes - share.offset) {
+        fail_peer(peer, ErrorCode::protocol, "device-memory descriptor outside its allocation");
+        return;
+      }
+      m->device = share;
     }
     switch (matching_.arrive(peer, m, m->remote)) {
       case Arrival::failed:
@@ -184,6 +201,10 @@ void ShmTransport::land_and_forward(Request& receive, std::uint64_t offset, cons
 // Reads a descriptor message from the sender's memory: straight into the receive buffer, or,
 // for a reducing receive, piece by piece through a buffer small enough to stay in cache.
 void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& m) {
+  if (m->device) {
+    if (read_device(peer, *m)) enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+    return;
+  }
   if (m->region) {
     // Where the region cannot be mapped, the message is read across processes below.
     if (const char* base = peer_regions_.map(peer, segments_.peer(peer).pidfd.get(), *m->region)) {
@@ -224,6 +245,43 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
       deliver_piece(*m, at, into, n);
   }
   enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+}
+
+bool ShmTransport::read_device(int peer, ShmMessage& m) {
+  const DeviceMemoryInfo* kind = transport::OpenedDeviceMemory::kind_of(*m.device);
+  if (kind == nullptr) {
+    fail_peer(peer, ErrorCode::protocol,
+              "rank " + std::to_string(peer) + " sent a buffer of device memory this process "
+              "cannot open (" + std::string(m.device->kind.data(), m.device->kind.size()) + ")");
+    return false;
+  }
+  const PeerSegment& segment = segments_.peer(peer);
+  const char* from = nullptr;
+  try {
+    from = peer_devices_.open(*kind, peer, segment.pid, segment.pidfd.get(), *m.device);
+  } catch (const Error& e) {
+    const std::string why = "its device buffer could not be opened (" + e.message() + ")";
+    pollfd exited{segment.pidfd.get(), POLLIN, 0};
+    if (segment.pidfd && ::poll(&exited, 1, 0) > 0)
+      fail_dead_peer(peer, why);
+    else
+      fail_peer(peer, ErrorCode::system, "rank " + std::to_string(peer) + ": " + why);
+    return false;
+  }
+  // A plain copy goes from the peer's device straight into the buffer, host or device; a
+  // reducing receive takes it through the host, piece by piece.
+  if (char* straight = matching_.direct(m, 0); straight != nullptr || m.request->memory) {
+    kind->copy(straight != nullptr ? straight : m.request->buffer, from, m.bytes);
+    matching_.delivered(m, m.bytes);
+    return true;
+  }
+  bounce_.resize(kReducePieceBytes);
+  for (std::uint64_t at = 0; at < m.bytes; at += kReducePieceBytes) {
+    const std::uint64_t n = std::min<std::uint64_t>(kReducePieceBytes, m.bytes - at);
+    kind->copy(bounce_.data(), from + at, n);
+    deliver_piece(m, at, bounce_.data(), n);
+  }
+  return true;
 }
 
 void ShmTransport::post_recv(const RequestPtr& request) {

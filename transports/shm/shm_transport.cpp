@@ -154,6 +154,14 @@ void ShmTransport::post(const RequestPtr& request) {
     post_recv(request);
     return;
   }
+  if (request->memory != nullptr) {
+    DeviceMemoryShare share;
+    request->memory->share(request->buffer, share);
+    Outgoing out(descriptor(EntryKind::device_descriptor, p, request, sizeof share));
+    out.owned.assign(reinterpret_cast<const char*>(&share), sizeof share);
+    enqueue(request->peer, std::move(out));
+    return;
+  }
   if (const auto region = in_place_region(*request)) {
     const SharedRegion wire{region->id, reinterpret_cast<std::uint64_t>(region->base),
                             region->bytes, region->fd, 0};

@@ -33,6 +33,7 @@
 
 #include "src/base/shared_memory.hpp"
 #include "transports/common/matching.hpp"
+#include "transports/common/opened_device_memory.hpp"
 #include "transports/shm/peer_regions.hpp"
 #include "transports/shm/ring.hpp"
 #include "transports/shm/ring_stores.hpp"
@@ -55,6 +56,7 @@ struct ShmMessage : transport::Incoming {
   std::uint64_t address = 0;
   std::uint64_t send_id = 0;
   std::optional<SharedRegion> region;  // a shared descriptor's: read in place
+  std::optional<DeviceMemoryShare> device;  // a device descriptor's: read from the device
 };
 using Arrival = transport::Matching<ShmMessage>::Arrival;
 
@@ -108,6 +110,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::string pending_state() const override;
   bool forwards() const override { return true; }
   SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
+  // Device buffers travel as descriptors of their allocation, opened by the receiver, which
+  // copies from the sender's device (CUDA IPC) before it acknowledges.
+  bool takes(const DeviceMemoryInfo& memory) const override { return bool(memory.share); }
 
   std::size_t board_bytes() const override { return kBoardBytes; }
   std::byte* own_board() override { return board_in(own(), size_); }
@@ -161,6 +166,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   void land_and_forward(Request& receive, std::uint64_t offset, const char* src, std::size_t n);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
+  // complete_remote() of a device descriptor's message; false where the peer failed.
+  bool read_device(int peer, ShmMessage& m);
   // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
   static Entry descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
                           std::uint32_t payload);
@@ -192,6 +199,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   // then streamed into the ring and copied into the receive buffer.
   std::vector<char> forward_piece_;
   PeerRegions peer_regions_;
+  transport::OpenedDeviceMemory peer_devices_;
   Polling polling_;
   std::atomic<bool> woken_{false};  // see wake()
   // Fragments sent on as forwarding receives landed, by the way they took, and messages read

@@ -4,11 +4,18 @@
 // caller's must be synchronized by the caller first, as for any host read). Without a usable
 // GPU (no driver, no device) it owns nothing: the runtime is asked once, then never again.
 //
+// Buffers shared with the other ranks of the host (CUDA IPC) are described by their allocation's
+// handle and opened by the receiver, which copies from them (src/base/device_memory.hpp).
+//
 // Not cudaMemcpy: with processes sharing a GPU (H200, 2 processes), its copies of 16 KiB and
 // less cost 124-277 us a pair (to the host and back) against 11-17 us for the same copies
 // through a non-blocking stream.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -60,23 +67,84 @@ CopyStream& copy_stream(int device) {
   return s;
 }
 
-// Copies once what the legacy default stream of the GPU holding `device_side` is done, and
-// waits for the copy. The calling thread (an engine's, a worker's) may have another GPU
-// current: that of the memory is made current for the copy, then the caller's again.
-void copy(void* into, const void* from, const void* device_side, std::size_t bytes,
-          cudaMemcpyKind kind, const char* what) {
+// Runs `work` with the GPU holding `device_side` current (the calling thread, an engine's or
+// a worker's, may have another current), then makes the caller's current again.
+template <class Work>
+void on_device_of(const void* device_side, const char* what, Work work) {
   cudaPointerAttributes attributes{};
   check(cudaPointerGetAttributes(&attributes, device_side), what);
   int current = 0;
   check(cudaGetDevice(&current), what);
   if (current != attributes.device) check(cudaSetDevice(attributes.device), what);
-  CopyStream& s = copy_stream(attributes.device);
-  cudaError_t code = cudaEventRecord(s.after_default, cudaStreamLegacy);
-  if (code == cudaSuccess) code = cudaStreamWaitEvent(s.stream, s.after_default, 0);
-  if (code == cudaSuccess) code = cudaMemcpyAsync(into, from, bytes, kind, s.stream);
-  if (code == cudaSuccess) code = cudaStreamSynchronize(s.stream);
+  const cudaError_t code = work(copy_stream(attributes.device));
   if (current != attributes.device) (void)cudaSetDevice(current);
   check(code, what);
+}
+
+// Copies once what the legacy default stream of the GPU holding `device_side` is done, and
+// waits for the copy.
+void copy(void* into, const void* from, const void* device_side, std::size_t bytes,
+          cudaMemcpyKind kind, const char* what) {
+  on_device_of(device_side, what, [&](CopyStream& s) {
+    cudaError_t code = cudaEventRecord(s.after_default, cudaStreamLegacy);
+    if (code == cudaSuccess) code = cudaStreamWaitEvent(s.stream, s.after_default, 0);
+    if (code == cudaSuccess) code = cudaMemcpyAsync(into, from, bytes, kind, s.stream);
+    if (code == cudaSuccess) code = cudaStreamSynchronize(s.stream);
+    return code;
+  });
+}
+
+// The driver's cuPointerGetAttributes, through the runtime: the library links the static
+// runtime only, and must load where no driver is.
+CUresult pointer_attributes(unsigned count, CUpointer_attribute* which, void** data,
+                            const void* address) {
+  using Fn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+  static const Fn fn = [] {
+    void* found = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &found, 12000,
+                                         cudaEnableDefault, &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      found = nullptr;
+    return reinterpret_cast<Fn>(found);
+  }();
+  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  return fn(count, which, data, reinterpret_cast<CUdeviceptr>(address));
+}
+
+// A buffer shared with another process of the host (cudaIpcGetMemHandle of its allocation,
+// numbered by the driver's buffer id, unique for the life of the process), once the work
+// queued on the legacy default stream before is done: the peer reads it then.
+void share(const void* device, DeviceMemoryShare& out) {
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  unsigned long long buffer_id = 0;
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  void* data[] = {&base, &size, &buffer_id};
+  if (pointer_attributes(3, which, data, device) != CUDA_SUCCESS)
+    throw SystemError("cuda", "cuPointerGetAttributes failed: the buffer cannot be shared");
+  cudaIpcMemHandle_t handle{};
+  check(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)), "cudaIpcGetMemHandle");
+  static_assert(sizeof handle <= sizeof out.handle);
+  std::copy_n("cuda", 5, out.kind.begin());
+  out.allocation = buffer_id;
+  out.offset = reinterpret_cast<std::uintptr_t>(device) - base;
+  out.bytes = size;
+  std::memcpy(out.handle.data(), &handle, sizeof handle);
+  on_device_of(device, "the wait for the work before the send", [](CopyStream& s) {
+    cudaError_t code = cudaEventRecord(s.after_default, cudaStreamLegacy);
+    return code == cudaSuccess ? cudaEventSynchronize(s.after_default) : code;
+  });
+}
+
+void* open(const DeviceMemoryShare& share, int /*pid*/, int /*pidfd*/) {
+  cudaIpcMemHandle_t handle{};
+  std::memcpy(&handle, share.handle.data(), sizeof handle);
+  void* base = nullptr;
+  check(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
+        "cudaIpcOpenMemHandle");
+  return base;
 }
 
 const DeviceMemoryRegistrar kCudaMemory{{
@@ -94,6 +162,13 @@ const DeviceMemoryRegistrar kCudaMemory{{
       return host;
     },
     [](void* host) { cudaFreeHost(host); },
+    share,
+    open,
+    [](void* opened) { (void)cudaIpcCloseMemHandle(opened); },
+    // Either side may be device memory, an opened peer's included (unified addressing).
+    [](void* to, const void* from, std::size_t bytes) {
+      copy(to, from, owns(to) ? to : from, bytes, cudaMemcpyDefault, "the copy from the peer");
+    },
 }};
 
 }  // namespace
