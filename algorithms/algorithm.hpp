@@ -57,7 +57,7 @@ using CollectiveFn = std::function<void(PointToPoint&, const CollectiveArgs&)>;
 
 // An all-reduce with nothing to exchange (one rank, or no elements): copies send to recv and
 // returns true.
-bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args);
+bool allreduce_is_local(PointToPoint& p2p, const CollectiveArgs& args);
 
 struct AlgorithmInfo {
   static constexpr const char* kKind = "algorithm";
@@ -72,6 +72,10 @@ struct AlgorithmInfo {
   // Built from other algorithms over groups of hosts; on one level (one host, or one rank per
   // host) it runs a flat algorithm, which `auto` then picks by its own name.
   bool composite = false;
+  // Whether it reads and writes this call's buffers with the host (on the boards), where a call
+  // on device memory runs on host copies of them; null: never. A composite algorithm, which
+  // may choose such an algorithm inside, always runs on host copies.
+  std::function<bool(Collective, const PointToPoint&, const CollectiveArgs&)> reads_buffers;
 };
 
 using AlgorithmRegistry = Registry<AlgorithmInfo>;

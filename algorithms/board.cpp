@@ -29,21 +29,6 @@ void reduce_parts(void* out, std::span<const std::byte* const> parts, std::size_
     kernels::reduce(out, out, parts[r] + offset, a.count, a.type, a.op);
 }
 
-void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
-  if (allreduce_is_local(p2p, a)) return;
-  const std::size_t bytes = a.count * size_of(a.type);
-  if (bytes > p2p.board_capacity()) {
-    // Too large for the boards, or there are none: the model's choice among the other flat
-    // algorithms (cost::predict predicts that).
-    Layout without_boards = p2p.layout();
-    without_boards.board_capacity = 0;
-    const Plan plan = cost::best(without_boards, static_cast<double>(bytes), /*flat_only=*/true);
-    (*find_collective(plan.algorithm, Collective::allreduce))(p2p, a);
-    return;
-  }
-  reduce_parts(a.recv, p2p.exchange_on_boards(a.send, bytes), 0, a);
-}
-
 // The algorithm each collective but reduce goes by beyond the boards.
 const std::map<Collective, const char*> kByMessages = {
     {Collective::reduce_scatter, "ring"}, {Collective::allgather, "direct"},
@@ -87,14 +72,31 @@ const char* by_messages(Collective collective, std::size_t posted, int ranks,
 // its whole buffer, still 7.4 against 7.2 at 16 KiB). All-reduce's limit comes from the model.
 constexpr std::size_t kPostedBytes = 4096;
 
-// Runs `on_boards` when the largest part a rank posts, `posted` bytes, fits on the boards and
+// Whether a call whose rank posts `posted` bytes (posted_bytes) meets on the boards rather than
+// by messages: all-reduce while it fits, the others also up to kPostedBytes.
+bool meets_on_boards(Collective collective, const PointToPoint& p2p, std::size_t posted) {
+  if (collective == Collective::allreduce) return posted <= p2p.board_capacity();
+  return p2p.size() > 1 && posted <= std::min(p2p.board_capacity(), kPostedBytes);
+}
+
+// The largest part a rank posts for `collective` (the root's buffer of a scatter, the whole
+// input of a reduce-scatter or all-to-all, else its buffer).
+std::size_t posted_bytes(Collective collective, const CollectiveArgs& a, int ranks) {
+  const std::size_t bytes = a.count * size_of(a.type);
+  const bool whole_input = collective == Collective::reduce_scatter ||
+                           collective == Collective::alltoall || collective == Collective::scatter;
+  return whole_input ? bytes * static_cast<std::size_t>(ranks) : bytes;
+}
+
+// Runs `on_boards` when the largest part a rank posts (posted_bytes) fits on the boards and
 // kPostedBytes; else (one rank, no boards) the collective by messages. Every rank decides
 // alike. A call of no elements moves nothing (its buffers may be null).
 template <class OnBoards>
 void on_boards_or_by_messages(Collective collective, PointToPoint& p2p, const CollectiveArgs& a,
-                              std::size_t posted, OnBoards on_boards) {
+                              OnBoards on_boards) {
+  const std::size_t posted = posted_bytes(collective, a, p2p.size());
   if (posted == 0) return;
-  if (p2p.size() == 1 || posted > std::min(p2p.board_capacity(), kPostedBytes)) {
+  if (!meets_on_boards(collective, p2p, posted)) {
     const char* algorithm = by_messages(collective, posted, p2p.size(), p2p.layout());
     (*find_collective(algorithm, collective))(p2p, a);
     return;
@@ -102,9 +104,31 @@ void on_boards_or_by_messages(Collective collective, PointToPoint& p2p, const Co
   on_boards();
 }
 
+void board_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
+  if (allreduce_is_local(p2p, a)) return;
+  const std::size_t bytes = a.count * size_of(a.type);
+  if (!meets_on_boards(Collective::allreduce, p2p, bytes)) {
+    // Too large for the boards, or there are none: the model's choice among the other flat
+    // algorithms (cost::predict predicts that).
+    Layout without_boards = p2p.layout();
+    without_boards.board_capacity = 0;
+    const Plan plan = cost::best(without_boards, static_cast<double>(bytes), /*flat_only=*/true);
+    (*find_collective(plan.algorithm, Collective::allreduce))(p2p, a);
+    return;
+  }
+  reduce_parts(a.recv, p2p.exchange_on_boards(a.send, bytes), 0, a);
+}
+
+// Whether a call meets on the boards, where its buffers are read and written with the host.
+bool board_reads_buffers(Collective collective, const PointToPoint& p2p, const CollectiveArgs& a) {
+  if (collective == Collective::allreduce && (p2p.size() == 1 || a.count == 0)) return false;
+  const std::size_t posted = posted_bytes(collective, a, p2p.size());
+  return posted != 0 && meets_on_boards(collective, p2p, posted);
+}
+
 void board_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
-  on_boards_or_by_messages(Collective::reduce, p2p, a, bytes, [&] {
+  on_boards_or_by_messages(Collective::reduce, p2p, a, [&] {
     const auto parts = p2p.exchange_on_boards(a.send, bytes);
     if (p2p.rank() == a.root) reduce_parts(a.recv, parts, 0, a);
   });
@@ -113,7 +137,7 @@ void board_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
 void board_reduce_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t block = a.count * size_of(a.type);
   const std::size_t bytes = block * static_cast<std::size_t>(p2p.size());
-  on_boards_or_by_messages(Collective::reduce_scatter, p2p, a, bytes, [&] {
+  on_boards_or_by_messages(Collective::reduce_scatter, p2p, a, [&] {
     const auto parts = p2p.exchange_on_boards(a.send, bytes);
     reduce_parts(a.recv, parts, block * static_cast<std::size_t>(p2p.rank()), a);
   });
@@ -129,14 +153,14 @@ void gather_parts(void* out, std::span<const std::byte* const> parts, std::size_
 
 void board_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t block = a.count * size_of(a.type);
-  on_boards_or_by_messages(Collective::allgather, p2p, a, block, [&] {
+  on_boards_or_by_messages(Collective::allgather, p2p, a, [&] {
     gather_parts(a.recv, p2p.exchange_on_boards(a.send, block), block, -1);
   });
 }
 
 void board_gather(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t block = a.count * size_of(a.type);
-  on_boards_or_by_messages(Collective::gather, p2p, a, block, [&] {
+  on_boards_or_by_messages(Collective::gather, p2p, a, [&] {
     const auto parts = p2p.exchange_on_boards(a.send, block);
     if (p2p.rank() == a.root) gather_parts(a.recv, parts, block, -1);
   });
@@ -145,7 +169,7 @@ void board_gather(PointToPoint& p2p, const CollectiveArgs& a) {
 void board_alltoall(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t block = a.count * size_of(a.type);
   const std::size_t bytes = block * static_cast<std::size_t>(p2p.size());
-  on_boards_or_by_messages(Collective::alltoall, p2p, a, bytes, [&] {
+  on_boards_or_by_messages(Collective::alltoall, p2p, a, [&] {
     gather_parts(a.recv, p2p.exchange_on_boards(a.send, bytes), block, p2p.rank());
   });
 }
@@ -153,7 +177,7 @@ void board_alltoall(PointToPoint& p2p, const CollectiveArgs& a) {
 // The root posts its buffer, the others nothing; each copies its block (broadcast: all of it).
 void board_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t bytes = a.count * size_of(a.type);
-  on_boards_or_by_messages(Collective::broadcast, p2p, a, bytes, [&] {
+  on_boards_or_by_messages(Collective::broadcast, p2p, a, [&] {
     const bool root = p2p.rank() == a.root;
     const auto parts = p2p.exchange_on_boards(a.recv, root ? bytes : 0);
     if (!root) std::memcpy(a.recv, parts[static_cast<std::size_t>(a.root)], bytes);
@@ -163,7 +187,7 @@ void board_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
 void board_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t block = a.count * size_of(a.type);
   const std::size_t bytes = block * static_cast<std::size_t>(p2p.size());
-  on_boards_or_by_messages(Collective::scatter, p2p, a, bytes, [&] {
+  on_boards_or_by_messages(Collective::scatter, p2p, a, [&] {
     const bool root = p2p.rank() == a.root;
     const auto parts = p2p.exchange_on_boards(a.send, root ? bytes : 0);
     std::memmove(
@@ -254,7 +278,10 @@ const AlgorithmRegistrar kBoard{AlgorithmInfo{
      {Collective::gather, board_cost_of(Collective::gather)},
      {Collective::alltoall, board_cost_of(Collective::alltoall)},
      {Collective::broadcast, board_cost_of(Collective::broadcast)},
-     {Collective::scatter, board_cost_of(Collective::scatter)}}}};
+     {Collective::scatter, board_cost_of(Collective::scatter)}},
+    /*chunked=*/false,
+    /*composite=*/false,
+    board_reads_buffers}};
 
 }  // namespace
 }  // namespace arcoll

@@ -5,7 +5,6 @@
 // r+1 so that no rank is everyone's first partner), and broadcast where receivers read in
 // parallel.
 #include <algorithm>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -14,10 +13,6 @@
 
 namespace arcoll {
 namespace {
-
-void copy_block(void* dst, const void* src, std::size_t bytes) {
-  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
-}
 
 // Block r of a rooted call's buffer: `count` elements at r * count.
 char* block(void* buffer, int r, std::size_t bytes) {
@@ -33,9 +28,9 @@ constexpr std::size_t kCopyAfterExchangeBytes = 1 << 20;
 void wait_copying_own_block(PointToPoint& p2p, std::span<const RequestPtr> requests, void* to,
                             const void* from, std::size_t bytes) {
   const bool alongside = bytes < kCopyAfterExchangeBytes;
-  if (alongside) copy_block(to, from, bytes);
+  if (alongside) p2p.copy(to, from, bytes);
   p2p.wait_all(requests);
-  if (!alongside) copy_block(to, from, bytes);
+  if (!alongside) p2p.copy(to, from, bytes);
 }
 
 void direct_gather(PointToPoint& p2p, const CollectiveArgs& a) {
@@ -72,7 +67,7 @@ void direct_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   if (p2p.rank() != a.root) return;
   // The root's copy goes alongside its peers' reads: it reads nothing itself (1 MiB a rank
   // on 2 ranks: 65 us, against 187 us after them).
-  copy_block(a.recv, block(send, a.root, bytes), bytes);
+  p2p.copy(a.recv, block(send, a.root, bytes), bytes);
   p2p.wait_all(sends);
 }
 
@@ -138,7 +133,7 @@ void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
     p2p.wait_all(requests);
     return;
   }
-  if (p2p.size() == 1) return copy_block(a.recv, a.send, a.count * elem);
+  if (p2p.size() == 1) return p2p.copy(a.recv, a.send, a.count * elem);
   const void* with = a.send;
   for (int r = 0; r < p2p.size(); ++r) {
     if (r == a.root) continue;
@@ -175,7 +170,7 @@ void direct_alltoallv(PointToPoint& p2p, const CollectiveArgs& a) {
     return kept != nullptr ? kept + (k - 1) * block : send + place(a.send_offsets, (rank + k) % p);
   };
   for (int k = 1; kept != nullptr && k < p; ++k)
-    std::memcpy(kept + (k - 1) * block, send + place(a.send_offsets, (rank + k) % p), block);
+    p2p.copy(kept + (k - 1) * block, send + place(a.send_offsets, (rank + k) % p), block);
   std::vector<RequestPtr> requests;
   for (int k = 1; k < p; ++k) {
     const int from = (rank - k + p) % p;

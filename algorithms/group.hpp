@@ -55,6 +55,9 @@ class GroupView final : public PointToPoint {
   }
   void wait(const RequestPtr& request) override { parent_.wait(request); }
   void* scratch(std::size_t bytes, int slot) override { return parent_.scratch(bytes, slot); }
+  void copy(void* to, const void* from, std::size_t bytes) override {
+    parent_.copy(to, from, bytes);
+  }
   void round_to_wire(void* data, std::size_t count, DataType type) override {
     parent_.round_to_wire(data, count, type);
   }

@@ -7,7 +7,6 @@
 // When hosts hold different numbers of ranks the shards do not line up across hosts: the
 // host all-reduces, one leader per host all-reduces across hosts, and the host broadcasts.
 #include <algorithm>
-#include <cstring>
 
 #include "algorithms/cost_model.hpp"
 #include "algorithms/group.hpp"
@@ -79,7 +78,7 @@ void hierarchical_allreduce(PointToPoint& p2p, const CollectiveArgs& a, const st
       for (int r = 0; r < p2p.size(); ++r) ranks[static_cast<std::size_t>(r)] = r;
       return ranks;
     }());
-    if (a.recv != a.send && a.count != 0) std::memcpy(out, a.send, a.count * elem);
+    p2p.copy(out, a.send, a.count * elem);
     run_plan(all, plan_across(layout, static_cast<double>(a.count * elem), forced), out, a.count, a);
     return;
   }

@@ -83,6 +83,10 @@ class PointToPoint {
   // A buffer of at least `bytes` owned by the communicator, reused across calls. Each slot
   // (0, 1, ...) is a distinct buffer.
   virtual void* scratch(std::size_t bytes, int slot = 0) = 0;
+  // Copies `bytes` between the call's buffers and scratch (nothing where `to` is `from`; other
+  // overlapping ranges as memmove, in host memory only): how an algorithm moves bytes within
+  // its rank, since they may be device memory that only their kind's copies touch.
+  virtual void copy(void* to, const void* from, std::size_t bytes) = 0;
 
   // Boards: where every rank shares memory with every other (one host, over shm), each rank
   // can post up to board_capacity() bytes per call that all ranks read in place, with no

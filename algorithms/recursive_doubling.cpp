@@ -2,7 +2,6 @@
 // with rank ^ 2^k and reduces, so log2(p) rounds of one message each: the latency-optimal
 // choice for small messages (the ring needs 2(p-1) rounds). Every rank applies the same
 // reductions to the same values in the same grouping, so all end with identical bits.
-#include <cstring>
 
 #include "algorithms/cost_model.hpp"
 #include "algorithms/fold.hpp"
@@ -16,12 +15,12 @@ void recursive_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   // Never written: every round writes the result or the spare buffer below.
   char* in = static_cast<char*>(const_cast<void*>(a.send));
   if (p2p.size() == 1 || bytes == 0) {
-    if (in != out && bytes != 0) std::memcpy(out, in, bytes);
+    p2p.copy(out, in, bytes);
     return;
   }
   // A 16-bit wire rounds this rank's own partial result, which must not be the caller's input.
   if (p2p.rounds_to_wire(a.type) && in != out) {
-    std::memcpy(out, in, bytes);
+    p2p.copy(out, in, bytes);
     in = out;
   }
   const PowerOfTwoFold fold(p2p);
@@ -45,7 +44,7 @@ void recursive_doubling_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
              a.count, a.type, a.op, /*reduce=*/true);
     partial = target;
   }
-  if (partial != out) std::memcpy(out, partial, bytes);
+  p2p.copy(out, partial, bytes);
   fold.unfold(p2p, out, bytes);
 }
 

@@ -1,4 +1,3 @@
-#include <cstring>
 
 #include "algorithms/algorithm.hpp"
 
@@ -37,10 +36,9 @@ std::optional<Collective> parse_collective(std::string_view name) {
   return std::nullopt;
 }
 
-bool allreduce_is_local(const PointToPoint& p2p, const CollectiveArgs& args) {
+bool allreduce_is_local(PointToPoint& p2p, const CollectiveArgs& args) {
   if (p2p.size() > 1 && args.count > 0) return false;
-  if (args.recv != args.send && args.count != 0)
-    std::memmove(args.recv, args.send, args.count * size_of(args.type));
+  p2p.copy(args.recv, args.send, args.count * size_of(args.type));
   return true;
 }
 

@@ -4,7 +4,6 @@
 #include "algorithms/ring.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <deque>
 
 #include "algorithms/cost_model.hpp"
@@ -155,7 +154,7 @@ class AllreducePass final : public Pass {
         channel_(channel) {
     const std::size_t elem = size_of(type);
     if (p2p.size() == 1 || count == 0) {
-      if (output != input && count != 0) std::memmove(output, input, count * elem);
+      p2p.copy(output, input, count * elem);
       return;
     }
     stage_ = reduce_scatter(
@@ -257,10 +256,6 @@ double allreduce_cost(int ranks, double bytes, const LinkCost& link,
 
 namespace {
 
-void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
-  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
-}
-
 void ring_allreduce(PointToPoint& p2p, const CollectiveArgs& a) {
   GroupView ring(p2p, host_order(p2p));
   allreduce(ring, a.count, a.type, a.op, static_cast<const char*>(a.send),
@@ -272,8 +267,7 @@ void ring_reduce_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t elem = size_of(a.type);
   const char* in = static_cast<const char*>(a.send);
   if (p2p.size() == 1 || a.count == 0) {
-    copy_if_distinct(a.recv, in + static_cast<std::size_t>(p2p.rank()) * a.count * elem,
-                     a.count * elem);
+    p2p.copy(a.recv, in + static_cast<std::size_t>(p2p.rank()) * a.count * elem, a.count * elem);
     return;
   }
   const Segments segments = Segments::uniform(a.count, p2p.size());
@@ -290,8 +284,7 @@ void ring_reduce_scatter(PointToPoint& p2p, const CollectiveArgs& a) {
 void ring_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t elem = size_of(a.type);
   char* out = static_cast<char*>(a.recv);
-  copy_if_distinct(out + static_cast<std::size_t>(p2p.rank()) * a.count * elem, a.send,
-                   a.count * elem);
+  p2p.copy(out + static_cast<std::size_t>(p2p.rank()) * a.count * elem, a.send, a.count * elem);
   if (p2p.size() == 1 || a.count == 0) return;
   allgather(p2p, Segments::uniform(a.count, p2p.size()), a.type, out)->run();
 }
@@ -303,7 +296,7 @@ void ring_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const int p = p2p.size(), rank = p2p.rank();
   const bool root = rank == a.root;
   if (p == 1 || a.count == 0) {
-    if (root) copy_if_distinct(a.recv, a.send, a.count * elem);
+    if (root) p2p.copy(a.recv, a.send, a.count * elem);
     return;
   }
   const Segments segments = Segments::balanced(a.count, p);

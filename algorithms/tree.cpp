@@ -9,7 +9,6 @@
 // second mirrors it (p even) or shifts it by one (p odd), turning leaves into inner nodes.
 #include <algorithm>
 #include <bit>
-#include <cstring>
 #include <deque>
 
 #include "algorithms/algorithm.hpp"
@@ -121,7 +120,7 @@ class TreePass {
     // Children reduce into the output, which starts as the input: copied chunk by chunk, just
     // before it is needed (and while it is in cache), not all at once up front.
     if (!links_.children.empty() && input_ != data_)
-      std::memcpy(at(j), input_ + j * chunk_ * elem_, length(j) * elem_);
+      p2p_.copy(at(j), input_ + j * chunk_ * elem_, length(j) * elem_);
     for (int child : links_.children)
       reduces_.push_back(
           p2p_.irecv_reduce(child, at(j), at(j), length(j), type_, op_, channel_));

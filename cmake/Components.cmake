@@ -95,7 +95,7 @@ if(CUDAToolkit_FOUND)
   endif()
   set(CMAKE_CUDA_STANDARD 17)  # what CMake 3.25 knows of nvcc; the kernels need no more
   enable_language(CUDA)
-  arcoll_report("CUDA" "used" "${CUDAToolkit_VERSION}, kernels for sm ${CMAKE_CUDA_ARCHITECTURES} (collectives on device buffers staged through pinned host memory, sends and receives within a host through CUDA IPC; GPUs, P2P and NVLink in arbench topo; NVML loaded at run time)")
+  arcoll_report("CUDA" "used" "${CUDAToolkit_VERSION}, kernels for sm ${CMAKE_CUDA_ARCHITECTURES} (device buffers through CUDA IPC between the ranks of a host, else staged through pinned host memory; GPUs, P2P and NVLink in arbench topo; NVML loaded at run time)")
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY AND TARGET CUDA::cudart_static)
     set(ARCOLL_WITH_NCCL ON)
     arcoll_report("NCCL" "used" "${NCCL_LIBRARY} (arbench --backend nccl; needs a GPU at run time)")

@@ -24,8 +24,8 @@ struct DeviceMemoryShare {
   // Unique within the sharing process and never reused: an opening of the allocation kept by
   // another process never serves a later allocation at the same addresses.
   std::uint64_t allocation = 0;
-  std::uint64_t offset = 0;  // of the buffer within its allocation
-  std::uint64_t bytes = 0;   // of the allocation
+  std::uint64_t offset = 0;            // of the buffer within its allocation
+  std::uint64_t bytes = 0;             // of the allocation
   std::array<std::byte, 64> handle{};  // the kind's own (cudaIpcMemHandle_t)
 };
 static_assert(sizeof(DeviceMemoryShare) == 104);
@@ -52,6 +52,15 @@ struct DeviceMemoryInfo {
   // Copies where either side, or both, is this kind's memory (an opened share too), and
   // returns once the bytes are there.
   std::function<void(void* to, const void* from, std::size_t bytes)> copy;
+  // For calls that run on the device (shared with their peers, above): scratch memory of this
+  // kind on the device holding `near`, and its release; out[i] = with[i] op from[i] for
+  // `count` elements, `out` and `with` this kind's memory, `from` too or host memory (avg
+  // adds: the caller divides), returning once done.
+  std::function<void*(std::size_t bytes, const void* near)> allocate;
+  std::function<void(void* device)> free;
+  std::function<void(void* out, const void* with, const void* from, std::size_t count,
+                     DataType type, ReduceOp op)>
+      reduce;
 };
 using DeviceMemoryRegistry = Registry<DeviceMemoryInfo>;
 using DeviceMemoryRegistrar = Registrar<DeviceMemoryInfo>;

@@ -27,9 +27,9 @@ struct Request {
   std::uint64_t signature = 0;
   void* buffer = nullptr;  // const for sends
   std::size_t bytes = 0;
-  // The kind of device memory `buffer` lies in (src/base/device_memory.hpp), null for host
-  // memory: only that kind's operations may touch it, and only a transport that takes() the
-  // kind is given such a request. A point-to-point message only: it lands as a plain copy.
+  // The kind of device memory `buffer` (and a landing's `with`) lies in
+  // (src/base/device_memory.hpp), null for host memory: only that kind's operations may touch
+  // it, and only a transport that takes() the kind is given such a request. It never narrows.
   const DeviceMemoryInfo* memory = nullptr;
   // A receive whose message is combined into `buffer` as it lands instead of copied as it is
   // (transports/common/landing.hpp): reduced element-wise with `with`, buffer[i] = with[i] op

@@ -402,15 +402,6 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   check_usable(
       [&] { return std::string(to_string(collective)) + " #" + std::to_string(sequence_ + 1); });
   const int size = rendezvous_.size;
-  // Device buffers: the call runs on host copies of them.
-  CollectiveArgs host;
-  try {
-    host = staging_.stage(collective, args, rank_, size);
-  } catch (const Error&) {
-    staging_.drop();
-    throw;
-  }
-  ++sequence_;
   const bool narrowable =
       collective == Collective::allreduce || collective == Collective::reduce_scatter;
   const DataType wire =
@@ -418,6 +409,20 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   const bool narrowed = wire != DataType::f32;
   const std::size_t bytes = args.count * size_of(args.type);
   const PlannedCall& chosen = plan_for(collective, narrowed ? bytes / 2 : bytes);
+  // Device buffers: the call runs on them where it can (runs_on_device), else on host copies.
+  const CallMemory memory = memory_of_call(collective, args, rank_, size);
+  const DeviceMemoryInfo* on_device =
+      memory.mixed ? nullptr : runs_on_device(collective, memory.device, args, chosen, wire);
+  CollectiveArgs host = args;
+  if (memory.device != nullptr && on_device == nullptr) {
+    try {
+      host = staging_.stage(collective, args, rank_, size);
+    } catch (const Error&) {
+      staging_.drop();
+      throw;
+    }
+  }
+  ++sequence_;
   const bool beyond_caches = bytes >= options_.streaming_bytes;
   const bool in_place = reduces_in_place(collective, host, size);
   // Calls of one chunk never pace: only larger ones ask (and are timed).
@@ -439,7 +444,9 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
                   // streaming stores save no read there and only push the result out of the
                   // caches (16 MiB in place on 2 ranks: 1.7 times as long).
                   .streaming_stores = beyond_caches && !in_place,
-                  .receivers = receivers_of(collective, size)},
+                  .receivers = receivers_of(collective, size),
+                  .memory = on_device,
+                  .device_buffers = device_buffers(collective, args, on_device)},
                  options_.timeout);
   CollectiveArgs effective = host;
   if (args.op == ReduceOp::avg) effective.op = ReduceOp::sum;
@@ -473,6 +480,35 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     if (own_mistake) throw_error(e.code(), engine_->call_name(), e.message(), rank_, e.peer());
     fail(e, engine_->call_name());
   }
+}
+
+const DeviceMemoryInfo* Communicator::Impl::runs_on_device(Collective collective,
+                                                           const DeviceMemoryInfo* memory,
+                                                           const CollectiveArgs& args,
+                                                           const PlannedCall& chosen,
+                                                           DataType wire) const {
+  // On the device, every rank reads its peers' buffers there (shm: CUDA IPC) and reduces with
+  // the kind's kernels; a 16-bit wire, avg's division and one rank keep to host copies, as do
+  // calls that meet on the boards, which read the buffers with the host (a composite algorithm
+  // may choose the boards inside). Every rank of a call decides alike but for its buffers' kind,
+  // and ranks on the device and on host copies exchange the same messages.
+  if (memory == nullptr || !memory->share || !memory->reduce || rendezvous_.size == 1 ||
+      wire != DataType::f32 || args.op == ReduceOp::avg || chosen.algorithm_index < 0)
+    return nullptr;
+  const AlgorithmInfo& algorithm =
+      *AlgorithmRegistry::instance().all()[static_cast<std::size_t>(chosen.algorithm_index)];
+  if (algorithm.composite ||
+      (algorithm.reads_buffers && algorithm.reads_buffers(collective, *engine_, args)))
+    return nullptr;
+  return engine_->takes_device_everywhere(*memory) ? memory : nullptr;
+}
+
+std::array<std::span<const std::byte>, 2> Communicator::Impl::device_buffers(
+    Collective collective, const CollectiveArgs& args, const DeviceMemoryInfo* memory) const {
+  if (memory == nullptr) return {};
+  const auto [send_bytes, recv_bytes] = buffer_bytes(collective, args, rank_, rendezvous_.size);
+  return {std::span(static_cast<const std::byte*>(args.send), send_bytes),
+          std::span(static_cast<const std::byte*>(args.recv), recv_bytes)};
 }
 
 void Communicator::Impl::run_coalesced(const std::vector<Buffer>& buffers, DataType type,

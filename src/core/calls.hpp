@@ -5,6 +5,7 @@
 // cause instead of waiting.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -113,6 +114,14 @@ class Communicator::Impl {
   // How a collective of `bytes` runs; valid until the next call.
   const PlannedCall& plan_for(Collective collective, std::size_t bytes);
   PlannedCall planned(Collective collective, Plan plan) const;
+  // The device memory a collective runs on, its buffers being `memory`'s (null: host copies).
+  const DeviceMemoryInfo* runs_on_device(Collective collective, const DeviceMemoryInfo* memory,
+                                         const CollectiveArgs& args, const PlannedCall& chosen,
+                                         DataType wire) const;
+  // A call's send and receive buffers on this rank, where it runs on `memory` (else none).
+  std::array<std::span<const std::byte>, 2> device_buffers(Collective collective,
+                                                           const CollectiveArgs& args,
+                                                           const DeviceMemoryInfo* memory) const;
   [[noreturn]] void fail(const Error& e, const std::string& operation);
   // `buffer`: the caller's receive buffer, which the residual is kept for (args may be staged).
   void apply_error_feedback(const CollectiveArgs& args, DataType wire, const void* buffer);

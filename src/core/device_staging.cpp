@@ -70,6 +70,26 @@ void copy_from_host(void* to, const void* host, std::size_t bytes) {
     std::memcpy(to, host, bytes);
 }
 
+CallMemory memory_of_call(Collective collective, const CollectiveArgs& args, int rank, int size) {
+  const auto [send_bytes, recv_bytes] = buffer_bytes(collective, args, rank, size);
+  CallMemory memory;
+  bool host = false;
+  auto add = [&](const void* buffer, std::size_t bytes) {
+    if (bytes == 0) return;
+    const DeviceMemoryInfo* kind = device_memory_of(buffer);
+    if (kind == nullptr)
+      host = true;
+    else if (memory.device != nullptr && memory.device != kind)
+      memory.mixed = true;
+    else
+      memory.device = kind;
+  };
+  add(args.send, send_bytes);
+  add(args.recv, recv_bytes);
+  memory.mixed = memory.mixed || (host && memory.device != nullptr);
+  return memory;
+}
+
 DeviceStaging::~DeviceStaging() {
   for (const Pinned& p : pinned_)
     if (p.host != nullptr) p.memory->free_host(p.host);

@@ -19,6 +19,14 @@ namespace arcoll {
 std::pair<std::size_t, std::size_t> buffer_bytes(Collective collective, const CollectiveArgs& args,
                                                  int rank, int size);
 
+// The memory of the buffers a call uses on `rank` (those of its bytes, above): all host memory
+// (`device` null), all one kind of device memory, or more than one kind (`mixed`).
+struct CallMemory {
+  const DeviceMemoryInfo* device = nullptr;
+  bool mixed = false;
+};
+CallMemory memory_of_call(Collective collective, const CollectiveArgs& args, int rank, int size);
+
 // Copies between a buffer of any kind and host memory.
 void copy_to_host(void* host, const void* from, std::size_t bytes);
 void copy_from_host(void* to, const void* host, std::size_t bytes);

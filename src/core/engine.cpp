@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <tuple>
 
 #include "src/base/crc32c.hpp"
+#include "src/base/device_memory.hpp"
 #include "src/base/env.hpp"
 #include "src/base/log.hpp"
 #include "src/base/reduce.hpp"
@@ -138,6 +140,8 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
 
 Engine::~Engine() {
   take_back_parked();
+  for (const DeviceScratch& s : device_scratch_)
+    if (s.buffer != nullptr) s.memory->free(s.buffer);
 }
 
 void Engine::take_back_parked() const {
@@ -327,7 +331,8 @@ RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, s
   const std::size_t bytes = count * size_of(type);
   Transport* t = route_[static_cast<std::size_t>(peer)];
   // Staged messages are sent on by the engine, once whole.
-  if (t != nullptr && t->forwards() && bytes > 0 && unstaged(call_.wire)) {
+  if (t != nullptr && t->forwards() && bytes > 0 && unstaged(call_.wire) &&
+      call_.memory == nullptr) {
     RequestPtr receive =
         make_request(Request::Kind::recv, peer, buffer, bytes, collective_tag(channel),
                      Request::Landing{with, type, op, type});
@@ -354,6 +359,25 @@ bool Engine::takes_device(int peer, const DeviceMemoryInfo& memory) const {
   return !options_.checksum && route_[static_cast<std::size_t>(peer)]->takes(memory);
 }
 
+bool Engine::takes_device_everywhere(const DeviceMemoryInfo& memory) const {
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && !takes_device(peer, memory)) return false;
+  return true;
+}
+
+const DeviceMemoryInfo* Engine::memory_of(const void* buffer) const {
+  if (call_.memory == nullptr) return nullptr;
+  const auto* at = static_cast<const std::byte*>(buffer);
+  auto within = [at](const std::byte* begin, std::size_t bytes) {
+    return at >= begin && at < begin + bytes;
+  };
+  for (const auto& b : call_.device_buffers)
+    if (within(b.data(), b.size())) return call_.memory;
+  for (const DeviceScratch& s : device_scratch_)
+    if (within(static_cast<const std::byte*>(s.buffer), s.bytes)) return s.memory;
+  return nullptr;
+}
+
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag, const std::optional<Request::Landing>& landing) {
   RequestPtr request = make_request(kind, peer, buffer, bytes, tag, landing);
@@ -370,7 +394,7 @@ RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std:
   request->signature = call_.signature;
   request->buffer = buffer;
   request->bytes = bytes;
-  request->memory = nullptr;
+  request->memory = bytes != 0 ? memory_of(buffer) : nullptr;
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
   request->receivers = call_.receivers;
@@ -635,11 +659,35 @@ std::string Engine::ranks_absent_from_call() {
 }
 
 void* Engine::scratch(std::size_t bytes, int slot) {
+  if (call_.memory != nullptr) {
+    if (device_scratch_.size() <= static_cast<std::size_t>(slot))
+      device_scratch_.resize(static_cast<std::size_t>(slot) + 1);
+    DeviceScratch& s = device_scratch_[static_cast<std::size_t>(slot)];
+    if (s.bytes < bytes || s.memory != call_.memory) {
+      if (s.buffer != nullptr) s.memory->free(s.buffer);
+      s = {};
+      const auto& [send, recv] = call_.device_buffers;  // on the device of the call's buffers
+      s.buffer = call_.memory->allocate(bytes, recv.empty() ? send.data() : recv.data());
+      s.memory = call_.memory;
+      s.bytes = bytes;
+    }
+    return s.buffer;
+  }
   if (scratch_.size() <= static_cast<std::size_t>(slot))
     scratch_.resize(static_cast<std::size_t>(slot) + 1);
   auto& buffer = scratch_[static_cast<std::size_t>(slot)];
   if (buffer.size() < bytes) buffer.resize(bytes);
   return buffer.data();
+}
+
+void Engine::copy(void* to, const void* from, std::size_t bytes) {
+  if (to == from || bytes == 0) return;
+  const DeviceMemoryInfo* memory = memory_of(to);
+  if (memory == nullptr) memory = memory_of(from);
+  if (memory != nullptr)
+    memory->copy(to, from, bytes);
+  else
+    std::memmove(to, from, bytes);
 }
 
 void Engine::round_to_wire(void* data, std::size_t count, DataType type) {

@@ -6,12 +6,14 @@
 // transports' failures for the call in progress.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -64,6 +66,7 @@ class Engine final : public PointToPoint {
                                int forward_channel) override;
   void wait(const RequestPtr& request) override;
   void* scratch(std::size_t bytes, int slot) override;
+  void copy(void* to, const void* from, std::size_t bytes) override;
   void round_to_wire(void* data, std::size_t count, DataType type) override;
   bool rounds_to_wire(DataType type) const override;
   std::size_t board_capacity() const override;
@@ -82,6 +85,11 @@ class Engine final : public PointToPoint {
     bool pace_returns = false;      // PointToPoint::pace_returns
     bool streaming_stores = false;  // its receives land so (Request::streaming_stores)
     Request::Receivers receivers = Request::Receivers::copy;  // Request::receivers
+    // A collective that runs on its device buffers (their kind, which every transport of the
+    // call takes: takes_device()) rather than host copies of them: its messages from and into
+    // them, and its scratch, are of that kind. Null: host memory.
+    const DeviceMemoryInfo* memory = nullptr;
+    std::array<std::span<const std::byte>, 2> device_buffers{};  // send and receive
   };
   void begin(const Call& call, std::chrono::milliseconds timeout);
   // A collective's last step once its messages are done: it fails after all where a peer
@@ -107,6 +115,8 @@ class Engine final : public PointToPoint {
   // Whether a point-to-point message to or from `peer` may stay in `memory`'s device memory:
   // its transport reads such buffers from the device, and no checksum reads them here.
   bool takes_device(int peer, const DeviceMemoryInfo& memory) const;
+  // Whether every peer's transport takes `memory` so (a collective can run on the device).
+  bool takes_device_everywhere(const DeviceMemoryInfo& memory) const;
   // For loops that serve many peers at once (the parameter server), which keep time
   // themselves: progress() moves every transport's messages along, sleeping until `until` at
   // the latest while nothing moves (polling first or not: Waiting; on a queue's progress
@@ -232,6 +242,16 @@ class Engine final : public PointToPoint {
   std::vector<RequestPtr> requests_;  // fresh_request()'s, looked at from request_cursor_ on
   std::size_t request_cursor_ = 0;
   std::vector<std::vector<char>> scratch_;
+  // Scratch of calls on the device (Call::memory), by slot, and the kind that allocated each.
+  struct DeviceScratch {
+    const DeviceMemoryInfo* memory = nullptr;
+    void* buffer = nullptr;
+    std::size_t bytes = 0;
+  };
+  std::vector<DeviceScratch> device_scratch_;
+  // The device memory `buffer` lies in during a call on the device: one of its buffers or its
+  // scratch; null otherwise.
+  const DeviceMemoryInfo* memory_of(const void* buffer) const;
   // Messages staged on their way, finished when waited for: sends narrowed to the wire format
   // (from `staging`), and under ARCOLL_CHECKSUM the CRC32C of every message (`checksum`,
   // travelling as `trailer`) with the receives that must be checked before they land (into

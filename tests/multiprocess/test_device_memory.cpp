@@ -11,9 +11,10 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
-#include <thread>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "arcoll/error.hpp"
@@ -262,9 +263,9 @@ TEST(DeviceSends, ReadFromThePeersDeviceIntoEitherKind) {
             void* recv = recv_on_device ? emulated_device_alloc(bytes) : host_recv.data();
             comm.sendrecv(send, bytes, next, recv, bytes, previous, 9);
             const auto got = recv_on_device ? emulated_device_read(recv, bytes) : host_recv;
-            EXPECT_EQ(got, expected) << bytes << " B, send on device " << send_on_device
-                                     << ", receive on device " << recv_on_device << ", round "
-                                     << round;
+            EXPECT_EQ(got, expected)
+                << bytes << " B, send on device " << send_on_device << ", receive on device "
+                << recv_on_device << ", round " << round;
             if (send_on_device) emulated_device_free(send);
             if (recv_on_device) emulated_device_free(recv);
           }
@@ -274,6 +275,39 @@ TEST(DeviceSends, ReadFromThePeersDeviceIntoEitherKind) {
     // Every message from a device buffer opened its allocation here: each was a new one.
     EXPECT_EQ(emulated_device_openings() - opened_before, 3u * 2 * 2);
   });
+}
+
+// A collective on device buffers, all ranks on one host over shm, runs on the device: its
+// messages are read from the peers' buffers and scratch (their allocations opened here), and
+// the results match those of host buffers for every algorithm it may run on, also where one
+// rank's buffers are host memory.
+TEST(DeviceSends, CollectivesOfOneHostRunOnTheDevice) {
+  if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
+  for (const char* algorithm :
+       {"ring", "direct", "halving_doubling", "recursive_doubling", "tree", "multi_ring"}) {
+    SCOPED_TRACE(algorithm);
+    run_ranks(3,
+              [](Communicator& comm) {
+                // Where every rank receives: each opens what its peers sent from.
+                const std::set<std::string> everyone_receives = {"allreduce", "reduce_scatter",
+                                                                 "allgather", "alltoall",
+                                                                 "alltoallv", "sendrecv"};
+                constexpr std::size_t kCount = (1 << 18) + 3;
+                for (const Case& c : cases(comm.rank(), comm.size(), kCount)) {
+                  const auto [on_host, host_kept] = run_case(comm, c, kCount, false, false);
+                  const auto opened_before = emulated_device_openings();
+                  const auto [on_device, device_kept] = run_case(comm, c, kCount, false, true);
+                  EXPECT_EQ(on_device, on_host) << c.name;
+                  EXPECT_TRUE(host_kept && device_kept) << c.name << ": the send buffer changed";
+                  if (everyone_receives.count(c.name) != 0)
+                    EXPECT_GT(emulated_device_openings(), opened_before) << c.name;
+                  // Rank 0 on host buffers beside ranks on the device: the same messages meet.
+                  const auto mixed = run_case(comm, c, kCount, false, comm.rank() != 0).first;
+                  EXPECT_EQ(mixed, on_host) << c.name << ", rank 0 on host buffers";
+                }
+              },
+              {{"ARCOLL_ALGO", algorithm}});
+  }
 }
 
 // A sender whose device buffer waits unread when its process dies: the receiver, which could

@@ -17,6 +17,7 @@
 
 #include "arcoll/error.hpp"
 #include "src/base/device_memory.hpp"
+#include "src/base/reduce.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -24,8 +25,8 @@ namespace {
 struct Region {
   char* readable;
   std::size_t bytes;
-  int fd;                     // the memfd, kept for peers to open it (-1: a peer's, opened here)
-  std::uint64_t allocation;   // never reused
+  int fd;                    // the memfd, kept for peers to open it (-1: a peer's, opened here)
+  std::uint64_t allocation;  // never reused
 };
 
 std::atomic<std::uint64_t> next_allocation{1};
@@ -66,8 +67,8 @@ void* map_device(int fd, std::size_t mapped, bool keep_fd) {
     throw std::runtime_error("emulated device: mmap failed");
   Regions& r = regions();
   std::lock_guard lock(r.mutex);
-  r.by_device[static_cast<char*>(device)] = {static_cast<char*>(alias), mapped,
-                                             keep_fd ? fd : -1, next_allocation++};
+  r.by_device[static_cast<char*>(device)] = {static_cast<char*>(alias), mapped, keep_fd ? fd : -1,
+                                             next_allocation++};
   return device;
 }
 
@@ -123,6 +124,14 @@ const DeviceMemoryRegistrar kEmulatedDevice{{
     [](void* to, const void* from, std::size_t bytes) {
       if (bytes != 0) std::memcpy(readable_or_host(to), readable_or_host(from), bytes);
     },
+    [](std::size_t bytes, const void*) { return emulated_device_alloc(bytes); },
+    emulated_device_free,
+    [](void* out, const void* with, const void* from, std::size_t count, DataType type,
+       ReduceOp op) {
+      if (count != 0)
+        kernels::reduce(readable_or_throw(out), readable_or_throw(with), readable_or_host(from),
+                        count, type, op);
+    },
 }};
 
 }  // namespace
@@ -147,7 +156,9 @@ void emulated_device_free(void* device) {
   r.by_device.erase(it);
 }
 
-std::uint64_t emulated_device_openings() { return openings.load(); }
+std::uint64_t emulated_device_openings() {
+  return openings.load();
+}
 
 void emulated_device_write(void* device, const void* host, std::size_t bytes) {
   if (bytes != 0) std::memcpy(readable_or_throw(device), host, bytes);

@@ -30,6 +30,7 @@ class Placement final : public PointToPoint {
   }
   void wait(const RequestPtr&) override {}
   void* scratch(std::size_t, int) override { return nullptr; }
+  void copy(void*, const void*, std::size_t) override {}
   void round_to_wire(void*, std::size_t, DataType) override {}
   bool rounds_to_wire(DataType) const override { return false; }
   std::size_t board_capacity() const override { return 0; }

@@ -17,7 +17,16 @@ std::size_t landing_element(const Request& receive) {
 void land(const Request& receive, std::uint64_t offset, const void* src, std::size_t n) {
   if (n == 0) return;  // empty messages may have no buffer at all
   if (receive.memory != nullptr) {
-    receive.memory->copy(static_cast<char*>(receive.buffer) + offset, src, n);
+    // Device memory (a call that runs on the device never narrows): its kind copies and
+    // reduces, `src` being host memory or a peer's device buffer.
+    char* dst = static_cast<char*>(receive.buffer) + offset;
+    if (lands_as_copy(receive)) {
+      receive.memory->copy(dst, src, n);
+    } else {
+      const Request::Landing& l = *receive.landing;
+      receive.memory->reduce(dst, static_cast<const char*>(l.with) + offset, src,
+                             n / size_of(l.type), l.type, l.op);
+    }
     return;
   }
   const auto stores =

@@ -251,8 +251,10 @@ bool ShmTransport::read_device(int peer, ShmMessage& m) {
   const DeviceMemoryInfo* kind = transport::OpenedDeviceMemory::kind_of(*m.device);
   if (kind == nullptr) {
     fail_peer(peer, ErrorCode::protocol,
-              "rank " + std::to_string(peer) + " sent a buffer of device memory this process "
-              "cannot open (" + std::string(m.device->kind.data(), m.device->kind.size()) + ")");
+              "rank " + std::to_string(peer) +
+                  " sent a buffer of device memory this process "
+                  "cannot open (" +
+                  std::string(m.device->kind.data(), m.device->kind.size()) + ")");
     return false;
   }
   const PeerSegment& segment = segments_.peer(peer);
@@ -268,10 +270,15 @@ bool ShmTransport::read_device(int peer, ShmMessage& m) {
       fail_peer(peer, ErrorCode::system, "rank " + std::to_string(peer) + ": " + why);
     return false;
   }
-  // A plain copy goes from the peer's device straight into the buffer, host or device; a
-  // reducing receive takes it through the host, piece by piece.
-  if (char* straight = matching_.direct(m, 0); straight != nullptr || m.request->memory) {
-    kind->copy(straight != nullptr ? straight : m.request->buffer, from, m.bytes);
+  // Into device memory it lands from the peer's device, reduced there where its receive
+  // reduces; a plain copy into host memory goes straight into the buffer; a reducing receive
+  // in host memory takes it through the host, piece by piece.
+  if (m.request->memory != nullptr) {
+    matching_.deliver(m, 0, from, m.bytes);
+    return true;
+  }
+  if (char* straight = matching_.direct(m, 0)) {
+    kind->copy(straight, from, m.bytes);
     matching_.delivered(m, m.bytes);
     return true;
   }

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "arcoll/error.hpp"
+#include "src/base/cuda/kernels.hpp"
 #include "src/base/device_memory.hpp"
 
 namespace arcoll {
@@ -102,8 +103,8 @@ CUresult pointer_attributes(unsigned count, CUpointer_attribute* which, void** d
   static const Fn fn = [] {
     void* found = nullptr;
     cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &found, 12000,
-                                         cudaEnableDefault, &status) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &found, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
         status != cudaDriverEntryPointSuccess)
       found = nullptr;
     return reinterpret_cast<Fn>(found);
@@ -138,6 +139,40 @@ void share(const void* device, DeviceMemoryShare& out) {
   });
 }
 
+// out = with op from on the GPU holding `out`, after the work queued on its legacy default
+// stream; `from` in host memory, which a kernel cannot read, is copied to the device first.
+void reduce(void* out, const void* with, const void* from, std::size_t count, DataType type,
+            ReduceOp op) {
+  static std::mutex mutex;                                      // the staging buffers below
+  static std::map<int, std::pair<void*, std::size_t>> staging;  // by device, grown, kept
+  const std::size_t bytes = count * size_of(type);
+  if (bytes == 0) return;
+  std::lock_guard lock(mutex);
+  on_device_of(out, "the reduction", [&](CopyStream& s) {
+    int device = 0;
+    cudaError_t code = cudaGetDevice(&device);
+    if (code == cudaSuccess) code = cudaEventRecord(s.after_default, cudaStreamLegacy);
+    if (code == cudaSuccess) code = cudaStreamWaitEvent(s.stream, s.after_default, 0);
+    const void* operand = from;
+    if (code == cudaSuccess && !owns(from)) {
+      auto& [buffer, size] = staging[device];
+      if (size < bytes) {
+        if (buffer != nullptr) (void)cudaFree(buffer);
+        size = 0;
+        code = cudaMalloc(&buffer, bytes);
+        if (code == cudaSuccess) size = bytes;
+      }
+      if (code == cudaSuccess)
+        code = cudaMemcpyAsync(buffer, from, bytes, cudaMemcpyHostToDevice, s.stream);
+      operand = buffer;
+    }
+    if (code == cudaSuccess && out != with)
+      code = cudaMemcpyAsync(out, with, bytes, cudaMemcpyDeviceToDevice, s.stream);
+    if (code == cudaSuccess) code = cuda::reduce(out, operand, count, type, op, s.stream);
+    return code == cudaSuccess ? cudaStreamSynchronize(s.stream) : code;
+  });
+}
+
 void* open(const DeviceMemoryShare& share, int /*pid*/, int /*pidfd*/) {
   cudaIpcMemHandle_t handle{};
   std::memcpy(&handle, share.handle.data(), sizeof handle);
@@ -169,6 +204,13 @@ const DeviceMemoryRegistrar kCudaMemory{{
     [](void* to, const void* from, std::size_t bytes) {
       copy(to, from, owns(to) ? to : from, bytes, cudaMemcpyDefault, "the copy from the peer");
     },
+    [](std::size_t bytes, const void* near) {
+      void* device = nullptr;
+      on_device_of(near, "cudaMalloc", [&](CopyStream&) { return cudaMalloc(&device, bytes); });
+      return device;
+    },
+    [](void* device) { (void)cudaFree(device); },
+    reduce,
 }};
 
 }  // namespace
