@@ -46,8 +46,9 @@ struct DeviceMemoryInfo {
   // done, for a peer to read it.
   std::function<void(const void* device, DeviceMemoryShare& share)> share;
   // The shared allocation's base in this process, opened from process `pid` (`pidfd`, -1
-  // where there is none); throws SystemError where it cannot be opened (the process is gone).
-  std::function<void*(const DeviceMemoryShare& share, int pid, int pidfd)> open;
+  // where there is none) for reads into `near` (a buffer on the device to read it from, or
+  // host memory); throws SystemError where it cannot be opened (the process is gone).
+  std::function<void*(const DeviceMemoryShare& share, int pid, int pidfd, const void* near)> open;
   std::function<void(void* opened)> close;
   // Copies where either side, or both, is this kind's memory (an opened share too), and
   // returns once the bytes are there.

@@ -96,7 +96,7 @@ void share(const void* device, DeviceMemoryShare& out) {
   std::memcpy(out.handle.data(), &fd, sizeof fd);
 }
 
-void* open(const DeviceMemoryShare& share, int /*pid*/, int pidfd) {
+void* open(const DeviceMemoryShare& share, int /*pid*/, int pidfd, const void* /*near*/) {
   int peer_fd = -1;
   std::memcpy(&peer_fd, share.handle.data(), sizeof peer_fd);
   const int fd = pidfd < 0 ? -1 : static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, peer_fd, 0));

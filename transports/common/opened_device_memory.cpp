@@ -14,12 +14,12 @@ const DeviceMemoryInfo* OpenedDeviceMemory::kind_of(const DeviceMemoryShare& sha
 }
 
 const char* OpenedDeviceMemory::open(const DeviceMemoryInfo& kind, int peer, int pid, int pidfd,
-                                     const DeviceMemoryShare& share) {
+                                     const DeviceMemoryShare& share, const void* near) {
   const auto key = std::pair(peer, share.allocation);
   auto it = opened_.find(key);
   if (it == opened_.end()) {
     if (opened_.size() >= kLimit) close_all();
-    it = opened_.emplace(key, Opening{&kind, kind.open(share, pid, pidfd)}).first;
+    it = opened_.emplace(key, Opening{&kind, kind.open(share, pid, pidfd, near)}).first;
   }
   return static_cast<const char*>(it->second.base) + share.offset;
 }

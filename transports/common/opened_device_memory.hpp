@@ -29,9 +29,10 @@ class OpenedDeviceMemory {
   // The kind that opens `share`, null when this process has none of that name.
   static const DeviceMemoryInfo* kind_of(const DeviceMemoryShare& share);
   // The buffer `share` describes, as this process reads it through `kind` (its base's opening
-  // plus the offset), opened from process `pid` (`pidfd`) on first use. Throws as open() does.
+  // plus the offset), opened from process `pid` (`pidfd`) on first use, for reads into `near`
+  // (DeviceMemoryInfo::open). Throws as open() does.
   const char* open(const DeviceMemoryInfo& kind, int peer, int pid, int pidfd,
-                   const DeviceMemoryShare& share);
+                   const DeviceMemoryShare& share, const void* near);
   std::size_t opened() const { return opened_.size(); }
 
  private:

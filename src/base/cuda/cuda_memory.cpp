@@ -115,28 +115,32 @@ CUresult pointer_attributes(unsigned count, CUpointer_attribute* which, void** d
 
 // A buffer shared with another process of the host (cudaIpcGetMemHandle of its allocation,
 // numbered by the driver's buffer id, unique for the life of the process), once the work
-// queued on the legacy default stream before is done: the peer reads it then.
+// queued on the legacy default stream before is done: the peer reads it then. Asked with the
+// buffer's GPU current, whose context the driver's query needs.
 void share(const void* device, DeviceMemoryShare& out) {
   CUdeviceptr base = 0;
   std::size_t size = 0;
   unsigned long long buffer_id = 0;
-  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
-  void* data[] = {&base, &size, &buffer_id};
-  if (pointer_attributes(3, which, data, device) != CUDA_SUCCESS)
-    throw SystemError("cuda", "cuPointerGetAttributes failed: the buffer cannot be shared");
   cudaIpcMemHandle_t handle{};
-  check(cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)), "cudaIpcGetMemHandle");
+  bool described = false;
+  on_device_of(device, "the sharing of a device buffer", [&](CopyStream& s) {
+    cudaError_t code = cudaEventRecord(s.after_default, cudaStreamLegacy);
+    if (code == cudaSuccess) code = cudaEventSynchronize(s.after_default);
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    void* data[] = {&base, &size, &buffer_id};
+    described = code == cudaSuccess && pointer_attributes(3, which, data, device) == CUDA_SUCCESS;
+    if (described) code = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base));
+    return code;
+  });
+  if (!described)
+    throw SystemError("cuda", "cuPointerGetAttributes failed: the buffer cannot be shared");
   static_assert(sizeof handle <= sizeof out.handle);
   std::copy_n("cuda", 5, out.kind.begin());
   out.allocation = buffer_id;
   out.offset = reinterpret_cast<std::uintptr_t>(device) - base;
   out.bytes = size;
   std::memcpy(out.handle.data(), &handle, sizeof handle);
-  on_device_of(device, "the wait for the work before the send", [](CopyStream& s) {
-    cudaError_t code = cudaEventRecord(s.after_default, cudaStreamLegacy);
-    return code == cudaSuccess ? cudaEventSynchronize(s.after_default) : code;
-  });
 }
 
 // out = with op from on the GPU holding `out`, after the work queued on its legacy default
@@ -173,12 +177,19 @@ void reduce(void* out, const void* with, const void* from, std::size_t count, Da
   });
 }
 
-void* open(const DeviceMemoryShare& share, int /*pid*/, int /*pidfd*/) {
+// Opened on the GPU holding `near` (the receive buffer), where the copies and kernels that read
+// it run; for a host buffer, on the calling thread's current GPU.
+void* open(const DeviceMemoryShare& share, int /*pid*/, int /*pidfd*/, const void* near) {
   cudaIpcMemHandle_t handle{};
   std::memcpy(&handle, share.handle.data(), sizeof handle);
   void* base = nullptr;
-  check(cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess),
-        "cudaIpcOpenMemHandle");
+  auto open_here = [&] {
+    return cudaIpcOpenMemHandle(&base, handle, cudaIpcMemLazyEnablePeerAccess);
+  };
+  if (owns(near))
+    on_device_of(near, "cudaIpcOpenMemHandle", [&](CopyStream&) { return open_here(); });
+  else
+    check(open_here(), "cudaIpcOpenMemHandle");
   return base;
 }
 
