@@ -41,7 +41,10 @@ struct DeviceMemoryInfo {
   // Host memory those copies run at full speed from and to (pinned), and its release.
   std::function<void*(std::size_t bytes)> allocate_host;
   std::function<void(void* host)> free_host;
-  // Sharing with the other processes of the host; all four null where the kind cannot.
+  // Sharing with the other processes of the host; all five null where the kind cannot.
+  // Whether share() can describe the buffer at `device` (CUDA: not memory of a stream-ordered
+  // pool or of virtual memory management, which cudaIpcGetMemHandle refuses).
+  std::function<bool(const void* device)> shareable;
   // Describes the allocation holding `device` once the work queued on the device before is
   // done, for a peer to read it.
   std::function<void(const void* device, DeviceMemoryShare& share)> share;

@@ -500,7 +500,13 @@ const DeviceMemoryInfo* Communicator::Impl::runs_on_device(Collective collective
   if (algorithm.composite ||
       (algorithm.reads_buffers && algorithm.reads_buffers(collective, *engine_, args)))
     return nullptr;
-  return engine_->takes_device_everywhere(*memory) ? memory : nullptr;
+  const auto buffers = device_buffers(collective, args, memory);
+  std::array<const void*, 2> used{};
+  std::size_t count = 0;
+  for (const auto& buffer : buffers)
+    if (!buffer.empty()) used[count++] = buffer.data();
+  return engine_->takes_device_everywhere(*memory, std::span(used.data(), count)) ? memory
+                                                                                  : nullptr;
 }
 
 std::array<std::span<const std::byte>, 2> Communicator::Impl::device_buffers(
@@ -553,7 +559,7 @@ void Communicator::Impl::run_transfers(const char* operation,
       // reads, or a receive shares with one).
       const DeviceMemoryInfo* memory =
           overlapped || t.bytes == 0 ? nullptr : device_memory_of(t.buffer);
-      if (memory != nullptr && engine_->takes_device(t.peer, *memory)) {
+      if (memory != nullptr && engine_->takes_device(t.peer, *memory, t.buffer)) {
         posted.at(count++) = engine_->post_tagged(t.kind, t.peer, t.buffer, t.bytes,
                                                   static_cast<std::uint32_t>(tag), memory);
         continue;

@@ -355,14 +355,18 @@ RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::
   return request;
 }
 
-bool Engine::takes_device(int peer, const DeviceMemoryInfo& memory) const {
-  return !options_.checksum && route_[static_cast<std::size_t>(peer)]->takes(memory);
+bool Engine::takes_device(int peer, const DeviceMemoryInfo& memory, const void* buffer) const {
+  return !options_.checksum && route_[static_cast<std::size_t>(peer)]->takes(memory) &&
+         memory.shareable && memory.shareable(buffer);
 }
 
-bool Engine::takes_device_everywhere(const DeviceMemoryInfo& memory) const {
+bool Engine::takes_device_everywhere(const DeviceMemoryInfo& memory,
+                                     std::span<const void* const> buffers) const {
+  if (options_.checksum || !memory.shareable) return false;
   for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_ && !takes_device(peer, memory)) return false;
-  return true;
+    if (peer != rank_ && !route_[static_cast<std::size_t>(peer)]->takes(memory)) return false;
+  return std::all_of(buffers.begin(), buffers.end(),
+                     [&](const void* buffer) { return memory.shareable(buffer); });
 }
 
 const DeviceMemoryInfo* Engine::memory_of(const void* buffer) const {

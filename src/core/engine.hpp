@@ -112,11 +112,13 @@ class Engine final : public PointToPoint {
   // (takes_device()).
   RequestPtr post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag, const DeviceMemoryInfo* memory = nullptr);
-  // Whether a point-to-point message to or from `peer` may stay in `memory`'s device memory:
-  // its transport reads such buffers from the device, and no checksum reads them here.
-  bool takes_device(int peer, const DeviceMemoryInfo& memory) const;
-  // Whether every peer's transport takes `memory` so (a collective can run on the device).
-  bool takes_device_everywhere(const DeviceMemoryInfo& memory) const;
+  // Whether a point-to-point message to or from `peer` may stay in `buffer`, `memory`'s device
+  // memory: its transport reads such buffers from the device, the buffer can be shared with
+  // other processes, and no checksum reads it here.
+  bool takes_device(int peer, const DeviceMemoryInfo& memory, const void* buffer) const;
+  // Whether every peer's transport takes `memory` so, for a collective on `buffers`.
+  bool takes_device_everywhere(const DeviceMemoryInfo& memory,
+                               std::span<const void* const> buffers) const;
   // For loops that serve many peers at once (the parameter server), which keep time
   // themselves: progress() moves every transport's messages along, sleeping until `until` at
   // the latest while nothing moves (polling first or not: Waiting; on a queue's progress

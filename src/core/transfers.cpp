@@ -99,7 +99,7 @@ void Communicator::Impl::post_in_flight(const char* operation, const Transfer& t
     std::shared_ptr<char[]> host_copy;
     void* buffer = t.buffer;
     const DeviceMemoryInfo* memory = t.bytes != 0 ? device_memory_of(t.buffer) : nullptr;
-    if (memory != nullptr && !engine_->takes_device(t.peer, *memory)) {
+    if (memory != nullptr && !engine_->takes_device(t.peer, *memory, t.buffer)) {
       host_copy.reset(new char[t.bytes]);
       if (t.kind == Request::Kind::send) copy_to_host(host_copy.get(), t.buffer, t.bytes);
       buffer = host_copy.get();

@@ -310,6 +310,34 @@ TEST(DeviceSends, CollectivesOfOneHostRunOnTheDevice) {
   }
 }
 
+// Device memory that cannot be shared with other processes (a CUDA pool's, which
+// cudaIpcGetMemHandle refuses) keeps to host copies, for sends and collectives alike.
+TEST(DeviceSends, BuffersThatCannotBeSharedGoThroughHostCopies) {
+  if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
+  run_ranks(3, [](Communicator& comm) {
+    const auto opened_before = emulated_device_openings();
+    constexpr std::size_t kCount = (1 << 16) + 5;
+    const std::vector<float> in = input(comm.rank(), kCount);
+    auto* send = static_cast<float*>(emulated_device_alloc_unshareable(kCount * sizeof(float)));
+    auto* recv = static_cast<float*>(emulated_device_alloc_unshareable(kCount * sizeof(float)));
+    emulated_device_write(send, in.data(), kCount * sizeof(float));
+    const int p = comm.size(), previous = (comm.rank() + p - 1) % p;
+    comm.sendrecv(send, kCount * sizeof(float), (comm.rank() + 1) % p, recv, kCount * sizeof(float),
+                  previous, 4);
+    auto bytes_of = [](const std::vector<float>& v) {
+      const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+      return std::vector<unsigned char>(b, b + v.size() * sizeof(float));
+    };
+    EXPECT_EQ(emulated_device_read(recv, kCount * sizeof(float)),
+              bytes_of(input(previous, kCount)));
+    comm.allreduce(send, recv, kCount, DataType::f32, ReduceOp::max);
+    EXPECT_EQ(emulated_device_read(recv, kCount * sizeof(float)), bytes_of(input(p - 1, kCount)));
+    EXPECT_EQ(emulated_device_openings(), opened_before);
+    emulated_device_free(send);
+    emulated_device_free(recv);
+  });
+}
+
 // A sender whose device buffer waits unread when its process dies: the receiver, which could
 // not open the allocation, fails naming the rank within its deadline, never hangs or reads
 // anything else.

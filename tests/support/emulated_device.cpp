@@ -14,6 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "arcoll/error.hpp"
 #include "src/base/device_memory.hpp"
@@ -79,6 +80,16 @@ T* readable_or_host(T* p) {
   return at != nullptr ? at : p;
 }
 
+// Whether `device` lies in an allocation other processes can open (not one of
+// emulated_device_alloc_unshareable's, as memory of a CUDA pool cannot be).
+bool shareable(const void* device) {
+  const auto* d = static_cast<const char*>(device);
+  Regions& r = regions();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.by_device.lower_bound(d);
+  return it != r.by_device.end() && d < it->first + it->second.bytes && it->second.fd >= 0;
+}
+
 // The sharing of an allocation with another process (as CUDA IPC does): the memfd's number in
 // this process, which the other takes through this process's pidfd.
 void share(const void* device, DeviceMemoryShare& out) {
@@ -118,6 +129,7 @@ const DeviceMemoryRegistrar kEmulatedDevice{{
     },
     [](std::size_t bytes) { return std::malloc(bytes); },
     [](void* host) { std::free(host); },
+    shareable,
     share,
     open,
     [](void* opened) { emulated_device_free(opened); },
@@ -143,6 +155,15 @@ void* emulated_device_alloc(std::size_t bytes) {
   if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(mapped)) != 0)
     throw std::runtime_error("emulated device: memfd failed");
   return map_device(fd, mapped, true);
+}
+
+void* emulated_device_alloc_unshareable(std::size_t bytes) {
+  void* device = emulated_device_alloc(bytes);
+  Regions& r = regions();
+  std::lock_guard lock(r.mutex);
+  Region& region = r.by_device.at(static_cast<const char*>(device));
+  ::close(std::exchange(region.fd, -1));
+  return device;
 }
 
 void emulated_device_free(void* device) {

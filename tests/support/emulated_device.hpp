@@ -16,6 +16,9 @@ namespace arcoll::testing {
 // `bytes` (at least one) of emulated device memory, and its release.
 void* emulated_device_alloc(std::size_t bytes);
 void emulated_device_free(void* device);
+// Device memory that other processes cannot open (as memory of a CUDA stream-ordered pool):
+// calls on it run on host copies.
+void* emulated_device_alloc_unshareable(std::size_t bytes);
 // Copies through the readable mapping.
 void emulated_device_write(void* device, const void* host, std::size_t bytes);
 std::vector<unsigned char> emulated_device_read(const void* device, std::size_t bytes);

@@ -113,6 +113,13 @@ CUresult pointer_attributes(unsigned count, CUpointer_attribute* which, void** d
   return fn(count, which, data, reinterpret_cast<CUdeviceptr>(address));
 }
 
+bool shareable(const void* device) {
+  int capable = 0;
+  CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+  void* data[] = {&capable};
+  return pointer_attributes(1, which, data, device) == CUDA_SUCCESS && capable != 0;
+}
+
 // A buffer shared with another process of the host (cudaIpcGetMemHandle of its allocation,
 // numbered by the driver's buffer id, unique for the life of the process), once the work
 // queued on the legacy default stream before is done: the peer reads it then. Asked with the
@@ -208,6 +215,7 @@ const DeviceMemoryRegistrar kCudaMemory{{
       return host;
     },
     [](void* host) { cudaFreeHost(host); },
+    shareable,
     share,
     open,
     [](void* opened) { (void)cudaIpcCloseMemHandle(opened); },
