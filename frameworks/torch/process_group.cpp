@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <ATen/Functions.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -18,6 +19,7 @@
 #include "arcoll/launch.hpp"
 #include "arcoll/options.hpp"
 #include "arcoll/tuning.hpp"
+#include "src/base/device_memory.hpp"
 #include "src/base/log.hpp"
 #include "src/base/socket.hpp"
 
@@ -29,10 +31,26 @@ using Clock = std::chrono::steady_clock;
 // The store key under which rank 0 says where arcoll's rendezvous listens, and the job token.
 constexpr const char* kRendezvousKey = "arcoll/rendezvous";
 
+// A CUDA tensor, where this build of arcoll takes CUDA memory: the work queued on its device's
+// current stream (which may not be the legacy default stream arcoll orders its copies after)
+// is waited for, so that what arcoll reads is written and what it writes is no longer read.
+void check_cuda(const at::Tensor& t, const char* operation) {
+  static const bool takes_cuda = DeviceMemoryRegistry::instance().find("cuda") != nullptr;
+  TORCH_CHECK(t.device().is_cuda() && takes_cuda, "arcoll: ", operation, ": a tensor on ",
+              t.device().str(), ": arcoll's torch backend takes CPU tensors",
+              takes_cuda ? " and CUDA ones" : " (this arcoll was built without the CUDA toolkit)",
+              "; move it with .cpu() or use another backend");
+  if (t.numel() != 0)
+    TORCH_CHECK(device_memory_of(t.data_ptr()) != nullptr, "arcoll: ", operation,
+                ": the CUDA tensor's memory is not seen as CUDA's (no usable driver)");
+  const c10::impl::DeviceGuardImplInterface* cuda =
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  cuda->synchronizeStream(cuda->getStream(t.device()));
+}
+
+// The type of a tensor arcoll can take for `operation` (checked: device, layout, order).
 DataType data_type(const at::Tensor& t, const char* operation) {
-  TORCH_CHECK(t.device().is_cpu(), "arcoll: ", operation, ": a tensor on ", t.device().str(),
-              ": arcoll's torch backend takes CPU tensors (its GPU path is not built yet); "
-              "move it with .cpu() or use the nccl backend");
+  if (!t.device().is_cpu()) check_cuda(t, operation);
   TORCH_CHECK(t.layout() == at::kStrided, "arcoll: ", operation, ": a ", t.layout(),
               " tensor: arcoll takes dense tensors");
   TORCH_CHECK(t.is_contiguous(), "arcoll: ", operation,
