@@ -493,12 +493,11 @@ const DeviceMemoryInfo* Communicator::Impl::runs_on_device(Collective collective
   // may choose the boards inside). Every rank of a call decides alike but for its buffers' kind,
   // and ranks on the device and on host copies exchange the same messages.
   if (memory == nullptr || !memory->share || !memory->reduce || rendezvous_.size == 1 ||
-      wire != DataType::f32 || args.op == ReduceOp::avg || chosen.algorithm_index < 0)
+      wire != DataType::f32 || args.op == ReduceOp::avg)
     return nullptr;
-  const AlgorithmInfo& algorithm =
-      *AlgorithmRegistry::instance().all()[static_cast<std::size_t>(chosen.algorithm_index)];
-  if (algorithm.composite ||
-      (algorithm.reads_buffers && algorithm.reads_buffers(collective, *engine_, args)))
+  const AlgorithmInfo* algorithm = AlgorithmRegistry::instance().find(chosen.plan.algorithm);
+  if (algorithm == nullptr || algorithm->composite ||
+      (algorithm->reads_buffers && algorithm->reads_buffers(collective, *engine_, args)))
     return nullptr;
   const auto buffers = device_buffers(collective, args, memory);
   std::array<const void*, 2> used{};

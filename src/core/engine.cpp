@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <tuple>
 
 #include "src/base/crc32c.hpp"
-#include "src/base/device_memory.hpp"
 #include "src/base/env.hpp"
 #include "src/base/log.hpp"
 #include "src/base/reduce.hpp"
@@ -140,8 +138,7 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
 
 Engine::~Engine() {
   take_back_parked();
-  for (const DeviceScratch& s : device_scratch_)
-    if (s.buffer != nullptr) s.memory->free(s.buffer);
+  free_device_scratch();
 }
 
 void Engine::take_back_parked() const {
@@ -353,33 +350,6 @@ RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::
   request->memory = memory;
   route_[static_cast<std::size_t>(peer)]->post(request);
   return request;
-}
-
-bool Engine::takes_device(int peer, const DeviceMemoryInfo& memory, const void* buffer) const {
-  return !options_.checksum && route_[static_cast<std::size_t>(peer)]->takes(memory) &&
-         memory.shareable && memory.shareable(buffer);
-}
-
-bool Engine::takes_device_everywhere(const DeviceMemoryInfo& memory,
-                                     std::span<const void* const> buffers) const {
-  if (options_.checksum || !memory.shareable) return false;
-  for (int peer = 0; peer < size_; ++peer)
-    if (peer != rank_ && !route_[static_cast<std::size_t>(peer)]->takes(memory)) return false;
-  return std::all_of(buffers.begin(), buffers.end(),
-                     [&](const void* buffer) { return memory.shareable(buffer); });
-}
-
-const DeviceMemoryInfo* Engine::memory_of(const void* buffer) const {
-  if (call_.memory == nullptr) return nullptr;
-  const auto* at = static_cast<const std::byte*>(buffer);
-  auto within = [at](const std::byte* begin, std::size_t bytes) {
-    return at >= begin && at < begin + bytes;
-  };
-  for (const auto& b : call_.device_buffers)
-    if (within(b.data(), b.size())) return call_.memory;
-  for (const DeviceScratch& s : device_scratch_)
-    if (within(static_cast<const std::byte*>(s.buffer), s.bytes)) return s.memory;
-  return nullptr;
 }
 
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
@@ -663,35 +633,12 @@ std::string Engine::ranks_absent_from_call() {
 }
 
 void* Engine::scratch(std::size_t bytes, int slot) {
-  if (call_.memory != nullptr) {
-    if (device_scratch_.size() <= static_cast<std::size_t>(slot))
-      device_scratch_.resize(static_cast<std::size_t>(slot) + 1);
-    DeviceScratch& s = device_scratch_[static_cast<std::size_t>(slot)];
-    if (s.bytes < bytes || s.memory != call_.memory) {
-      if (s.buffer != nullptr) s.memory->free(s.buffer);
-      s = {};
-      const auto& [send, recv] = call_.device_buffers;  // on the device of the call's buffers
-      s.buffer = call_.memory->allocate(bytes, recv.empty() ? send.data() : recv.data());
-      s.memory = call_.memory;
-      s.bytes = bytes;
-    }
-    return s.buffer;
-  }
+  if (call_.memory != nullptr) return device_scratch(bytes, slot);
   if (scratch_.size() <= static_cast<std::size_t>(slot))
     scratch_.resize(static_cast<std::size_t>(slot) + 1);
   auto& buffer = scratch_[static_cast<std::size_t>(slot)];
   if (buffer.size() < bytes) buffer.resize(bytes);
   return buffer.data();
-}
-
-void Engine::copy(void* to, const void* from, std::size_t bytes) {
-  if (to == from || bytes == 0) return;
-  const DeviceMemoryInfo* memory = memory_of(to);
-  if (memory == nullptr) memory = memory_of(from);
-  if (memory != nullptr)
-    memory->copy(to, from, bytes);
-  else
-    std::memmove(to, from, bytes);
 }
 
 void Engine::round_to_wire(void* data, std::size_t count, DataType type) {

@@ -116,7 +116,8 @@ class Engine final : public PointToPoint {
   // memory: its transport reads such buffers from the device, the buffer can be shared with
   // other processes, and no checksum reads it here.
   bool takes_device(int peer, const DeviceMemoryInfo& memory, const void* buffer) const;
-  // Whether every peer's transport takes `memory` so, for a collective on `buffers`.
+  // Whether every peer's transport takes `memory` so, for a collective on `buffers` (all of
+  // them shareable).
   bool takes_device_everywhere(const DeviceMemoryInfo& memory,
                                std::span<const void* const> buffers) const;
   // For loops that serve many peers at once (the parameter server), which keep time
@@ -254,6 +255,10 @@ class Engine final : public PointToPoint {
   // The device memory `buffer` lies in during a call on the device: one of its buffers or its
   // scratch; null otherwise.
   const DeviceMemoryInfo* memory_of(const void* buffer) const;
+  // Whether `peer`'s transport takes `memory`'s buffers as they are, and no checksum reads them.
+  bool routes_device(int peer, const DeviceMemoryInfo& memory) const;
+  void* device_scratch(std::size_t bytes, int slot);
+  void free_device_scratch() noexcept;
   // Messages staged on their way, finished when waited for: sends narrowed to the wire format
   // (from `staging`), and under ARCOLL_CHECKSUM the CRC32C of every message (`checksum`,
   // travelling as `trailer`) with the receives that must be checked before they land (into

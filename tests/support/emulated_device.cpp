@@ -43,14 +43,22 @@ Regions& regions() {
   return r;
 }
 
+// The allocation holding `device` (its device address and region), null when none does; with
+// regions().mutex held.
+const std::pair<const char* const, Region>* holding(const void* device) {
+  const auto* d = static_cast<const char*>(device);
+  const auto& by_device = regions().by_device;
+  const auto it = by_device.lower_bound(d);  // the last allocation starting at or before d
+  if (it == by_device.end() || d >= it->first + it->second.bytes) return nullptr;
+  return &*it;
+}
+
 // The readable address of `device`, nullptr when it lies in no allocation.
 char* readable(const void* device) {
-  const auto* d = static_cast<const char*>(device);
-  Regions& r = regions();
-  std::lock_guard lock(r.mutex);
-  const auto it = r.by_device.lower_bound(d);  // the last allocation starting at or before d
-  if (it == r.by_device.end() || d >= it->first + it->second.bytes) return nullptr;
-  return it->second.readable + (d - it->first);
+  std::lock_guard lock(regions().mutex);
+  const auto* at = holding(device);
+  return at == nullptr ? nullptr
+                       : at->second.readable + (static_cast<const char*>(device) - at->first);
 }
 
 char* readable_or_throw(const void* device) {
@@ -83,28 +91,23 @@ T* readable_or_host(T* p) {
 // Whether `device` lies in an allocation other processes can open (not one of
 // emulated_device_alloc_unshareable's, as memory of a CUDA pool cannot be).
 bool shareable(const void* device) {
-  const auto* d = static_cast<const char*>(device);
-  Regions& r = regions();
-  std::lock_guard lock(r.mutex);
-  const auto it = r.by_device.lower_bound(d);
-  return it != r.by_device.end() && d < it->first + it->second.bytes && it->second.fd >= 0;
+  std::lock_guard lock(regions().mutex);
+  const auto* at = holding(device);
+  return at != nullptr && at->second.fd >= 0;
 }
 
 // The sharing of an allocation with another process (as CUDA IPC does): the memfd's number in
 // this process, which the other takes through this process's pidfd.
 void share(const void* device, DeviceMemoryShare& out) {
-  const auto* d = static_cast<const char*>(device);
-  Regions& r = regions();
-  std::lock_guard lock(r.mutex);
-  const auto it = r.by_device.lower_bound(d);
-  if (it == r.by_device.end() || d >= it->first + it->second.bytes || it->second.fd < 0)
-    throw std::logic_error("emulated device: sharing what it did not allocate");
+  std::lock_guard lock(regions().mutex);
+  const auto* at = holding(device);
+  if (at == nullptr || at->second.fd < 0)
+    throw std::logic_error("emulated device: sharing what it cannot share");
   std::copy_n("emulated", 9, out.kind.begin());
-  out.allocation = it->second.allocation;
-  out.offset = static_cast<std::uint64_t>(d - it->first);
-  out.bytes = it->second.bytes;
-  const int fd = it->second.fd;
-  std::memcpy(out.handle.data(), &fd, sizeof fd);
+  out.allocation = at->second.allocation;
+  out.offset = static_cast<std::uint64_t>(static_cast<const char*>(device) - at->first);
+  out.bytes = at->second.bytes;
+  std::memcpy(out.handle.data(), &at->second.fd, sizeof at->second.fd);
 }
 
 void* open(const DeviceMemoryShare& share, int /*pid*/, int pidfd, const void* /*near*/) {
