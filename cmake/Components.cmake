@@ -9,6 +9,28 @@ function(arcoll_report name state detail)
   message(STATUS "arcoll component ${name}${spaces}${state}: ${detail}")
 endfunction()
 
+# ccache: a compile seen before, in this clone or another, comes from the cache (kept outside
+# the clone, ~/.cache/ccache), so a fresh clone's builds (the sanitized suite's, ThreadSanitizer's,
+# the fuzzers', the Debian 13 root's) take seconds once the same source was built on this
+# machine. Paths under the source folder are hashed relative to it and the build folder is left
+# out, so clones in other folders share the entries (then their debug information names the
+# folder of the first). -DARCOLL_CCACHE=OFF compiles without it.
+option(ARCOLL_CCACHE "Compile through ccache where it is installed" ON)
+find_program(ARCOLL_CCACHE_PROGRAM ccache)
+if(NOT ARCOLL_CCACHE)
+  arcoll_report("ccache" "off" "-DARCOLL_CCACHE=OFF: every compile runs")
+elseif(ARCOLL_CCACHE_PROGRAM)
+  foreach(language C CXX CUDA)
+    if(NOT CMAKE_${language}_COMPILER_LAUNCHER)
+      set(CMAKE_${language}_COMPILER_LAUNCHER env CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}
+          CCACHE_NOHASHDIR=1 ${ARCOLL_CCACHE_PROGRAM})
+    endif()
+  endforeach()
+  arcoll_report("ccache" "used" "${ARCOLL_CCACHE_PROGRAM} (compiles seen before on this machine come from its cache)")
+else()
+  arcoll_report("ccache" "absent" "ccache not installed: every compile runs")
+endif()
+
 # Required: nlohmann-json for tuning files (library) and results (arbench); CLI11 for arbench.
 find_package(nlohmann_json CONFIG QUIET)
 if(NOT nlohmann_json_FOUND)

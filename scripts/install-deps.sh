@@ -16,7 +16,8 @@ required=(
 # PyTorch, its C++ headers and pybind11 build the torch.distributed backend (frameworks/torch);
 # Fashion-MNIST feeds the DDP example and arbench train (zlib reads its files); OpenMP OpenBLAS
 # is the BLAS torch runs on; venv, pip, setuptools and wheel install the module with pip.
-# debootstrap makes the Debian 13 root where the torch suite runs on torch 2.x.
+# debootstrap makes the Debian 13 root where the torch suite runs on torch 2.x. ccache keeps
+# compiles for the next build of the same source, in any clone.
 optional=(
   hwloc libhwloc-dev
   libucx-dev
@@ -26,11 +27,11 @@ optional=(
   chromium librsvg2-bin python3-pil
   python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp dataset-fashion-mnist
   zlib1g-dev python3-venv python3-pip python3-setuptools python3-wheel
-  debootstrap
+  debootstrap ccache
 )
 if [ "${1:-}" = "--torch" ]; then
   optional=(python3-torch libtorch-dev pybind11-dev python3-dev libopenblas0-openmp iproute2
-            python3-venv python3-pip python3-setuptools python3-wheel)
+            python3-venv python3-pip python3-setuptools python3-wheel ccache)
 elif [ $# -gt 0 ]; then
   echo "usage: $0 [--torch]" >&2
   exit 2
