@@ -5,8 +5,13 @@
 #   2. correctness on GPU buffers: arbench --device cuda on 1 to 4 processes sharing the GPU,
 #      every collective, type and operator at small sizes, every all-reduce algorithm, and
 #      f32 sums of every collective from 16 B to 256 MiB, each row checked against the reference,
-#   3. speed: the staged path on 1 to 4 processes, beside NCCL's one-rank all-reduce (the floor
-#      of a call's latency) and, with two GPUs or more, NCCL on as many ranks;
+#   3. the same over TCP between 2 processes (no CUDA IPC): messages of calls from 1 MiB copied
+#      through host memory one by one, and every call copied whole (ARCOLL_DEVICE_PIPELINE_BYTES),
+#   4. speed: 1 to 4 processes sharing the GPU (CUDA IPC), beside NCCL's one-rank all-reduce (the
+#      floor of a call's latency) and, with two GPUs or more, NCCL on as many ranks; TCP by
+#      message and whole; host buffers for reference,
+#   5. the torch backend on CUDA tensors (tests/torch/test_cuda.py), where this machine's torch
+#      has CUDA (skipped, saying so, otherwise);
 # and writes every table to one folder (gpu-check/, or the first argument). Exits 1 when a
 # check fails, 77 when this machine has no GPU.
 #
@@ -54,6 +59,15 @@ for np in 1 2 3 4; do
     --json "$out/sizes-np$np.json"
 done
 
+for staging in by-message whole; do
+  pipeline=1M
+  [[ $staging == whole ]] && pipeline=1G
+  check "tcp-$staging-np2" env ARCOLL_DEVICE_PIPELINE_BYTES=$pipeline "$arbench" --np 2 \
+    --transport tcp --device cuda --coll all -b 16 -e 64M -f 16 -w 1 -n 3
+  check "speed-tcp-$staging-np2" env ARCOLL_DEVICE_PIPELINE_BYTES=$pipeline "$arbench" --np 2 \
+    --transport tcp --device cuda -b 8 -e 256M -f 4 -n auto --json "$out/speed-tcp-$staging-np2.json"
+done
+
 check speed-np1 "$arbench" --np 1 --device cuda --compare nccl -b 8 -e 256M -f 4 -n auto \
   --json "$out/speed-np1.json"
 for np in 2 4; do
@@ -64,6 +78,20 @@ for np in 2 4; do
   check "speed-host-np$np" "$arbench" --np $np -b 8 -e 256M -f 4 -n auto \
     --json "$out/speed-host-np$np.json"
 done
+
+# The torch backend: its module built beside arbench where libtorch is found.
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  if ARCOLL_BUILD_DIR=$build ARCOLL_BUILD_TARGETS=arcoll_torch "$root/scripts/build.sh" \
+    >"$out/torch-build.txt" 2>&1; then
+    check torch env PYTHONPATH="$build/python" OMP_NUM_THREADS=1 USE_LIBUV=0 \
+      python3 "$root/tests/torch/test_cuda.py"
+  else
+    echo "== torch: FAILED to build the module (torch-build.txt)"
+    failed+=(torch-build)
+  fi
+else
+  echo "== torch: skipped (no torch with CUDA here)" | tee "$out/torch.txt"
+fi
 
 echo "tables in $out"
 if ((${#failed[@]} > 0)); then

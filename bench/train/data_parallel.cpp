@@ -51,7 +51,7 @@ DataParallel::DataParallel(const StagedNet& net, const arcoll::replay::Policy& p
     for (BucketState& bucket : buckets_) {
       std::vector<float> weights(bucket.buffer.size());
       for (std::size_t s : bucket.slots) {
-        const torch::Tensor values = slots_[s].param.detach().contiguous();
+        const torch::Tensor values = slots_[s].param.detach().to(torch::kCPU).contiguous();
         std::memcpy(weights.data() + slots_[s].offset, values.data_ptr<float>(),
                     values.numel() * sizeof(float));
       }
@@ -98,7 +98,7 @@ void DataParallel::begin_iteration() {
 void DataParallel::arrived(std::size_t s, const torch::Tensor& grad) {
   Slot& slot = slots_[s];
   BucketState& bucket = buckets_[slot.bucket];
-  torch::Tensor contiguous = grad.contiguous();
+  torch::Tensor contiguous = grad.to(torch::kCPU).contiguous();
   float* into = bucket.buffer.data() + slot.offset;
   // A parameter whose gradient comes in parts (used twice in forward) is summed here.
   if (slot.arrived) {
@@ -151,7 +151,7 @@ void DataParallel::unpack_buckets() {
       if (grad.defined())
         grad.copy_(values).mul_(scale_);
       else
-        grad = values.mul(scale_);
+        grad = values.mul(scale_).to(slot.param.device());
     }
   }
 }

@@ -29,7 +29,8 @@ class NcclExchange final : public GradientExchange {
     int devices = 0;
     check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
     const int local = setup.comm.local_rank() >= 0 ? setup.comm.local_rank() : setup.comm.rank();
-    check_cuda(cudaSetDevice(local % devices), "cudaSetDevice");
+    device_ = local % devices;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     ncclUniqueId id{};
     if (setup.comm.rank() == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -60,6 +61,8 @@ class NcclExchange final : public GradientExchange {
   // Queues on the stream: `data` to its device buffer, `collective` on that buffer, the result
   // back; the returned wait synchronises the stream.
   Pending on_device(float* data, std::size_t count, const std::function<void(float*)>& collective) {
+    // The calling thread may be autograd's, whose current GPU is the model's.
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     float* device = buffer_for(data, count);
     const std::size_t bytes = count * sizeof(float);
     check_cuda(cudaMemcpyAsync(device, data, bytes, cudaMemcpyHostToDevice, stream_),
@@ -78,6 +81,7 @@ class NcclExchange final : public GradientExchange {
     return it->second;
   }
 
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
   ncclComm_t nccl_ = nullptr;
   std::map<float*, float*> buffers_;

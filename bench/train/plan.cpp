@@ -1,5 +1,7 @@
 #include "plan.hpp"
 
+#include <torch/cuda.h>
+
 #include <cmath>
 #include <cstdlib>
 
@@ -136,6 +138,13 @@ Plan make_plan(const Flags& flags) {
   base.weight_decay = parse_number("--weight-decay", flags.weight_decay, 0, 1);
   base.target_accuracy = parse_number("--target-accuracy", flags.target, 0, 1);
   base.seed = static_cast<std::uint64_t>(parse_integer("--seed", flags.seed, 0, 1ll << 62));
+  if (flags.device != "cpu" && flags.device != "cuda")
+    throw UsageError("--device " + quoted(flags.device) + ": expected cpu or cuda");
+  if (flags.device == "cuda" && !torch::cuda::is_available())
+    throw UsageError(
+        "--device cuda: this libtorch sees no CUDA device (torch::cuda::is_available() is false: "
+        "a build without CUDA, no GPU, or no driver)");
+  base.device = flags.device;
   const bool synthetic = net->data == DataKind::imagenet;
   base.epochs = flags.epochs.empty()
                     ? (synthetic ? 1 : 3)
@@ -279,6 +288,10 @@ void add_flags(CLI::App& app, Flags& f) {
       "Measure each layer's forward and backward time, write them as a replay model file, and "
       "print the replayer's prediction beside the measured iteration time");
   add("--threads", f.threads, "N", "Intra-op threads per rank")->capture_default_str();
+  add("--device", f.device, "cpu|cuda",
+      "Where the model trains; cuda: rank r on GPU r modulo their count, its gradients copied "
+      "to host buckets for the exchange")
+      ->capture_default_str();
   add("--timeout", f.timeout, "SECONDS",
       "How long any wait may last (default: ARCOLL_TIMEOUT or 60)");
   add("--transport", f.transport, "NAME", "arcoll's transport (default: auto)");

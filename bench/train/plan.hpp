@@ -21,7 +21,7 @@ struct Flags {
                   lr_scaling = "none", warmup_epochs = "0", lars = "off", momentum = "0.9",
                   weight_decay = "1e-4", epochs, steps, target = "0.89", seed = "1",
                   data = kFashionMnistDir, json, profile_layers, timeout, threads = "1", transport,
-                  mpirun_args, ps_servers = "0", test_images, kill;
+                  mpirun_args, ps_servers = "0", test_images, kill, device = "cpu";
   bool list_models = false, elastic = false;
 };
 

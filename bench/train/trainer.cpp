@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,7 +47,7 @@ double peak_rss_mib() {
 std::vector<float> flatten(const std::vector<torch::Tensor>& tensors) {
   std::vector<float> flat;
   for (const torch::Tensor& t : tensors) {
-    const torch::Tensor c = t.detach().contiguous();
+    const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
     flat.insert(flat.end(), c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
   }
   return flat;
@@ -97,18 +98,26 @@ Trainer::Trainer(arcoll::Communicator& comm, const TrainConfig& config, const Tr
       config_(config),
       info_(*NetRegistry::instance().find(config.model)),
       data_(data) {
+  if (config.device == "cuda") {
+    // The GPU of this rank's place on its host, as the NCCL exchange picks it.
+    const int local = comm.local_rank() >= 0 ? comm.local_rank() : comm.rank();
+    device_ = torch::Device(torch::kCUDA,
+                            static_cast<c10::DeviceIndex>(local % torch::cuda::device_count()));
+  }
   if (info_.data == DataKind::imagenet) {
     torch::manual_seed(config.seed * 7919 + static_cast<std::uint64_t>(comm.rank()));
     std::vector<std::int64_t> shape = sample_shape(info_.data);
     shape.insert(shape.begin(), config.batch);
-    synthetic_.input = torch::randn(shape);
-    synthetic_.target = torch::randint(0, class_count(info_.data), {config.batch}, torch::kInt64);
+    synthetic_.input = torch::randn(shape).to(device_);
+    synthetic_.target =
+        torch::randint(0, class_count(info_.data), {config.batch}, torch::kInt64).to(device_);
   }
 }
 
 StagedNet Trainer::build_net() const {
   torch::manual_seed(config_.seed);
   StagedNet net = info_.build();
+  net->to(device_);
   net->train();
   return net;
 }
@@ -134,8 +143,8 @@ Trainer::Batch Trainer::batch(const torch::Tensor& order, std::int64_t step) con
   const std::int64_t global = std::int64_t(comm_->size()) * config_.batch;
   const torch::Tensor indices =
       order.slice(0, step * global + comm_->rank(), (step + 1) * global, comm_->size());
-  return {data_->train.images.index_select(0, indices),
-          data_->train.labels.index_select(0, indices)};
+  return {data_->train.images.index_select(0, indices).to(device_),
+          data_->train.labels.index_select(0, indices).to(device_)};
 }
 
 double Trainer::learning_rate(std::int64_t step, std::int64_t total_steps) const {
@@ -195,7 +204,7 @@ double Trainer::evaluate(StagedNet net) {
     const torch::Tensor indices =
         mine.slice(0, at, std::min<std::int64_t>(at + 1000, mine.size(0)));
     const torch::Tensor predicted =
-        net->forward(data_->test.images.index_select(0, indices)).argmax(1);
+        net->forward(data_->test.images.index_select(0, indices).to(device_)).argmax(1).cpu();
     counts[0] +=
         predicted.eq(data_->test.labels.index_select(0, indices)).sum().item<std::int64_t>();
     counts[1] += indices.size(0);
@@ -208,7 +217,7 @@ double Trainer::evaluate(StagedNet net) {
 void Trainer::check_replicas(const StagedNet& net, const std::string& backend) {
   std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over every weight's bytes
   for (const torch::Tensor& p : net->parameters()) {
-    const torch::Tensor c = p.detach().contiguous();
+    const torch::Tensor c = p.detach().to(torch::kCPU).contiguous();
     const auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
     for (std::size_t i = 0; i < c.numel() * sizeof(float); ++i)
       hash = (hash ^ bytes[i]) * 1099511628211ull;
@@ -237,6 +246,7 @@ double Trainer::single_rank_iteration() {
       for (torch::Tensor& p : net->parameters()) p.mutable_grad().reset();
       torch::nn::functional::cross_entropy(net->forward(b.input), b.target).backward();
       sgd_step(net, momentum, config_.lr);
+      settle();
       if (i >= untimed_iterations()) times.push_back(seconds_since(start));
     }
     seconds = quantile(times, 0.5);
@@ -384,6 +394,10 @@ TrainResult Trainer::run(const std::string& backend, const ExchangeMaker& make_e
   return result;
 }
 
+void Trainer::settle() const {
+  if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+}
+
 int Trainer::untimed_iterations() const {
   return info_.data == DataKind::imagenet ? config_.warmup_iterations : kUntimedIterations;
 }
@@ -417,18 +431,22 @@ Trainer::StageTimes Trainer::profile_stages(int iterations) {
     for (std::size_t s = 0; s < n; ++s) {
       const auto t = Clock::now();
       x = stages[s].forward(x);
+      settle();
       forward_times[s] = seconds_since(t);
       if (x.requires_grad())
-        x.register_hook([&grad_arrival, s, clock_zero](torch::Tensor) {
+        x.register_hook([this, &grad_arrival, s, clock_zero](torch::Tensor) {
+          settle();  // on a GPU, the gradient is there once its kernels are done
           grad_arrival[s] = seconds_since(clock_zero);
         });
     }
     const torch::Tensor loss = torch::nn::functional::cross_entropy(x, b.target);
     const double backward_start = seconds_since(clock_zero);
     loss.backward();
+    settle();
     const double backward_end = seconds_since(clock_zero);
     const auto step_start = Clock::now();
     sgd_step(net, momentum, config_.lr);
+    settle();
     const double after_backward = seconds_since(step_start);
     if (i < untimed_iterations()) continue;
     for (std::size_t s = 0; s < n; ++s) {

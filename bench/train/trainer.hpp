@@ -41,6 +41,9 @@ struct TrainConfig {
   int warmup_iterations = 2;  // synthetic data: untimed iterations first
   double target_accuracy = 0.89;
   std::uint64_t seed = 1;
+  // Where the model trains: "cpu", or "cuda" (rank r on GPU r modulo their count). Gradients go
+  // to host buckets for the exchange either way.
+  std::string device = "cpu";
   // --elastic: a failed step makes the survivors shrink() and carry on from their weights;
   // --kill RANK@STEP: that rank (of the first communicator) dies at that step (from 0).
   bool elastic = false;
@@ -137,6 +140,9 @@ class Trainer {
   double evaluate(StagedNet net);
   void share_buffers(const StagedNet& net);
   void check_replicas(const StagedNet& net, const std::string& backend);
+  // Waits for the work queued on the GPU (its kernels run after their calls return), so that
+  // a clock read after it times them.
+  void settle() const;
 
   arcoll::Communicator* comm_;
   // The survivors' communicators of an elastic run, the last in use; the first rank this
@@ -146,6 +152,7 @@ class Trainer {
   TrainConfig config_;
   const NetInfo& info_;
   const TrainingData* data_;
+  torch::Device device_{torch::kCPU};  // TrainConfig::device
   Batch synthetic_;
   std::vector<torch::Tensor> final_weights_;
 };

@@ -14,6 +14,7 @@
 #include "arcoll/types.hpp"
 #include "frameworks/torch/process_group.hpp"
 #include "frameworks/torch/shared_tensors.hpp"
+#include "frameworks/torch/tensors.hpp"
 
 namespace py = pybind11;
 using arcoll::torch_backend::ProcessGroupArcoll;
@@ -231,6 +232,9 @@ def join(store, key="arcoll/grow", timeout=None):
   // beside arbench check that both come from the same tree.
   m.attr("__version__") = std::string(arcoll::version());
   m.attr("git_commit") = std::string(arcoll::git_commit());
+
+  // Whether CUDA tensors are taken (this arcoll was built with the CUDA toolkit).
+  m.attr("takes_cuda") = arcoll::torch_backend::takes_cuda_tensors();
 
   m.def("transports", &arcoll::Communicator::transports,
         "The transports of this build (ARCOLL_TRANSPORT's choices besides \"auto\").");

@@ -13,7 +13,7 @@ namespace {
 // current stream (which may not be the legacy default stream arcoll orders its copies after)
 // is waited for, so that what arcoll reads is written and what it writes is no longer read.
 void check_cuda(const at::Tensor& t, const char* operation) {
-  static const bool takes_cuda = DeviceMemoryRegistry::instance().find("cuda") != nullptr;
+  const bool takes_cuda = takes_cuda_tensors();
   TORCH_CHECK(t.device().is_cuda() && takes_cuda, "arcoll: ", operation, ": a tensor on ",
               t.device().str(), ": arcoll's torch backend takes CPU tensors",
               takes_cuda ? " and CUDA ones" : " (this arcoll was built without the CUDA toolkit)",
@@ -27,6 +27,11 @@ void check_cuda(const at::Tensor& t, const char* operation) {
 }
 
 }  // namespace
+
+bool takes_cuda_tensors() {
+  static const bool takes = DeviceMemoryRegistry::instance().find("cuda") != nullptr;
+  return takes;
+}
 
 DataType data_type(const at::Tensor& t, const char* operation) {
   if (!t.device().is_cpu()) check_cuda(t, operation);

@@ -12,6 +12,8 @@
 
 namespace arcoll::torch_backend {
 
+// Whether this build takes CUDA tensors (it was built with the CUDA toolkit).
+bool takes_cuda_tensors();
 // The type of a tensor arcoll can take for `operation` (checked: device, layout, order; a CUDA
 // tensor's queued work waited for); throws torch's error naming the operation otherwise.
 DataType data_type(const at::Tensor& t, const char* operation);

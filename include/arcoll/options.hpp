@@ -90,6 +90,14 @@ struct Options {
   // Not reductions in place: there each line written was just read as the rank's own operand.
   std::size_t streaming_bytes = std::size_t{16} << 20;
 
+  // Collectives on device memory of at least this size (ARCOLL_DEVICE_PIPELINE_BYTES) run on the
+  // device also where a peer's transport cannot read device buffers (another host's): each
+  // message to such a peer is copied to host memory as it is sent, and lands in device memory
+  // as it arrives, so that the copies of one chunk overlap the network time of the others.
+  // Smaller ones are copied to host memory whole before the call and back after it: two copies
+  // in all, where a message's copies each cost a device's latency.
+  std::size_t device_pipeline_bytes = std::size_t{1} << 20;
+
   // End-to-end integrity (ARCOLL_CHECKSUM=1): every message a collective or send() moves
   // carries the CRC32C of its bytes, checked where it lands before it is used; a mismatch fails
   // the call naming the link (sender, receiver, transport). Costs a CRC pass on each side.

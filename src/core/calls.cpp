@@ -490,8 +490,9 @@ const DeviceMemoryInfo* Communicator::Impl::runs_on_device(Collective collective
   // On the device, every rank reads its peers' buffers there (shm: CUDA IPC) and reduces with
   // the kind's kernels; a 16-bit wire, avg's division and one rank keep to host copies, as do
   // calls that meet on the boards, which read the buffers with the host (a composite algorithm
-  // may choose the boards inside). Every rank of a call decides alike but for its buffers' kind,
-  // and ranks on the device and on host copies exchange the same messages.
+  // may choose the boards inside). Every rank of a call decides alike but for its buffers' kind
+  // and the transports it has, and ranks on the device and on host copies exchange the same
+  // messages.
   if (memory == nullptr || !memory->share || !memory->reduce || rendezvous_.size == 1 ||
       wire != DataType::f32 || args.op == ReduceOp::avg)
     return nullptr;
@@ -504,8 +505,13 @@ const DeviceMemoryInfo* Communicator::Impl::runs_on_device(Collective collective
   std::size_t count = 0;
   for (const auto& buffer : buffers)
     if (!buffer.empty()) used[count++] = buffer.data();
-  return engine_->takes_device_everywhere(*memory, std::span(used.data(), count)) ? memory
-                                                                                  : nullptr;
+  if (engine_->takes_device_everywhere(*memory, std::span(used.data(), count))) return memory;
+  // Where a peer's transport cannot read the buffers, a large call's messages to it are copied
+  // through host memory one by one (Engine::post), which overlaps the copies with the network;
+  // a small one is copied whole. A checked call reads every message with the host.
+  return !options_.checksum && args.count * size_of(args.type) >= options_.device_pipeline_bytes
+             ? memory
+             : nullptr;
 }
 
 std::array<std::span<const std::byte>, 2> Communicator::Impl::device_buffers(

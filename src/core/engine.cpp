@@ -415,13 +415,22 @@ RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t 
       landing->wire = call_.wire;
     }
   }
-  const bool staged_send = kind == Request::Kind::send && narrowed;
+  // A collective on the device sends to a peer whose transport cannot read its buffer (another
+  // host's) from a host copy, made as the message is posted: an algorithm's chunks are copied
+  // while the ones before them travel. (Receives land through the kind.)
+  const DeviceMemoryInfo* copied_from =
+      kind == Request::Kind::send && bytes != 0 ? memory_of(buffer) : nullptr;
+  if (copied_from != nullptr && takes_device(peer, *copied_from, buffer)) copied_from = nullptr;
+  const bool staged_send = kind == Request::Kind::send && (narrowed || copied_from != nullptr);
   if (!staged_send && !options_.checksum) return start(kind, peer, buffer, wire_bytes, tag, landing);
   // A checked receive that lands as more than a copy lands only once checked: into staging
   // first.
   Staged staged;
   const bool staged_receive = kind == Request::Kind::recv && landing.has_value();
-  if (staged_send) {
+  if (copied_from != nullptr) {
+    staged.staging = staging_buffer(bytes);
+    copied_from->to_host(staged.staging.data(), buffer, bytes);
+  } else if (staged_send) {
     staged.staging = staging_buffer(wire_bytes);
     kernels::narrow(staged.staging.data(), call_.wire, static_cast<const float*>(buffer),
                     bytes / sizeof(float));

@@ -86,6 +86,18 @@ grep -q "6,624,904\|6624904" "$work/profile.txt" || fail "the profile lost param
 
 # 4. A missing and a corrupt data set: exit 2 naming the file; so does a bad --test-images.
 expect_usage_error_of "--test-images: '0' is outside 1.." "$arbench" train --np 2 --test-images 0
+expect_usage_error_of "--device 'tpu': expected cpu or cuda" "$arbench" train --np 2 --device tpu
+# Training on a GPU: where arbench's libtorch sees none (Debian's), refused before any rank
+# starts; where it sees one, a short run.
+status=0
+timeout 240 "$arbench" train --np 2 --device cuda --backends arcoll --steps 6 --epochs 1 \
+  --test-images 100 >"$work/cuda.out" 2>"$work/cuda.err" || status=$?
+if [[ $status -eq 2 ]]; then
+  grep -qF -- "--device cuda: this libtorch sees no CUDA device" "$work/cuda.err" ||
+    fail "--device cuda without CUDA: $(cat "$work/cuda.err")"
+else
+  [[ $status -eq 0 ]] || fail "--device cuda exited with $status: $(cat "$work/cuda.err")"
+fi
 # Steps that are all untimed warm-up would report 0 ms per iteration as if measured.
 expect_usage_error_of "--steps 3 over 1 epoch(s) leaves nothing to time" \
   "$arbench" train --np 2 --steps 3 --epochs 1

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -310,8 +311,60 @@ TEST(DeviceSends, CollectivesOfOneHostRunOnTheDevice) {
   }
 }
 
+// Where a peer's transport cannot read device buffers (tcp, UCX, verbs; across the emulated
+// hosts of the mixed run, beside shm within them), a collective of 1 MiB or more runs on the
+// device all the same, each message to such a peer copied to host memory as it is sent: many
+// copies, where a call below that size is copied to host memory whole (one copy per buffer).
+// Both match the same call on host buffers; in the mixed run, peers of one host still read each
+// other's device buffers.
+TEST(DeviceSends, LargeCollectivesRunOnTheDeviceWithMessagesCopiedThroughTheHost) {
+  // Emulated hosts, or one transport for every peer.
+  const bool across_hosts = std::getenv("ARCOLL_EMULATED_HOSTS") != nullptr;
+  if (!across_hosts && forced_transport().value_or("shm") == "shm")
+    GTEST_SKIP() << "over shm every peer reads device buffers";
+  run_ranks(4,
+            [across_hosts](Communicator& comm) {
+              for (std::size_t count : {std::size_t{4099}, (std::size_t{1} << 18) + 3}) {
+                const bool by_message = count * sizeof(float) >= (std::size_t{1} << 20);
+                for (const Case& c : cases(comm.rank(), comm.size(), count)) {
+                  if (c.name == "sendrecv" || c.name == "isend/irecv") continue;  // not collectives
+                  const auto [on_host, host_kept] = run_case(comm, c, count, false, false);
+                  const auto copies_before = emulated_device_copies_to_host();
+                  const auto opened_before = emulated_device_openings();
+                  const auto [on_device, device_kept] = run_case(comm, c, count, false, true);
+                  double moved[2] = {
+                      static_cast<double>(emulated_device_copies_to_host() - copies_before),
+                      static_cast<double>(emulated_device_openings() - opened_before)};
+                  const std::string what = c.name + " count " + std::to_string(count);
+                  EXPECT_EQ(on_device, on_host) << what;
+                  EXPECT_TRUE(host_kept && device_kept) << what << ": the send buffer changed";
+                  comm.allreduce(moved, 2, DataType::f64, ReduceOp::sum);
+                  if (c.name != "allreduce" && c.name != "allgather" && c.name != "alltoall")
+                    continue;
+                  if (across_hosts) {
+                    // Peers of one host read each other's buffers where the call runs on the
+                    // device.
+                    if (by_message)
+                      EXPECT_GT(moved[1], 0) << what;
+                    else
+                      EXPECT_EQ(moved[1], 0) << what;
+                    continue;
+                  }
+                  // Staged whole, each rank copies at most its send and receive buffers.
+                  if (by_message)
+                    EXPECT_GT(moved[0], 2 * comm.size()) << what;
+                  else
+                    EXPECT_LE(moved[0], 2 * comm.size()) << what;
+                  EXPECT_EQ(moved[1], 0) << what;
+                }
+              }
+            },
+            {{"ARCOLL_ALGO", "ring"}});
+}
+
 // Device memory that cannot be shared with other processes (a CUDA pool's, which
-// cudaIpcGetMemHandle refuses) keeps to host copies, for sends and collectives alike.
+// cudaIpcGetMemHandle refuses) keeps to host copies, for sends and collectives alike (those
+// from 1 MiB message by message, as over a transport that cannot read device buffers).
 TEST(DeviceSends, BuffersThatCannotBeSharedGoThroughHostCopies) {
   if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
   run_ranks(3, [](Communicator& comm) {

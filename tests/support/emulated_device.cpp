@@ -32,6 +32,7 @@ struct Region {
 
 std::atomic<std::uint64_t> next_allocation{1};
 std::atomic<std::uint64_t> openings{0};
+std::atomic<std::uint64_t> copies_to_host{0};
 
 // Both mappings of each allocation, by the address of the one without access.
 struct Regions {
@@ -125,6 +126,7 @@ const DeviceMemoryRegistrar kEmulatedDevice{{
     "emulated",
     [](const void* address) { return readable(address) != nullptr; },
     [](void* host, const void* device, std::size_t bytes) {
+      ++copies_to_host;
       std::memcpy(host, readable_or_throw(device), bytes);
     },
     [](void* device, const void* host, std::size_t bytes) {
@@ -182,6 +184,10 @@ void emulated_device_free(void* device) {
 
 std::uint64_t emulated_device_openings() {
   return openings.load();
+}
+
+std::uint64_t emulated_device_copies_to_host() {
+  return copies_to_host.load();
 }
 
 void emulated_device_write(void* device, const void* host, std::size_t bytes) {

@@ -25,5 +25,9 @@ std::vector<unsigned char> emulated_device_read(const void* device, std::size_t 
 // How many peers' allocations this process opened (shared as CUDA IPC shares them): what a
 // message read from a peer's device, not staged through host copies, costs once.
 std::uint64_t emulated_device_openings();
+// How many copies from device to host memory the library asked of the kind in this process:
+// one per buffer of a call staged whole, one per message of a call whose messages go through
+// host memory one by one.
+std::uint64_t emulated_device_copies_to_host();
 
 }  // namespace arcoll::testing

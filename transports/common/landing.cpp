@@ -10,6 +10,10 @@ bool lands_as_copy(const Request& receive) {
   return !l || (l->with == nullptr && l->wire == l->type);
 }
 
+bool lands_straight_in(const Request& receive) {
+  return receive.memory == nullptr && lands_as_copy(receive);
+}
+
 std::size_t landing_element(const Request& receive) {
   return lands_as_copy(receive) ? 1 : size_of(receive.landing->wire);
 }

@@ -24,6 +24,10 @@ void land(const Request& receive, std::uint64_t offset, const void* src, std::si
 // the buffer at the same offsets.
 bool lands_as_copy(const Request& receive);
 
+// Whether a transport may write the message's bytes straight into the receive's buffer (a plain
+// copy into host memory): else they land through land(), from a buffer of the transport's.
+bool lands_straight_in(const Request& receive);
+
 // The size of one message element of `receive` (1 for plain copies): pieces given to land hold
 // whole ones.
 std::size_t landing_element(const Request& receive);

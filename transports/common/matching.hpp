@@ -123,7 +123,7 @@ class Matching {
   // go through deliver() (its receive reduces or widens them, or is device memory).
   char* direct(Message& message, std::uint64_t offset) {
     if (message.holding) return message.held.data() + offset;
-    if (!lands_as_copy(*message.request) || message.request->memory != nullptr) return nullptr;
+    if (!lands_straight_in(*message.request)) return nullptr;
     return static_cast<char*>(message.request->buffer) + offset;
   }
   // `n` bytes of `message` at `offset` arrived at `src`: they land in its receive, or are held;

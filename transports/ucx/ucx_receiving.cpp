@@ -272,11 +272,12 @@ void UcxTransport::start_fetches() {
 }
 
 // A rendezvous message whose receive is posted: UCX moves its bytes, into the receive's buffer
-// when they land as a copy.
+// when they land there as a copy (in host memory, or device memory UCX takes).
 void UcxTransport::fetch(const std::shared_ptr<UcxMessage>& message) {
   Request& receive = *message->request;
   void* into = receive.buffer;
-  if (!transport::lands_as_copy(receive)) {
+  const bool device = receive.memory != nullptr && takes(*receive.memory);
+  if (!transport::lands_straight_in(receive) && !(device && transport::lands_as_copy(receive))) {
     message->staging.reset(new char[message->bytes]);
     into = message->staging.get();
   }
@@ -286,6 +287,10 @@ void UcxTransport::fetch(const std::shared_ptr<UcxMessage>& message) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.recv_am = &on_fetched;
   param.user_data = callback;
+  if (device && into == receive.buffer) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
   const ucs_status_ptr_t status = ucp_am_recv_data_nbx(
       worker_, std::exchange(message->descriptor, nullptr), into, message->bytes, &param);
   if (status != nullptr && !UCS_PTR_IS_ERR(status)) {

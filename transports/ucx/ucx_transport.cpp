@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "arcoll/error.hpp"
+#include "src/base/device_memory.hpp"
 #include "src/base/log.hpp"
 #include "src/base/store.hpp"
 #include "transports/common/landing.hpp"
@@ -63,6 +64,10 @@ class Context {
     const ucs_status_t status = ucp_init(&params, config, &handle);
     ucp_config_release(config);
     check(status, "ucp_init", rank);
+    ucp_context_attr_t attributes{};
+    attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    moves_cuda = ucp_context_query(handle, &attributes) == UCS_OK &&
+                 (attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   }
   ~Context() { ucp_cleanup(handle); }
   Context(const Context&) = delete;
@@ -74,6 +79,9 @@ class Context {
   }
 
   ucp_context_h handle = nullptr;
+  // UCX was built with CUDA support (its cuda_copy, cuda_ipc, and GPUDirect RDMA where the NIC
+  // has it): it moves buffers of CUDA's device memory itself.
+  bool moves_cuda = false;
 };
 
 namespace {
@@ -265,6 +273,10 @@ UcxTransport::~UcxTransport() {
   shut_down();
 }
 
+bool UcxTransport::takes(const DeviceMemoryInfo& memory) const {
+  return context_->moves_cuda && memory.name == "cuda";
+}
+
 // ---- sending --------------------------------------------------------------------------------
 
 void UcxTransport::post(const RequestPtr& request) {
@@ -317,6 +329,11 @@ void UcxTransport::send(std::unique_ptr<Sending> record, AmId id, const void* bu
   param.cb.send = &on_sent;
   param.user_data = &record->callback;
   param.flags = flags;
+  if (record->request && record->request->memory != nullptr) {
+    // Device memory (takes()): said, where UCX would ask the driver of each message.
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param.memory_type = UCS_MEMORY_TYPE_CUDA;
+  }
   const int peer = record->peer;
   const ucs_status_ptr_t status =
       ucp_am_send_nbx(peers_[static_cast<std::size_t>(peer)].ep, id, &record->header,

@@ -175,6 +175,8 @@ class UcxTransport final : public Transport {
   bool park() override;
   void take_back() override { parking_.take_back(); }
   bool fans_out() const override { return fans_out_; }
+  // CUDA's device memory, where UCX was built to move it.
+  bool takes(const DeviceMemoryInfo& memory) const override;
   std::string pending_state() const override;
 
   // For UCX's callbacks.

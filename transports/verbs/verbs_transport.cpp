@@ -310,7 +310,7 @@ void VerbsTransport::clear_to_send(int peer, const std::shared_ptr<Message>& mes
   transport::RendezvousBook<Message>::Expected expected;
   expected.message = message;
   void* target = receive.buffer;
-  if (!transport::lands_as_copy(receive)) {
+  if (!transport::lands_straight_in(receive)) {
     expected.staging = std::make_shared<std::vector<char>>(message->bytes);
     target = expected.staging->data();
   }
