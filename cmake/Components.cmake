@@ -13,8 +13,11 @@ endfunction()
 # the clone, ~/.cache/ccache), so a fresh clone's builds (the sanitized suite's, ThreadSanitizer's,
 # the fuzzers', the Debian 13 root's) take seconds once the same source was built on this
 # machine. Paths under the source folder are hashed relative to it and the build folder is left
-# out, so clones in other folders share the entries (then their debug information names the
-# folder of the first). -DARCOLL_CCACHE=OFF compiles without it.
+# out, so clones in other folders share the entries (then their debug information, and the
+# warnings replayed from the cache, name the folder of the first). Files compiled with a
+# precompiled header (arbench train's libtorch) are cached too: the header is made from the
+# same source with the same flags, which the sloppiness below lets ccache trust.
+# -DARCOLL_CCACHE=OFF compiles without it.
 option(ARCOLL_CCACHE "Compile through ccache where it is installed" ON)
 find_program(ARCOLL_CCACHE_PROGRAM ccache)
 if(NOT ARCOLL_CCACHE)
@@ -23,7 +26,7 @@ elseif(ARCOLL_CCACHE_PROGRAM)
   foreach(language C CXX CUDA)
     if(NOT CMAKE_${language}_COMPILER_LAUNCHER)
       set(CMAKE_${language}_COMPILER_LAUNCHER env CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}
-          CCACHE_NOHASHDIR=1 ${ARCOLL_CCACHE_PROGRAM})
+          CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros ${ARCOLL_CCACHE_PROGRAM})
     endif()
   endforeach()
   arcoll_report("ccache" "used" "${ARCOLL_CCACHE_PROGRAM} (compiles seen before on this machine come from its cache)")
