@@ -343,15 +343,6 @@ RequestPtr Engine::irecv_reduce_send(int peer, void* buffer, const void* with, s
   return receive;
 }
 
-RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
-                               std::uint32_t tag, const DeviceMemoryInfo* memory) {
-  if (memory == nullptr) return post(kind, peer, buffer, bytes, tag, {});
-  RequestPtr request = make_request(kind, peer, buffer, bytes, tag, std::nullopt);
-  request->memory = memory;
-  route_[static_cast<std::size_t>(peer)]->post(request);
-  return request;
-}
-
 RequestPtr Engine::start(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag, const std::optional<Request::Landing>& landing) {
   RequestPtr request = make_request(kind, peer, buffer, bytes, tag, landing);
@@ -415,12 +406,8 @@ RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t 
       landing->wire = call_.wire;
     }
   }
-  // A collective on the device sends to a peer whose transport cannot read its buffer (another
-  // host's) from a host copy, made as the message is posted: an algorithm's chunks are copied
-  // while the ones before them travel. (Receives land through the kind.)
   const DeviceMemoryInfo* copied_from =
-      kind == Request::Kind::send && bytes != 0 ? memory_of(buffer) : nullptr;
-  if (copied_from != nullptr && takes_device(peer, *copied_from, buffer)) copied_from = nullptr;
+      kind == Request::Kind::send ? sent_from_host_copy(peer, buffer, bytes) : nullptr;
   const bool staged_send = kind == Request::Kind::send && (narrowed || copied_from != nullptr);
   if (!staged_send && !options_.checksum) return start(kind, peer, buffer, wire_bytes, tag, landing);
   // A checked receive that lands as more than a copy lands only once checked: into staging

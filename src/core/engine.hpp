@@ -181,6 +181,12 @@ class Engine final : public PointToPoint {
   // (hung, dead, or in another call), as "; ranks not waiting in this call: 1, 4", found
   // through the store in a short survey; empty when all were or the store cannot tell.
   std::string ranks_absent_from_call();
+  // The kind of a collective's device buffer that a send to `peer` copies to host memory as
+  // it is posted (the peer's transport cannot read the buffer: another host's), so that an
+  // algorithm's chunks are copied while the ones before them travel; null for a send as it is.
+  // Receives land through the kind.
+  const DeviceMemoryInfo* sent_from_host_copy(int peer, const void* buffer,
+                                              std::size_t bytes) const;
   std::vector<char> staging_buffer(std::size_t bytes);
   // A cleared request, reused from earlier calls when nobody holds it any longer: a small
   // collective then allocates nothing for its messages.

@@ -1,6 +1,7 @@
 // The message engine's part in calls on device memory (src/base/device_memory.hpp): which
 // transports take such buffers as they are, which of a call's buffers are device memory, its
-// device scratch, and copies within a rank.
+// device scratch, sends copied to host memory for transports that cannot read them, point-to-
+// point messages on device buffers, and copies within a rank.
 #include <algorithm>
 #include <cstring>
 
@@ -24,6 +25,22 @@ bool Engine::takes_device_everywhere(const DeviceMemoryInfo& memory,
     if (peer != rank_ && !routes_device(peer, memory)) return false;
   return std::all_of(buffers.begin(), buffers.end(),
                      [&](const void* buffer) { return memory.shareable(buffer); });
+}
+
+RequestPtr Engine::post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
+                               std::uint32_t tag, const DeviceMemoryInfo* memory) {
+  if (memory == nullptr) return post(kind, peer, buffer, bytes, tag, {});
+  RequestPtr request = make_request(kind, peer, buffer, bytes, tag, std::nullopt);
+  request->memory = memory;
+  route_[static_cast<std::size_t>(peer)]->post(request);
+  return request;
+}
+
+const DeviceMemoryInfo* Engine::sent_from_host_copy(int peer, const void* buffer,
+                                                    std::size_t bytes) const {
+  if (bytes == 0) return nullptr;
+  const DeviceMemoryInfo* memory = memory_of(buffer);
+  return memory != nullptr && !takes_device(peer, *memory, buffer) ? memory : nullptr;
 }
 
 const DeviceMemoryInfo* Engine::memory_of(const void* buffer) const {
