@@ -23,6 +23,7 @@ void TcpTransport::connection_lost(Socket& s, const std::string& why) {
       other->dropping_frame = true;
     }
     other->parked = false;
+    other->drained = false;  // what the peer said last may have come since the last read
     std::size_t budget = kReadBudget;
     while (budget > 0 && read_some(*other, budget)) {
     }

@@ -317,10 +317,19 @@ bool TcpTransport::read_some(Socket& s, std::size_t& budget) {
 
 ssize_t TcpTransport::receive(Socket& s, char* into, std::size_t want) {
   if (s.ahead_begin == s.ahead_end) {
-    if (want >= kReadAheadBytes) return ::recv(s.fd.get(), into, want, 0);
+    if (s.drained) {
+      errno = EAGAIN;
+      return -1;
+    }
+    if (want >= kReadAheadBytes) {
+      const ssize_t n = ::recv(s.fd.get(), into, want, 0);
+      s.drained = n > 0 && static_cast<std::size_t>(n) < want;
+      return n;
+    }
     if (!s.ahead) s.ahead = std::make_unique<char[]>(kReadAheadBytes);
     const ssize_t n = ::recv(s.fd.get(), s.ahead.get(), kReadAheadBytes, 0);
     if (n <= 0) return n;
+    s.drained = static_cast<std::size_t>(n) < kReadAheadBytes;
     s.ahead_begin = 0;
     s.ahead_end = static_cast<std::size_t>(n);
   }
@@ -466,7 +475,9 @@ void TcpTransport::progress(Clock::time_point until, Waiting waiting) {
       const int fd = static_cast<int>(ev.data.u64 & ~Acceptor::kEpollTag);
       if (auto greeted = acceptor_.read(fd, epoll_.get())) admit(std::move(*greeted));
     } else {
-      handle_socket(*static_cast<Socket*>(ev.data.ptr), ev.events);
+      auto& s = *static_cast<Socket*>(ev.data.ptr);
+      s.drained = false;  // readable again
+      handle_socket(s, ev.events);
     }
   }
   if (!acceptor_.idle()) acceptor_.drop_stale(epoll_.get());
