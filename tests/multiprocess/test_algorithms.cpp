@@ -472,7 +472,7 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   // the same for all: the shm. and tcp. runs' check.
   if (forced_transport() != "shm" && forced_transport() != "tcp") return;
   // A millionth of the figures measured: what is measured again, even in a moment when ranks
-  // share a core (exchanges a thousand times slower), is still far faster.
+  // share a core (exchanges some two thousand times slower), is still far faster.
   const Tuning slow = scale_kept(1e-9);
   job("cache", "link costs measured again, kept in " + folder + "/tuning-");
   for (const auto& [name, c] : load_tuning(kept_file()).transports) {

@@ -317,14 +317,12 @@ bool TcpTransport::read_some(Socket& s, std::size_t& budget) {
 
 ssize_t TcpTransport::receive(Socket& s, char* into, std::size_t want) {
   if (s.ahead_begin == s.ahead_end) {
+    // A large read lands in place and leaves `drained` alone: while a large message streams
+    // in, the next read mostly finds more of it, where waiting for epoll would cost a call.
+    if (want >= kReadAheadBytes) return ::recv(s.fd.get(), into, want, 0);
     if (s.drained) {
       errno = EAGAIN;
       return -1;
-    }
-    if (want >= kReadAheadBytes) {
-      const ssize_t n = ::recv(s.fd.get(), into, want, 0);
-      s.drained = n > 0 && static_cast<std::size_t>(n) < want;
-      return n;
     }
     if (!s.ahead) s.ahead = std::make_unique<char[]>(kReadAheadBytes);
     const ssize_t n = ::recv(s.fd.get(), s.ahead.get(), kReadAheadBytes, 0);

@@ -66,8 +66,9 @@ struct Socket {
   // Bytes read ahead of where they go (TcpTransport::receive): [ahead_begin, ahead_end).
   std::unique_ptr<char[]> ahead;
   std::size_t ahead_begin = 0, ahead_end = 0;
-  // The socket's last read took less than it asked for: it held nothing more then. Until epoll
-  // reports it readable again, a read would only say EAGAIN (a system call per message).
+  // The socket's last read ahead (TcpTransport::receive) took less than it asked for: it held
+  // nothing more then. Until epoll reports it readable again, another small read would only
+  // say EAGAIN (a system call per message).
   bool drained = false;
   bool parked = false;  // waiting for a receive to be posted / a message revealed
   bool goodbye = false;
