@@ -70,6 +70,7 @@ bool reduces(Collective collective) {
 Request::Receivers receivers_of(Collective collective, int size) {
   if (collective == Collective::broadcast)
     return size > 2 ? Request::Receivers::relayed : Request::Receivers::pipelined;
+  if (collective == Collective::gather) return Request::Receivers::gathered;
   return reduces(collective) ? Request::Receivers::pipelined : Request::Receivers::copy;
 }
 

@@ -495,6 +495,32 @@ void allreduces_in_turn(Communicator& first, Communicator& second, int rounds,
   }
 }
 
+// Gathers back to back with blocks on both sides of every transport's limits (over UCX a
+// gather's blocks go eager up to 256 KiB, in pieces of 32 KiB, and by rendezvous beyond): the
+// senders, done at once, run calls ahead of a root that takes each block in turn, and every
+// block lands where it belongs.
+TEST(Gather, BackToBackAcrossTheEagerLimits) {
+  run_ranks(3, [](Communicator& comm) {
+    const int p = comm.size(), rank = comm.rank();
+    const std::size_t counts[] = {0, 1, 8191, 8193, 65536, 65537, 90001};
+    for (int round = 0; round < 6; ++round)
+      for (std::size_t count : counts) {
+        const int root = static_cast<int>((count + static_cast<std::size_t>(round)) % 3);
+        std::vector<float> mine(count), all(rank == root ? count * static_cast<std::size_t>(p) : 0);
+        for (std::size_t i = 0; i < count; ++i)
+          mine[i] = static_cast<float>(rank * 1000003 + static_cast<int>(i % 1000) + round);
+        comm.gather(mine.data(), rank == root ? all.data() : nullptr, count, DataType::f32, root);
+        if (rank != root) continue;
+        std::size_t wrong = 0;
+        for (int q = 0; q < p; ++q)
+          for (std::size_t i = 0; i < count; ++i)
+            wrong += all[static_cast<std::size_t>(q) * count + i] !=
+                     static_cast<float>(q * 1000003 + static_cast<int>(i % 1000) + round);
+        EXPECT_EQ(wrong, 0u) << "gather of " << count << " to root " << root << ", round " << round;
+      }
+  });
+}
+
 // Two communicators in turn, with large messages cut into many chunks: a rank that has all
 // it needs from one call goes on to the other communicator while a peer may still wait there
 // for the end of its sends (over UCX, a rendezvous's acknowledgement queued in the receiver's

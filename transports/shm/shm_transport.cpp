@@ -123,6 +123,7 @@ std::optional<shared_memory::Region> ShmTransport::in_place_region(const Request
 std::size_t ShmTransport::single_copy_above(const Request& send) const {
   switch (send.receivers) {
     case Request::Receivers::copy:
+    case Request::Receivers::gathered:
       return single_copy_bytes_;
     case Request::Receivers::pipelined:
       return single_copy_pipelined_bytes_;
