@@ -97,6 +97,19 @@ constexpr std::size_t kQueuedSendBytes = 8192;
 constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
+// The largest message to a peer of this machine that goes eager, by what its receivers do with
+// it (kCopyEagerBytes, kLocalEagerBytes).
+std::size_t eager_limit(Request::Receivers receivers) {
+  switch (receivers) {
+    case Request::Receivers::copy:
+      return kCopyEagerBytes;
+    case Request::Receivers::gathered:
+    case Request::Receivers::pipelined:
+    case Request::Receivers::relayed:
+      return kLocalEagerBytes;
+  }
+  return kCopyEagerBytes;
+}
 // UCX's transports by which a receiver reads the sender's memory itself.
 constexpr std::string_view kReadingLanes[] = {"cma/", "knem/", "xpmem/"};
 
@@ -292,10 +305,7 @@ void UcxTransport::post(const RequestPtr& request) {
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   const bool local = p.same_machine && !p.queues_sends;
-  const bool eager =
-      local &&
-      (request->bytes <= kCopyEagerBytes ||
-       (request->receivers != Request::Receivers::copy && request->bytes <= kLocalEagerBytes));
+  const bool eager = local && request->bytes <= eager_limit(request->receivers);
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).

@@ -65,9 +65,10 @@ struct Header {
 // 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
 // one rendezvous costs less than the copies (512 KiB and up gained nothing). A gather's
 // messages go eager too (Receivers::gathered): its senders only send, and an eager sender is
-// done without waiting for the root to fetch (2 ranks on 2 cores of an Intel Xeon, rendezvous
-// against eager, medians of 6 runs: 128 KiB 11.0 -> 8.8 us, 512 KiB 38.1 -> 31.8; 4 ranks:
-// 256 KiB 39.3 -> 31.4, 1 MiB 157 -> 140). A message of a call whose receivers only copy what
+// done without waiting for the root to fetch (2 cores of an Intel Xeon, rendezvous against
+// eager, gathers of 128 KiB-1 MiB in all, medians of 6 runs on 2 ranks and 5 on 4: 2 ranks,
+// 128 KiB 11.0 -> 8.8 us, 512 KiB 38.1 -> 31.8; 4 ranks, 256 KiB 39.3 -> 31.4, 1 MiB 157 ->
+// 140; the other sizes within 3%). A message of a call whose receivers only copy what
 // lands (all-gather, all-to-all, scatter, sends) and larger than kCopyEagerBytes goes by UCX's
 // rendezvous (UCP_AM_SEND_FLAG_RNDV), as its sender also waits for messages of its own, or
 // (scatter) eager took longer from 512 KiB:
