@@ -471,8 +471,9 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   // Each transport's figures are measured and kept; what the cache does with kept figures is
   // the same for all: the shm. and tcp. runs' check.
   if (forced_transport() != "shm" && forced_transport() != "tcp") return;
-  // A millionth of the figures measured: what is measured again, even in a moment when ranks
-  // share a core (exchanges some two thousand times slower), is still far faster.
+  // A millionth of the figures measured (the file holds a thousand times them): what is
+  // measured again, even in a moment when ranks share a core (exchanges some two thousand times
+  // slower), is still far faster.
   const Tuning slow = scale_kept(1e-9);
   job("cache", "link costs measured again, kept in " + folder + "/tuning-");
   for (const auto& [name, c] : load_tuning(kept_file()).transports) {
