@@ -43,6 +43,7 @@ class CMakeBuild(build_ext):
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             configure = ["cmake", "-S", ROOT, "-B", build_dir, "-G", "Ninja",
                          "-DCMAKE_BUILD_TYPE=Release", "-DARCOLL_BUILD_BENCH=OFF",
+                         "-DARCOLL_BUILD_TESTS=OFF",
                          f"-DARCOLL_PYTHON={sys.executable}"]
             prefix = torch_cmake_prefix()
             if prefix:

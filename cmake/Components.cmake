@@ -163,7 +163,12 @@ else()
   endforeach()
   find_library(TORCH_PYTHON_LIBRARY torch_python HINTS ${TORCH_INSTALL_PREFIX}/lib)
   if(torch_python)
-    set(PYTHON_EXECUTABLE ${torch_python})  # what pybind11 builds the module for
+    # What pybind11 builds the module for, found with CMake's FindPython first: pybind11 then
+    # uses its tools made for it, as it does anyway where torch's CMake package found Python
+    # (pip's torch 2.x), and those need FindPython's development part.
+    set(PYTHON_EXECUTABLE ${torch_python})
+    set(Python_EXECUTABLE ${torch_python})
+    find_package(Python QUIET COMPONENTS Interpreter Development.Module)
     find_package(pybind11 CONFIG QUIET)
   endif()
   if(NOT torch_python)

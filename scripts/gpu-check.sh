@@ -9,7 +9,7 @@
 #      through host memory one by one, and every call copied whole (ARCOLL_DEVICE_PIPELINE_BYTES),
 #   4. speed: 1 to 4 processes sharing the GPU (CUDA IPC), beside NCCL's one-rank all-reduce (the
 #      floor of a call's latency) and, with two GPUs or more, NCCL on as many ranks; TCP by
-#      message and whole; host buffers for reference,
+#      message and whole; host buffers for reference; every collective in whole-call chunks,
 #   5. the torch backend on CUDA tensors (tests/torch/test_cuda.py), where this machine's torch
 #      has CUDA (skipped, saying so, otherwise);
 # and writes every table to one folder (gpu-check/, or the first argument). Exits 1 when a
@@ -77,12 +77,17 @@ for np in 2 4; do
     --json "$out/speed-np$np.json"
   check "speed-host-np$np" "$arbench" --np $np -b 8 -e 256M -f 4 -n auto \
     --json "$out/speed-host-np$np.json"
+  # Whole-call chunks: each chunk costs a stream synchronization on both sides.
+  check "speed-chunk256M-np$np" env ARCOLL_CHUNK_BYTES=256M "$arbench" --np $np --device cuda \
+    --coll all -b 1M -e 256M -f 4 -n auto --json "$out/speed-chunk256M-np$np.json"
 done
 
 # The torch backend: its module built beside arbench where libtorch is found.
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  # pip's torch keeps its CMake package inside the Python package.
+  torch_cmake=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
   if ARCOLL_BUILD_DIR=$build ARCOLL_BUILD_TARGETS=arcoll_torch "$root/scripts/build.sh" \
-    >"$out/torch-build.txt" 2>&1; then
+    -DCMAKE_PREFIX_PATH="$torch_cmake" >"$out/torch-build.txt" 2>&1; then
     check torch env PYTHONPATH="$build/python" OMP_NUM_THREADS=1 USE_LIBUV=0 \
       python3 "$root/tests/torch/test_cuda.py"
   else

@@ -24,11 +24,12 @@ struct DeviceMemoryShare {
   // Unique within the sharing process and never reused: an opening of the allocation kept by
   // another process never serves a later allocation at the same addresses.
   std::uint64_t allocation = 0;
+  std::uint64_t base = 0;              // the allocation's address in the sharing process
   std::uint64_t offset = 0;            // of the buffer within its allocation
   std::uint64_t bytes = 0;             // of the allocation
   std::array<std::byte, 64> handle{};  // the kind's own (cudaIpcMemHandle_t)
 };
-static_assert(sizeof(DeviceMemoryShare) == 104);
+static_assert(sizeof(DeviceMemoryShare) == 112);
 
 struct DeviceMemoryInfo {
   static constexpr const char* kKind = "device memory";

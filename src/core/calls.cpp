@@ -489,13 +489,13 @@ const DeviceMemoryInfo* Communicator::Impl::runs_on_device(Collective collective
                                                            const PlannedCall& chosen,
                                                            DataType wire) const {
   // On the device, every rank reads its peers' buffers there (shm: CUDA IPC) and reduces with
-  // the kind's kernels; a 16-bit wire, avg's division and one rank keep to host copies, as do
-  // calls that meet on the boards, which read the buffers with the host (a composite algorithm
-  // may choose the boards inside). Every rank of a call decides alike but for its buffers' kind
-  // and the transports it has, and ranks on the device and on host copies exchange the same
-  // messages.
-  if (memory == nullptr || !memory->share || !memory->reduce || rendezvous_.size == 1 ||
-      wire != DataType::f32 || args.op == ReduceOp::avg)
+  // the kind's kernels (one rank copies there); a 16-bit wire and avg's division keep to host
+  // copies, as do calls that meet on the boards, which read the buffers with the host (a
+  // composite algorithm may choose the boards inside). Every rank of a call decides alike but
+  // for its buffers' kind and the transports it has, and ranks on the device and on host copies
+  // exchange the same messages.
+  if (memory == nullptr || !memory->share || !memory->reduce || wire != DataType::f32 ||
+      args.op == ReduceOp::avg)
     return nullptr;
   const AlgorithmInfo* algorithm = AlgorithmRegistry::instance().find(chosen.plan.algorithm);
   if (algorithm == nullptr || algorithm->composite ||

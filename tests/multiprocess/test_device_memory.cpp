@@ -278,6 +278,40 @@ TEST(DeviceSends, ReadFromThePeersDeviceIntoEitherKind) {
   });
 }
 
+// CUDA maps another process's allocation once per process: two communicators of the same
+// ranks reading the same device buffer share one opening of it, and either may read it while
+// the other holds it; one closed, the other still reads it.
+TEST(DeviceSends, CommunicatorsOfAProcessShareTheirOpenings) {
+  if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
+  run_ranks(2, [](Communicator& comm) {
+    const int r = comm.rank(), peer = 1 - r;
+    constexpr std::size_t kBytes = 4099;
+    std::vector<unsigned char> mine(kBytes), expected(kBytes);
+    for (std::size_t i = 0; i < kBytes; ++i) {
+      mine[i] = static_cast<unsigned char>(r * 31 + i % 251);
+      expected[i] = static_cast<unsigned char>(peer * 31 + i % 251);
+    }
+    void* send = emulated_device_alloc(kBytes);
+    emulated_device_write(send, mine.data(), kBytes);
+    const auto opened_before = emulated_device_openings();
+    auto other = comm.duplicate();
+    for (int round = 0; round < 2; ++round) {
+      for (Communicator* c : {&comm, other.get()}) {
+        std::vector<unsigned char> got(kBytes, 0);
+        c->sendrecv(send, kBytes, peer, got.data(), kBytes, peer, 3);
+        EXPECT_EQ(got, expected) << "round " << round;
+      }
+    }
+    EXPECT_EQ(emulated_device_openings() - opened_before, 1u);
+    other.reset();
+    std::vector<unsigned char> got(kBytes, 0);
+    comm.sendrecv(send, kBytes, peer, got.data(), kBytes, peer, 3);
+    EXPECT_EQ(got, expected) << "after the duplicate's end";
+    comm.barrier();
+    emulated_device_free(send);
+  });
+}
+
 // A collective on device buffers, all ranks on one host over shm, runs on the device: its
 // messages are read from the peers' buffers and scratch (their allocations opened here), and
 // the results match those of host buffers for every algorithm it may run on, also where one

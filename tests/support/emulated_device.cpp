@@ -28,6 +28,9 @@ struct Region {
   std::size_t bytes;
   int fd;                    // the memfd, kept for peers to open it (-1: a peer's, opened here)
   std::uint64_t allocation;  // never reused
+  // Of a peer's allocation opened here: its process and its addresses there.
+  int opened_from = 0;
+  std::uint64_t peer_base = 0;
 };
 
 std::atomic<std::uint64_t> next_allocation{1};
@@ -68,8 +71,10 @@ char* readable_or_throw(const void* device) {
   return at;
 }
 
-// Both mappings of the memfd `fd`, `mapped` bytes, registered as one allocation.
-void* map_device(int fd, std::size_t mapped, bool keep_fd) {
+// Both mappings of the memfd `fd`, `mapped` bytes, registered as one allocation (a peer's,
+// when `opened` names where it lies there).
+void* map_device(int fd, std::size_t mapped, bool keep_fd,
+                 const DeviceMemoryShare* opened = nullptr, int from_pid = 0) {
   void* device = ::mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
   void* alias = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (!keep_fd) ::close(fd);
@@ -77,8 +82,9 @@ void* map_device(int fd, std::size_t mapped, bool keep_fd) {
     throw std::runtime_error("emulated device: mmap failed");
   Regions& r = regions();
   std::lock_guard lock(r.mutex);
-  r.by_device[static_cast<char*>(device)] = {static_cast<char*>(alias), mapped, keep_fd ? fd : -1,
-                                             next_allocation++};
+  r.by_device[static_cast<char*>(device)] = {
+      static_cast<char*>(alias), mapped,   keep_fd ? fd : -1,
+      next_allocation++,         from_pid, opened != nullptr ? opened->base : 0};
   return device;
 }
 
@@ -106,12 +112,22 @@ void share(const void* device, DeviceMemoryShare& out) {
     throw std::logic_error("emulated device: sharing what it cannot share");
   std::copy_n("emulated", 9, out.kind.begin());
   out.allocation = at->second.allocation;
+  out.base = reinterpret_cast<std::uintptr_t>(at->first);
   out.offset = static_cast<std::uint64_t>(static_cast<const char*>(device) - at->first);
   out.bytes = at->second.bytes;
   std::memcpy(out.handle.data(), &at->second.fd, sizeof at->second.fd);
 }
 
-void* open(const DeviceMemoryShare& share, int /*pid*/, int pidfd, const void* /*near*/) {
+// As CUDA IPC does (seen on an H200), a process maps another's allocation once, and refuses one
+// at addresses of the other's that a mapping here still covers (one the other freed since).
+void* open(const DeviceMemoryShare& share, int pid, int pidfd, const void* /*near*/) {
+  {
+    std::lock_guard lock(regions().mutex);
+    for (const auto& [device, region] : regions().by_device)
+      if (region.opened_from == pid && region.peer_base < share.base + share.bytes &&
+          share.base < region.peer_base + region.bytes)
+        throw SystemError("emulated device", "resource already mapped");
+  }
   int peer_fd = -1;
   std::memcpy(&peer_fd, share.handle.data(), sizeof peer_fd);
   const int fd = pidfd < 0 ? -1 : static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, peer_fd, 0));
@@ -119,7 +135,7 @@ void* open(const DeviceMemoryShare& share, int /*pid*/, int pidfd, const void* /
     throw SystemError("emulated device", std::string("the peer's allocation cannot be taken: ") +
                                              std::strerror(errno));
   ++openings;
-  return map_device(fd, share.bytes, false);
+  return map_device(fd, share.bytes, false, &share, pid);
 }
 
 const DeviceMemoryRegistrar kEmulatedDevice{{

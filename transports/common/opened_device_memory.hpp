@@ -1,14 +1,20 @@
-// Peers' device memory as this process opened it (DeviceMemoryShare, CUDA IPC), for a transport
-// whose peers send device buffers by reference: each allocation is opened once, on its first
-// message, and kept by peer and allocation. Opening costs far more than a message (a mapping
-// of the peer's allocation into this process), and an allocation's number is never reused by
-// its process, so a kept opening never stands for later memory at the same addresses: a buffer
-// freed and allocated again comes with a new number and is opened anew.
+// Peers' device memory as this process opened it (DeviceMemoryShare, CUDA IPC), for the
+// transports whose peers send device buffers by reference. An allocation is opened once per
+// process, on its first message, and kept: opening costs far more than a message (a mapping of
+// the peer's allocation into this process), and CUDA maps another process's allocation only
+// once per process (a second cudaIpcOpenMemHandle fails, "already mapped"), so the openings
+// are the process's, shared by its transports and closed when the last one lets go.
+//
+// An allocation's number is never reused by its process, so a kept opening never stands for
+// later memory at the same addresses: a buffer freed and allocated again comes with a new
+// number and is opened anew. Its old opening is stale then, and is closed first: CUDA also
+// refuses to map addresses of the peer's that an opening here still covers (seen on an H200:
+// arbench's buffers freed and allocated again between sizes failed "already mapped").
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <set>
 #include <utility>
 
 #include "src/base/device_memory.hpp"
@@ -17,32 +23,27 @@ namespace arcoll::transport {
 
 class OpenedDeviceMemory {
  public:
-  // Openings kept; past this many all are closed (a peer's freed allocation stays mapped,
-  // holding its memory, while it is open here).
+  // Openings one transport holds; past this many it lets go of all (a peer's freed
+  // allocation stays mapped, holding its memory, while it is open here).
   static constexpr std::size_t kLimit = 64;
 
   OpenedDeviceMemory() = default;
   OpenedDeviceMemory(const OpenedDeviceMemory&) = delete;
   OpenedDeviceMemory& operator=(const OpenedDeviceMemory&) = delete;
-  ~OpenedDeviceMemory() { close_all(); }
+  ~OpenedDeviceMemory() { release_all(); }
 
   // The kind that opens `share`, null when this process has none of that name.
   static const DeviceMemoryInfo* kind_of(const DeviceMemoryShare& share);
   // The buffer `share` describes, as this process reads it through `kind` (its base's opening
-  // plus the offset), opened from process `pid` (`pidfd`) on first use, for reads into `near`
-  // (DeviceMemoryInfo::open). Throws as open() does.
-  const char* open(const DeviceMemoryInfo& kind, int peer, int pid, int pidfd,
-                   const DeviceMemoryShare& share, const void* near);
-  std::size_t opened() const { return opened_.size(); }
+  // plus the offset), shared by process `pid` (`pidfd`) and opened on first use, for reads
+  // into `near` (DeviceMemoryInfo::open). Throws as open() does.
+  const char* open(const DeviceMemoryInfo& kind, int pid, int pidfd, const DeviceMemoryShare& share,
+                   const void* near);
 
  private:
-  void close_all() noexcept;
+  void release_all() noexcept;
 
-  struct Opening {
-    const DeviceMemoryInfo* kind;
-    void* base;
-  };
-  std::map<std::pair<int, std::uint64_t>, Opening> opened_;  // by peer and allocation
+  std::set<std::pair<int, std::uint64_t>> held_;  // by sharing process and allocation
 };
 
 }  // namespace arcoll::transport

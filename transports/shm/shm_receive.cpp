@@ -260,8 +260,8 @@ bool ShmTransport::read_device(int peer, ShmMessage& m) {
   const PeerSegment& segment = segments_.peer(peer);
   const char* from = nullptr;
   try {
-    from = peer_devices_.open(*kind, peer, segment.pid, segment.pidfd.get(), *m.device,
-                              m.request->buffer);
+    from =
+        peer_devices_.open(*kind, segment.pid, segment.pidfd.get(), *m.device, m.request->buffer);
   } catch (const Error& e) {
     const std::string why = "its device buffer could not be opened (" + e.message() + ")";
     pollfd exited{segment.pidfd.get(), POLLIN, 0};

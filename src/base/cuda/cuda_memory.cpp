@@ -145,6 +145,7 @@ void share(const void* device, DeviceMemoryShare& out) {
   static_assert(sizeof handle <= sizeof out.handle);
   std::copy_n("cuda", 5, out.kind.begin());
   out.allocation = buffer_id;
+  out.base = base;
   out.offset = reinterpret_cast<std::uintptr_t>(device) - base;
   out.bytes = size;
   std::memcpy(out.handle.data(), &handle, sizeof handle);
