@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "src/base/reduce.hpp"
@@ -93,7 +94,8 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
         return;
       }
       ring_copy_out(ring, payload_at, &share, sizeof share);
-      if (share.offset > share.bytes || e.message_bytes > share.bytes - share.offset) {
+      if (share.offset > share.bytes || e.message_bytes > share.bytes - share.offset ||
+          share.bytes > UINT64_MAX - share.base) {
         fail_peer(peer, ErrorCode::protocol, "device-memory descriptor outside its allocation");
         return;
       }
@@ -260,8 +262,9 @@ bool ShmTransport::read_device(int peer, ShmMessage& m) {
   const PeerSegment& segment = segments_.peer(peer);
   const char* from = nullptr;
   try {
-    from =
-        peer_devices_.open(*kind, segment.pid, segment.pidfd.get(), *m.device, m.request->buffer);
+    const SegmentOwner& owner = header_of(segment.segment.get())->owner;
+    from = peer_devices_.open(*kind, {owner.pid, owner.start, owner.pid_namespace},
+                              segment.pidfd.get(), *m.device, m.request->buffer);
   } catch (const Error& e) {
     const std::string why = "its device buffer could not be opened (" + e.message() + ")";
     pollfd exited{segment.pidfd.get(), POLLIN, 0};
