@@ -307,6 +307,7 @@ TEST(DeviceSends, CommunicatorsOfAProcessShareTheirOpenings) {
     std::vector<unsigned char> got(kBytes, 0);
     comm.sendrecv(send, kBytes, peer, got.data(), kBytes, peer, 3);
     EXPECT_EQ(got, expected) << "after the duplicate's end";
+    EXPECT_EQ(emulated_device_openings() - opened_before, 1u) << "opened again after its end";
     comm.barrier();
     emulated_device_free(send);
   });

@@ -72,9 +72,9 @@ char* readable_or_throw(const void* device) {
 }
 
 // Both mappings of the memfd `fd`, `mapped` bytes, registered as one allocation (a peer's,
-// when `opened` names where it lies there).
-void* map_device(int fd, std::size_t mapped, bool keep_fd,
-                 const DeviceMemoryShare* opened = nullptr, int from_pid = 0) {
+// opened from process `opened_from`, where it lies at `peer_base`).
+void* map_device(int fd, std::size_t mapped, bool keep_fd, int opened_from = 0,
+                 std::uint64_t peer_base = 0) {
   void* device = ::mmap(nullptr, mapped, PROT_NONE, MAP_SHARED, fd, 0);
   void* alias = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (!keep_fd) ::close(fd);
@@ -83,8 +83,8 @@ void* map_device(int fd, std::size_t mapped, bool keep_fd,
   Regions& r = regions();
   std::lock_guard lock(r.mutex);
   r.by_device[static_cast<char*>(device)] = {
-      static_cast<char*>(alias), mapped,   keep_fd ? fd : -1,
-      next_allocation++,         from_pid, opened != nullptr ? opened->base : 0};
+      static_cast<char*>(alias), mapped,      keep_fd ? fd : -1,
+      next_allocation++,         opened_from, peer_base};
   return device;
 }
 
@@ -135,7 +135,7 @@ void* open(const DeviceMemoryShare& share, int pid, int pidfd, const void* /*nea
     throw SystemError("emulated device", std::string("the peer's allocation cannot be taken: ") +
                                              std::strerror(errno));
   ++openings;
-  return map_device(fd, share.bytes, false, &share, pid);
+  return map_device(fd, share.bytes, false, pid, share.base);
 }
 
 const DeviceMemoryRegistrar kEmulatedDevice{{

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <string_view>
 
@@ -10,17 +11,16 @@ namespace {
 
 struct Opening {
   const DeviceMemoryInfo* kind;
-  void* base;               // in this process
-  DeviceMemoryShare share;  // as its process described it
-  std::uint64_t generation;  // tells it from a later opening under the same key
-  int holders = 0;           // transports of this process that hold it
+  void* base;                 // in this process
+  std::uint64_t shared_base;  // the allocation's addresses in its process
+  std::uint64_t bytes;
+  int holders = 0;  // transports of this process that hold it
 };
 
 // The process's openings, by sharing process and allocation.
 struct Openings {
   std::mutex mutex;
   std::map<OpenedDeviceMemory::Key, Opening> by_allocation;
-  std::uint64_t generations = 0;
 
   using Entry = decltype(by_allocation)::iterator;
   void close(Entry it) noexcept {
@@ -36,9 +36,9 @@ struct Openings {
   void close_overlapping(const SharingProcess& process, const DeviceMemoryShare& share) noexcept {
     for (auto it = by_allocation.lower_bound({process, 0});
          it != by_allocation.end() && it->first.first == process;) {
-      const DeviceMemoryShare& old = it->second.share;
+      const Opening& old = it->second;
       const bool overlaps =
-          old.base < share.base + share.bytes && share.base < old.base + old.bytes;
+          old.shared_base < share.base + share.bytes && share.base < old.shared_base + old.bytes;
       const auto next = std::next(it);
       if (overlaps) close(it);
       it = next;
@@ -53,12 +53,12 @@ Openings& openings() {
 }
 
 // Lets go of the openings in `held`, closing those no other transport holds; with the mutex held.
-void release(Openings& all, std::map<OpenedDeviceMemory::Key, std::uint64_t>& held) noexcept {
-  for (const auto& [key, generation] : held) {
-    const auto it = all.by_allocation.find(key);  // absent, or another: closed as stale meanwhile
-    if (it != all.by_allocation.end() && it->second.generation == generation &&
-        --it->second.holders == 0)
-      all.close(it);
+// A key names one allocation for the life of its process, so an opening found under it is the
+// one held, unless it was closed as stale meanwhile (then it is absent, and never asked again).
+void release(Openings& all, std::set<OpenedDeviceMemory::Key>& held) noexcept {
+  for (const auto& key : held) {
+    const auto it = all.by_allocation.find(key);
+    if (it != all.by_allocation.end() && --it->second.holders == 0) all.close(it);
   }
   held.clear();
 }
@@ -83,15 +83,10 @@ const char* OpenedDeviceMemory::open(const DeviceMemoryInfo& kind, const Sharing
     if (held_.size() >= kLimit) release(all, held_);
     all.close_overlapping(process, share);
     void* base = kind.open(share, process.pid, pidfd, near);
-    it = all.by_allocation.emplace(key, Opening{&kind, base, share, ++all.generations}).first;
+    it = all.by_allocation.emplace(key, Opening{&kind, base, share.base, share.bytes}).first;
   }
-  Opening& opening = it->second;
-  const auto [held, added] = held_.try_emplace(key, opening.generation);
-  if (added || held->second != opening.generation) {
-    held->second = opening.generation;
-    ++opening.holders;
-  }
-  return static_cast<const char*>(opening.base) + share.offset;
+  if (held_.insert(key).second) ++it->second.holders;
+  return static_cast<const char*>(it->second.base) + share.offset;
 }
 
 void OpenedDeviceMemory::release_all() noexcept {

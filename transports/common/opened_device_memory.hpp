@@ -16,7 +16,7 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <set>
 #include <utility>
 
 #include "src/base/device_memory.hpp"
@@ -57,7 +57,7 @@ class OpenedDeviceMemory {
  private:
   void release_all() noexcept;
 
-  std::map<Key, std::uint64_t> held_;  // each opening held, by its generation
+  std::set<Key> held_;
 };
 
 }  // namespace arcoll::transport
