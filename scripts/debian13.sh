@@ -34,6 +34,12 @@ mirror() {
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
 flock 9
+# A run killed before it could unmount (SIGKILL) left its mounts in the root. None is in use
+# while this run holds the lock: they are undone, deepest first, before the root is made or
+# entered (a stale /arcoll of a deleted clone fails the bind below, and remaking the root must
+# never delete through them).
+while read -r stale; do umount -l "$stale" 2>/dev/null || true; done < <(
+  awk -v under="$root/" 'index($2, under) == 1 {print $2}' /proc/self/mounts | sort -r)
 
 if [ ! -e "$root/.arcoll-ready" ]; then
   command -v debootstrap >/dev/null || skip "debootstrap is not installed (apt-get install debootstrap)"
