@@ -146,72 +146,42 @@ std::vector<float> input(int rank, std::size_t elements) {
 }
 
 // Runs a case on host or emulated device buffers; returns the receive buffer afterwards (with
-// its untouched parts, 0xAB bytes) and whether the send buffer was left as it was. Bytes are
-// moved with memcpy, never std::copy: AddressSanitizer's memmove copies byte by byte, which
-// made these cases several times slower.
+// its untouched parts, 0xAB bytes) and whether the send buffer was left as it was.
 std::pair<std::vector<unsigned char>, bool> run_case(Communicator& comm, const Case& c,
                                                      std::size_t n, bool in_place, bool device) {
   const std::vector<float> in = input(comm.rank(), c.send);
   const std::size_t send_bytes = c.send * sizeof(float), recv_bytes = c.recv * sizeof(float);
   const auto* in_bytes = reinterpret_cast<const unsigned char*>(in.data());
-  // In place, the one buffer starts with the input where the call's send data lies.
-  std::vector<unsigned char> outer;  // the buffer that holds the other
-  std::size_t inner_at = 0;          // bytes
-  const bool recv_outer = c.send_in_recv.has_value();
+  const Memory memory = device ? Memory::device : Memory::heap;
+  auto as_floats = [](unsigned char* bytes) { return reinterpret_cast<float*>(bytes); };
+  // The received bytes, from `at` of `buffer`.
+  auto received = [&](TestBuffer& buffer, std::size_t at) {
+    std::vector<unsigned char> bytes(recv_bytes);
+    if (recv_bytes != 0) std::memcpy(bytes.data(), buffer.readable() + at, recv_bytes);
+    return bytes;
+  };
   if (in_place) {
+    // One buffer holds the other, and starts with the input where the call's send data lies.
+    const bool recv_outer = c.send_in_recv.has_value();
+    const std::size_t inner_at = (recv_outer ? *c.send_in_recv : *c.recv_in_send) * sizeof(float);
+    TestBuffer one(recv_outer ? recv_bytes : send_bytes, memory);
     if (recv_outer) {
-      outer.assign(recv_bytes, 0xAB);
-      inner_at = *c.send_in_recv * sizeof(float);
-      if (send_bytes != 0) std::memcpy(outer.data() + inner_at, in_bytes, send_bytes);
+      std::vector<unsigned char> start(recv_bytes, 0xAB);
+      if (send_bytes != 0) std::memcpy(start.data() + inner_at, in_bytes, send_bytes);
+      one.fill(start.data());
     } else {
-      outer.resize(send_bytes);
-      if (send_bytes != 0) std::memcpy(outer.data(), in_bytes, send_bytes);
-      inner_at = *c.recv_in_send * sizeof(float);
+      one.fill(in_bytes);
     }
+    const std::size_t send_at = recv_outer ? inner_at : 0, recv_at = recv_outer ? 0 : inner_at;
+    c.call(comm, as_floats(one.data() + send_at), as_floats(one.data() + recv_at), n);
+    return {received(one, recv_at), true};
   }
-  auto allocate = [&](const unsigned char* bytes, std::size_t size) -> unsigned char* {
-    if (device) {
-      auto* d = static_cast<unsigned char*>(emulated_device_alloc(size));
-      emulated_device_write(d, bytes, size);
-      return d;
-    }
-    auto* h = new unsigned char[std::max<std::size_t>(size, 1)];
-    if (size != 0) std::memcpy(h, bytes, size);
-    return h;
-  };
-  auto read = [&](const unsigned char* b, std::size_t bytes) {
-    if (device) return emulated_device_read(b, bytes);
-    std::vector<unsigned char> copy(bytes);
-    if (bytes != 0) std::memcpy(copy.data(), b, bytes);
-    return copy;
-  };
-  auto release = [&](unsigned char* b) {
-    if (device)
-      emulated_device_free(b);
-    else
-      delete[] b;
-  };
-  std::vector<unsigned char> result;
-  bool send_kept = true;
-  if (in_place) {
-    unsigned char* one = allocate(outer.data(), outer.size());
-    auto* send = reinterpret_cast<float*>(recv_outer ? one + inner_at : one);
-    auto* recv = reinterpret_cast<float*>(recv_outer ? one : one + inner_at);
-    c.call(comm, send, recv, n);
-    result = read(reinterpret_cast<unsigned char*>(recv), recv_bytes);
-    release(one);
-  } else {
-    const std::vector<unsigned char> recv_start(recv_bytes, 0xAB);
-    unsigned char* send = allocate(in_bytes, send_bytes);
-    unsigned char* recv = allocate(recv_start.data(), recv_bytes);
-    c.call(comm, reinterpret_cast<float*>(send), reinterpret_cast<float*>(recv), n);
-    result = read(recv, recv_bytes);
-    const auto sent = read(send, send_bytes);
-    send_kept = send_bytes == 0 || std::memcmp(sent.data(), in_bytes, send_bytes) == 0;
-    release(send);
-    release(recv);
-  }
-  return {result, send_kept};
+  TestBuffer send(send_bytes, memory), recv(recv_bytes, memory);
+  send.fill(in_bytes);
+  recv.fill(static_cast<unsigned char>(0xAB));
+  c.call(comm, as_floats(send.data()), as_floats(recv.data()), n);
+  const bool send_kept = send_bytes == 0 || std::memcmp(send.readable(), in_bytes, send_bytes) == 0;
+  return {received(recv, 0), send_kept};
 }
 
 TEST_P(DeviceBuffers, EveryCallMatchesTheSameCallOnHostBuffers) {

@@ -26,71 +26,60 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place) {
          std::to_string(count) + (in_place ? " in-place" : " out-of-place");
 }
 
-// `bytes` bytes in memory of the kind asked for, 0xAB past their end (an overrun sentinel).
-// Host buffers are filled, compared and checked where they lie: under AddressSanitizer, whose
-// memmove copies byte by byte, and on machines where a page's first touch is dear, a copy per
-// check was most of these tests' time.
-class TestBuffer {
- public:
-  static constexpr unsigned char kSentinel = 0xAB;
+namespace {
 
-  TestBuffer(std::size_t bytes, Memory memory)
-      : size_(bytes), memory_(memory), data_(static_cast<unsigned char*>(allocate())) {}
-  TestBuffer(const TestBuffer&) = delete;
-  TestBuffer& operator=(const TestBuffer&) = delete;
-  ~TestBuffer() {
-    if (memory_ == Memory::shared)
-      mem_free(data_);
-    else if (memory_ == Memory::device)
-      emulated_device_free(data_);
-    else
-      std::free(data_);
+void* allocate(std::size_t bytes, Memory memory) {
+  switch (memory) {
+    case Memory::shared:
+      return mem_alloc(bytes);
+    case Memory::device:
+      return emulated_device_alloc(bytes);
+    case Memory::heap:
+      break;
   }
-  // Holds `contents` (of the buffer's size), then the sentinel.
-  void fill(const unsigned char* contents) {
-    if (memory_ == Memory::device) {
-      emulated_device_write(data_, contents, size_);
-      emulated_device_write(data_ + size_, &kSentinel, 1);
-    } else {
-      std::memcpy(data_, contents, size_);
-      data_[size_] = kSentinel;
-    }
-  }
-  // Holds `byte` throughout, then the sentinel.
-  void fill(unsigned char byte) {
-    if (memory_ == Memory::device) {
-      fill(std::vector<unsigned char>(size_, byte).data());
-      return;
-    }
-    std::memset(data_, byte, size_);
-    data_[size_] = kSentinel;
-  }
-  unsigned char* data() { return data_; }
-  // The contents and the sentinel, readable by the host: the buffer itself but on a device.
-  const unsigned char* readable() {
-    if (memory_ != Memory::device) return data_;
-    read_back_ = emulated_device_read(data_, size_ + 1);
-    return read_back_.data();
-  }
+  return std::malloc(bytes);
+}
 
- private:
-  void* allocate() const {
-    switch (memory_) {
-      case Memory::shared:
-        return mem_alloc(size_ + 1);
-      case Memory::device:
-        return emulated_device_alloc(size_ + 1);
-      case Memory::heap:
-        break;
-    }
-    return std::malloc(size_ + 1);
-  }
+}  // namespace
 
-  std::size_t size_;
-  Memory memory_;
-  unsigned char* data_;
-  std::vector<unsigned char> read_back_;  // of a device buffer
-};
+TestBuffer::TestBuffer(std::size_t bytes, Memory memory)
+    : size_(bytes),
+      memory_(memory),
+      data_(static_cast<unsigned char*>(allocate(bytes + 1, memory))) {}
+
+TestBuffer::~TestBuffer() {
+  if (memory_ == Memory::shared)
+    mem_free(data_);
+  else if (memory_ == Memory::device)
+    emulated_device_free(data_);
+  else
+    std::free(data_);
+}
+
+void TestBuffer::fill(const unsigned char* contents) {
+  if (memory_ == Memory::device) {
+    emulated_device_write(data_, contents, size_);
+    emulated_device_write(data_ + size_, &kSentinel, 1);
+    return;
+  }
+  if (size_ != 0) std::memcpy(data_, contents, size_);
+  data_[size_] = kSentinel;
+}
+
+void TestBuffer::fill(unsigned char byte) {
+  if (memory_ == Memory::device) {
+    fill(std::vector<unsigned char>(size_, byte).data());
+    return;
+  }
+  std::memset(data_, byte, size_);
+  data_[size_] = kSentinel;
+}
+
+const unsigned char* TestBuffer::readable() {
+  if (memory_ != Memory::device) return data_;
+  read_back_ = emulated_device_read(data_, size_ + 1);
+  return read_back_.data();
+}
 
 std::size_t allreduce_wrong(Communicator& comm, DataType t, ReduceOp op, std::size_t count,
                             std::size_t salt, bool in_place, Memory memory) {

@@ -43,6 +43,36 @@ std::string label(DataType t, ReduceOp op, std::size_t count, bool in_place);
 // large enough to be), or emulated device memory (tests/support/emulated_device.hpp).
 enum class Coverage { every_pair, sampled };
 enum class Memory { heap, shared, device };
+
+// `bytes` bytes in memory of the kind asked for, then one more, the sentinel (0xAB), that a
+// call writing past the end overwrites. Host buffers are filled, compared and checked where
+// they lie, with memcpy: under AddressSanitizer memmove (std::copy, a vector's copy) copies
+// byte by byte, and where a page's first touch is dear (a PVM guest: 12-23 us) each fresh copy
+// costs its pages again; a copy per check was most of these tests' time.
+class TestBuffer {
+ public:
+  static constexpr unsigned char kSentinel = 0xAB;
+
+  TestBuffer(std::size_t bytes, Memory memory);
+  ~TestBuffer();
+  TestBuffer(const TestBuffer&) = delete;
+  TestBuffer& operator=(const TestBuffer&) = delete;
+  // Holds `contents` (of the buffer's size), then the sentinel.
+  void fill(const unsigned char* contents);
+  // Holds `byte` throughout, then the sentinel.
+  void fill(unsigned char byte);
+  unsigned char* data() { return data_; }
+  // The contents and the sentinel, readable by the host: the buffer itself but on a device,
+  // read back (valid until the next call).
+  const unsigned char* readable();
+
+ private:
+  std::size_t size_;
+  Memory memory_;
+  unsigned char* data_;
+  std::vector<unsigned char> read_back_;  // of a device buffer
+};
+
 // One all-reduce of the reference input of `count` elements, in place or not, on buffers in
 // `memory`: how many elements of the result differ from the reference (gtest assertions that
 // the input is left as it was and nothing is written past the result's end).
