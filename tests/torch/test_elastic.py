@@ -14,7 +14,6 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -86,14 +85,13 @@ def rank_main(rank, method, store_path, results):
 
 
 if __name__ == "__main__":
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    results = harness.CONTEXT.Queue()
     with tempfile.TemporaryDirectory() as workdir:
         method = harness.init_method("tcp", workdir)
         store_path = os.path.join(workdir, "grow-store")
-        procs = [ctx.Process(target=rank_main, args=(r, method, store_path, results))
+        procs = [harness.process(rank_main, (r, method, store_path, results))
                  for r in range(SIZE)]
-        procs.append(ctx.Process(target=replacement_main, args=(store_path, results)))
+        procs.append(harness.process(replacement_main, (store_path, results)))
         for p in procs:
             p.start()
         for p in procs:

@@ -13,7 +13,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(__file__))
 import harness  # noqa: E402
@@ -49,11 +48,10 @@ def rank_main(rank, size, method, scenario, results):
 
 
 def run(scenario, size):
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
+    results = harness.CONTEXT.Queue()
     with tempfile.TemporaryDirectory() as workdir:
         method = harness.init_method("tcp", workdir)
-        procs = [ctx.Process(target=rank_main, args=(r, size, method, scenario, results))
+        procs = [harness.process(rank_main, (r, size, method, scenario, results))
                  for r in range(size)]
         for p in procs:
             p.start()
