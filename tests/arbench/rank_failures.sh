@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# arbench with a rank killed mid-run, with a rank that never starts and with a stopped rank:
-# every other rank must exit non-zero within ARCOLL_TIMEOUT, naming the missing rank, and the
-# launcher ends the job. Usage: rank_failures.sh ARBENCH
+# arbench with a rank killed mid-run, with a rank that never starts and with a stopped rank
+# (arcoll's, and MPI's under mpirun): every other rank must exit non-zero within
+# ARCOLL_TIMEOUT, naming the missing rank or the call, and the launcher ends the job.
+# Usage: rank_failures.sh ARBENCH
 set -u
 arbench=$1
 out=$(mktemp -d)
@@ -9,6 +10,27 @@ trap 'rm -rf "$out"; pkill -9 -P $$ 2>/dev/null' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# Runs COMMAND (`name`: its output's file names) in the background, stops rank 1 of its
+# `ranks` ranks 2 s later, and waits for it: sets code, elapsed (ms) and children.
+stop_mid_run() {
+  local ranks=$1 name=$2
+  shift 2
+  local start launcher
+  start=$(now_ms)
+  "$@" >"$out/$name.out" 2>"$out/$name.err" &
+  launcher=$!
+  sleep 2
+  children=($(pgrep -P "$launcher" | sort -n))
+  if [ ${#children[@]} -ne "$ranks" ]; then
+    fail "expected $ranks ranks under the launcher, found ${#children[@]}"
+  else
+    kill -STOP "${children[1]}"
+  fi
+  wait "$launcher"
+  code=$?
+  elapsed=$(($(now_ms) - start))
+  cat "$out/$name.err"
+}
 
 # 1. Rank 2 of 4 is killed while the sweep runs.
 start=$(now_ms)
@@ -57,21 +79,8 @@ elapsed=$(($(now_ms) - start))
 
 # 3. Rank 1 of 3 is stopped (SIGSTOP) mid-run: the others fail within ARCOLL_TIMEOUT naming it,
 # and the launcher terminates the stopped rank ARCOLL_LAUNCH_GRACE later, names it and fails.
-start=$(now_ms)
-ARCOLL_TIMEOUT=3 ARCOLL_LAUNCH_GRACE=2 "$arbench" --np 3 -b 1M -e 1M -n 1000000 -w 1 \
-  >"$out/stop.out" 2>"$out/stop.err" &
-launcher=$!
-sleep 2
-children=($(pgrep -P "$launcher" | sort -n))
-if [ ${#children[@]} -ne 3 ]; then
-  fail "expected 3 ranks under the launcher, found ${#children[@]}"
-else
-  kill -STOP "${children[1]}"
-fi
-wait "$launcher"
-code=$?
-elapsed=$(($(now_ms) - start))
-cat "$out/stop.err"
+stop_mid_run 3 stop env ARCOLL_TIMEOUT=3 ARCOLL_LAUNCH_GRACE=2 \
+  "$arbench" --np 3 -b 1M -e 1M -n 1000000 -w 1
 [ "$code" -ne 0 ] || fail "arbench exited 0 although rank 1 was stopped"
 grep -q "rank 1 was still running after another rank had failed: the launcher terminated it" \
   "$out/stop.err" || fail "the launcher did not name the stopped rank 1"
@@ -82,6 +91,24 @@ grep -E "arbench: rank 0: .*(rank 1|ranks not waiting in this call: ([0-9]+, )*1
   fail "rank 0 did not report an error naming rank 1"
 # 2 s before the stop, the 3 s timeout, the 2 s grace, and margin.
 [ "$elapsed" -lt $(((2 + 3 + 2 + 5) * 1000)) ] || fail "the stopped job took ${elapsed} ms to end"
+
+# 4. MPI as the peer (under mpirun) with rank 1 of 2 stopped mid-run: MPI waits without end,
+# so arbench's watch ends rank 0 within ARCOLL_TIMEOUT naming the MPI call, and mpirun the job.
+"$arbench" --np 1 --backend mpi -b 8 -e 8 -n 1 -w 0 >"$out/probe.txt" 2>&1
+if grep -q "built without" "$out/probe.txt" || ! command -v mpirun >/dev/null; then
+  echo "skipped: MPI stopped mid-call (no MPI backend or mpirun here)"
+else
+  stop_mid_run 2 mpi env ARCOLL_TIMEOUT=3 \
+    "$arbench" --np 2 --backend mpi -b 1M -e 1M -n 1000000 -w 1
+  [ "$code" -ne 0 ] || fail "arbench exited 0 although MPI's rank 1 was stopped"
+  grep -E "^arbench: rank 0: MPI_Allreduce of 1048576 B has not returned after 3\.[0-9] s" \
+    "$out/mpi.err" >/dev/null || fail "rank 0 did not name the MPI call it waited in"
+  # 2 s before the stop, the 3 s timeout, and margin.
+  [ "$elapsed" -lt $(((2 + 3 + 5) * 1000)) ] || fail "the stopped MPI job took ${elapsed} ms to end"
+  for child in "${children[@]}"; do
+    ps -o stat= -p "$child" | grep -q T && fail "MPI's stopped rank (pid $child) outlived the job"
+  done
+fi
 
 if [ "$failures" -eq 0 ]; then echo "rank failure checks: all passed"; exit 0; fi
 exit 1

@@ -10,12 +10,14 @@
 // and are skipped.
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "arbench/backends/backend.hpp"
+#include "arbench/backends/hang_watch.hpp"
 
 namespace arbench {
 namespace {
@@ -75,7 +77,9 @@ MPI_Op mpi_op(ReduceOp op) {
 
 class MpiBackend final : public Backend {
  public:
-  explicit MpiBackend(arcoll::Communicator& comm) {
+  explicit MpiBackend(arcoll::Communicator& comm)
+      : watch_("MPI", comm.rank(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(comm.options().timeout)) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {  // arcoll initializes MPI only when it bootstraps through it
@@ -133,69 +137,81 @@ class MpiBackend final : public Backend {
         break;
       case Coll::allgather: {
         const bool in_place = c.send == at(c.recv, rank);
-        check(MPI_Allgather(in_place ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, comm_),
-              "MPI_Allgather");
+        call("MPI_Allgather", bytes, [&] {
+          return MPI_Allgather(in_place ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, comm_);
+        });
         break;
       }
       case Coll::reduce_scatter: {
         if (c.recv == at(c.send, rank)) {
           auto* buffer = const_cast<void*>(c.send);
-          check(MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, type, mpi_op(c.op), comm_),
-                "MPI_Reduce_scatter_block");
+          call("MPI_Reduce_scatter_block", bytes, [&] {
+            return MPI_Reduce_scatter_block(MPI_IN_PLACE, buffer, n, type, mpi_op(c.op), comm_);
+          });
           if (rank != 0 && bytes != 0) std::memmove(c.recv, buffer, bytes);
         } else {
-          check(MPI_Reduce_scatter_block(c.send, c.recv, n, type, mpi_op(c.op), comm_),
-                "MPI_Reduce_scatter_block");
+          call("MPI_Reduce_scatter_block", bytes, [&] {
+            return MPI_Reduce_scatter_block(c.send, c.recv, n, type, mpi_op(c.op), comm_);
+          });
         }
         if (c.op == ReduceOp::avg) divide_by_ranks(c.recv, c.count, c.type, size_);
         break;
       }
       case Coll::broadcast:
         if (c.send != c.recv && rank == c.root && bytes != 0) std::memcpy(c.recv, c.send, bytes);
-        check(MPI_Bcast(c.recv, n, type, c.root, comm_), "MPI_Bcast");
+        call("MPI_Bcast", bytes, [&] { return MPI_Bcast(c.recv, n, type, c.root, comm_); });
         break;
       case Coll::reduce: {
         const bool in_place = rank == c.root && c.send == c.recv;
-        check(MPI_Reduce(in_place ? MPI_IN_PLACE : c.send, c.recv, n, type, mpi_op(c.op), c.root,
-                         comm_),
-              "MPI_Reduce");
+        call("MPI_Reduce", bytes, [&] {
+          return MPI_Reduce(in_place ? MPI_IN_PLACE : c.send, c.recv, n, type, mpi_op(c.op), c.root,
+                            comm_);
+        });
         if (c.op == ReduceOp::avg && rank == c.root)
           divide_by_ranks(c.recv, c.count, c.type, size_);
         break;
       }
       case Coll::alltoall:
-        check(
-            MPI_Alltoall(c.send == c.recv ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, comm_),
-            "MPI_Alltoall");
+        call("MPI_Alltoall", bytes, [&] {
+          return MPI_Alltoall(c.send == c.recv ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type,
+                              comm_);
+        });
         break;
       case Coll::gather: {
         const bool in_place = rank == c.root && c.send == at(c.recv, rank);
-        check(MPI_Gather(in_place ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, c.root, comm_),
-              "MPI_Gather");
+        call("MPI_Gather", bytes, [&] {
+          return MPI_Gather(in_place ? MPI_IN_PLACE : c.send, n, type, c.recv, n, type, c.root,
+                            comm_);
+        });
         break;
       }
       case Coll::scatter: {
         const bool in_place = rank == c.root && c.recv == at(c.send, rank);
-        check(
-            MPI_Scatter(c.send, n, type, in_place ? MPI_IN_PLACE : c.recv, n, type, c.root, comm_),
-            "MPI_Scatter");
+        call("MPI_Scatter", bytes, [&] {
+          return MPI_Scatter(c.send, n, type, in_place ? MPI_IN_PLACE : c.recv, n, type, c.root,
+                             comm_);
+        });
         break;
       }
       case Coll::sendrecv: {
         const int next = (rank + 1) % size_, previous = (rank + size_ - 1) % size_;
         if (c.send == c.recv)
-          check(
-              MPI_Sendrecv_replace(c.recv, n, type, next, 0, previous, 0, comm_, MPI_STATUS_IGNORE),
-              "MPI_Sendrecv_replace");
+          call("MPI_Sendrecv_replace", bytes, [&] {
+            return MPI_Sendrecv_replace(c.recv, n, type, next, 0, previous, 0, comm_,
+                                        MPI_STATUS_IGNORE);
+          });
         else
-          check(MPI_Sendrecv(c.send, n, type, next, 0, c.recv, n, type, previous, 0, comm_,
-                             MPI_STATUS_IGNORE),
-                "MPI_Sendrecv");
+          call("MPI_Sendrecv", bytes, [&] {
+            return MPI_Sendrecv(c.send, n, type, next, 0, c.recv, n, type, previous, 0, comm_,
+                                MPI_STATUS_IGNORE);
+          });
         break;
       }
     }
   }
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    call("MPI_Barrier", 0, [&] { return MPI_Barrier(comm_); });
+  }
 
  private:
   void allreduce(const Call& c) {
@@ -208,15 +224,26 @@ class MpiBackend final : public Backend {
       const void* s = source == MPI_IN_PLACE
                           ? MPI_IN_PLACE
                           : static_cast<const std::byte*>(c.send) + done * element;
-      check(MPI_Allreduce(s, static_cast<std::byte*>(c.recv) + done * element, static_cast<int>(n),
-                          mpi_type(c.type), mpi_op(c.op), comm_),
-            "MPI_Allreduce");
+      call("MPI_Allreduce", n * arcoll::size_of(c.type), [&] {
+        return MPI_Allreduce(s, static_cast<std::byte*>(c.recv) + done * element,
+                             static_cast<int>(n), mpi_type(c.type), mpi_op(c.op), comm_);
+      });
       done += n;
       if (n == 0) break;
     }
     if (c.op == ReduceOp::avg) divide_by_ranks(c.recv, c.count, c.type, size_);
   }
 
+  // One MPI call, watched: MPI waits for a stopped peer without end.
+  template <class Function>
+  void call(const char* function, std::size_t bytes, Function&& mpi) {
+    watch_.enter(function, bytes);
+    const int code = mpi();
+    watch_.leave();
+    check(code, function);
+  }
+
+  HangWatch watch_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int size_ = 1;
   std::string library_;

@@ -1,0 +1,54 @@
+// Calls into a peer library that has no deadline of its own (MPI: a peer that stops, or a
+// transport that stalls, leaves MPI waiting forever) are watched by a thread: one that has not
+// returned within the timeout ends the rank with a message naming the call and the rank, and
+// the launcher (mpirun) then ends the others, where the run would otherwise hang.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace arbench {
+
+class HangWatch {
+ public:
+  // `library` names the calls' library in the message ("MPI"); `rank` is this rank.
+  HangWatch(std::string library, int rank, std::chrono::milliseconds timeout);
+  ~HangWatch();
+  HangWatch(const HangWatch&) = delete;
+  HangWatch& operator=(const HangWatch&) = delete;
+
+  // Around each call (`function`: a string literal), from one thread, at the cost of plain
+  // stores (no locked instruction): the timed loops run through here.
+  void enter(const char* function, std::size_t bytes) noexcept {
+    function_.store(function, std::memory_order_relaxed);
+    bytes_.store(bytes, std::memory_order_relaxed);
+    count_call();
+  }
+  void leave() noexcept { count_call(); }
+
+ private:
+  void count_call() noexcept {
+    calls_.store(calls_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+  void watch();
+
+  const std::string library_;
+  const int rank_;
+  const std::chrono::milliseconds timeout_;
+  // Entries and exits so far: odd while a call is under way.
+  std::atomic<std::uint64_t> calls_{0};
+  std::atomic<const char*> function_{""};
+  std::atomic<std::size_t> bytes_{0};
+  std::mutex mutex_;
+  std::condition_variable stop_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace arbench
