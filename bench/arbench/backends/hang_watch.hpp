@@ -31,6 +31,15 @@ class HangWatch {
     count_call();
   }
   void leave() noexcept { count_call(); }
+  // enter() now and leave() at the end of the caller's scope, also when the call throws.
+  struct Scope {
+    HangWatch& watch;
+    ~Scope() { watch.leave(); }
+  };
+  [[nodiscard]] Scope watching(const char* function, std::size_t bytes) noexcept {
+    enter(function, bytes);
+    return Scope{*this};
+  }
 
  private:
   void count_call() noexcept {

@@ -7,10 +7,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <string>
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/backends/gpu_check.hpp"
+#include "arbench/backends/hang_watch.hpp"
 
 namespace arbench {
 namespace {
@@ -64,7 +66,9 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class NcclBackend final : public Backend {
  public:
-  explicit NcclBackend(arcoll::Communicator& comm) {
+  explicit NcclBackend(arcoll::Communicator& comm)
+      : watch_("NCCL", comm.rank(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(comm.options().timeout)) {
     // Every rank skips when one of them cannot run.
     if (auto why = missing_gpu(comm)) throw BackendUnavailable(*why);
     int devices = 0;
@@ -122,6 +126,8 @@ class NcclBackend final : public Backend {
       throw std::runtime_error("nccl backend: buffers were not staged");
     reserve(c.count * arcoll::size_of(c.type));
     const void* source = c.send == c.recv ? recv_ : send_;
+    // Watched to the end of the stream's work: a stopped peer leaves it waiting without end.
+    const auto watched = watch_.watching("ncclAllReduce", c.count * arcoll::size_of(c.type));
     check_nccl(
         ncclAllReduce(source, recv_, c.count, nccl_type(c.type), nccl_op(c.op), nccl_, stream_),
         "ncclAllReduce");
@@ -129,6 +135,7 @@ class NcclBackend final : public Backend {
   }
   void barrier() override {
     // A one-element allreduce: NCCL has no barrier.
+    const auto watched = watch_.watching("ncclAllReduce (barrier)", sizeof(float));
     check_nccl(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, nccl_, stream_),
                "ncclAllReduce (barrier)");
     check_cuda(cudaStreamSynchronize(stream_), "nccl backend: cudaStreamSynchronize");
@@ -145,6 +152,7 @@ class NcclBackend final : public Backend {
     capacity_ = bytes;
   }
 
+  HangWatch watch_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   ncclComm_t nccl_ = nullptr;
