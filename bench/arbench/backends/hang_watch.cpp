@@ -10,6 +10,9 @@ namespace arbench {
 
 // Looked at this often, so that a stalled call ends within a tenth of the timeout of it.
 constexpr std::chrono::milliseconds kMaxLookInterval{200};
+// A call may take the timeout and a second per this many bytes it moves: a large call over a
+// slow link (4 GiB at 1 Gbit/s takes a minute) is slow, not stalled.
+constexpr double kSlowestBytesPerSecond = 10e6;
 
 HangWatch::HangWatch(std::string library, int rank, std::chrono::milliseconds timeout)
     : library_(std::move(library)), rank_(rank), timeout_(timeout) {
@@ -39,13 +42,17 @@ void HangWatch::watch() {
       since = now;
       continue;
     }
-    if (now - since < timeout_) continue;
+    const std::size_t bytes = bytes_.load(std::memory_order_relaxed);
     const double seconds = std::chrono::duration<double>(now - since).count();
+    const double limit = std::chrono::duration<double>(timeout_).count() +
+                         static_cast<double>(bytes) / kSlowestBytesPerSecond;
+    if (seconds < limit) continue;
     std::fprintf(stderr,
                  "arbench: rank %d: %s of %zu B has not returned after %.1f s (%s calls have no "
-                 "deadline of their own; ARCOLL_TIMEOUT sets this one): ending the run\n",
-                 rank_, function_.load(std::memory_order_relaxed),
-                 bytes_.load(std::memory_order_relaxed), seconds, library_.c_str());
+                 "deadline of their own: ARCOLL_TIMEOUT's, and a second per 10 MB moved): "
+                 "ending the run\n",
+                 rank_, function_.load(std::memory_order_relaxed), bytes, seconds,
+                 library_.c_str());
     std::fflush(stderr);
     ::_exit(1);
   }
