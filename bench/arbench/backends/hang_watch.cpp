@@ -14,8 +14,10 @@ constexpr std::chrono::milliseconds kMaxLookInterval{200};
 // slow link (4 GiB at 1 Gbit/s takes a minute) is slow, not stalled.
 constexpr double kSlowestBytesPerSecond = 10e6;
 
-HangWatch::HangWatch(std::string library, int rank, std::chrono::milliseconds timeout)
-    : library_(std::move(library)), rank_(rank), timeout_(timeout) {
+HangWatch::HangWatch(std::string library, const arcoll::Communicator& comm)
+    : library_(std::move(library)),
+      rank_(comm.rank()),
+      timeout_(std::chrono::duration_cast<std::chrono::milliseconds>(comm.options().timeout)) {
   thread_ = std::thread([this] { watch(); });
 }
 

@@ -13,31 +13,30 @@
 #include <string>
 #include <thread>
 
+#include "arcoll/communicator.hpp"
+
 namespace arbench {
 
 class HangWatch {
  public:
-  // `library` names the calls' library in the message ("MPI"); `rank` is this rank.
-  HangWatch(std::string library, int rank, std::chrono::milliseconds timeout);
+  // `library` names the calls' library in the message ("MPI"); the rank and the timeout are
+  // `comm`'s.
+  HangWatch(std::string library, const arcoll::Communicator& comm);
   ~HangWatch();
   HangWatch(const HangWatch&) = delete;
   HangWatch& operator=(const HangWatch&) = delete;
 
-  // Around each call (`function`: a string literal), from one thread, at the cost of plain
-  // stores (no locked instruction): the timed loops run through here.
-  void enter(const char* function, std::size_t bytes) noexcept {
+  // Watches a call (`function`: a string literal) from now to the end of the caller's scope,
+  // also when the call throws; from one thread, at the cost of four plain stores (no locked
+  // instruction): the timed loops run through here.
+  struct Scope {
+    HangWatch& watch;
+    ~Scope() { watch.count_call(); }
+  };
+  [[nodiscard]] Scope watching(const char* function, std::size_t bytes) noexcept {
     function_.store(function, std::memory_order_relaxed);
     bytes_.store(bytes, std::memory_order_relaxed);
     count_call();
-  }
-  void leave() noexcept { count_call(); }
-  // enter() now and leave() at the end of the caller's scope, also when the call throws.
-  struct Scope {
-    HangWatch& watch;
-    ~Scope() { watch.leave(); }
-  };
-  [[nodiscard]] Scope watching(const char* function, std::size_t bytes) noexcept {
-    enter(function, bytes);
     return Scope{*this};
   }
 

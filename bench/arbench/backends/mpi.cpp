@@ -10,7 +10,6 @@
 // and are skipped.
 #include <mpi.h>
 
-#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -77,9 +76,7 @@ MPI_Op mpi_op(ReduceOp op) {
 
 class MpiBackend final : public Backend {
  public:
-  explicit MpiBackend(arcoll::Communicator& comm)
-      : watch_("MPI", comm.rank(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(comm.options().timeout)) {
+  explicit MpiBackend(arcoll::Communicator& comm) : watch_("MPI", comm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {  // arcoll initializes MPI only when it bootstraps through it
@@ -237,10 +234,8 @@ class MpiBackend final : public Backend {
   // One MPI call, watched: MPI waits for a stopped peer without end.
   template <class Function>
   void call(const char* function, std::size_t bytes, Function&& mpi) {
-    watch_.enter(function, bytes);
-    const int code = mpi();
-    watch_.leave();
-    check(code, function);
+    const auto watched = watch_.watching(function, bytes);
+    check(mpi(), function);
   }
 
   HangWatch watch_;

@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <string>
 
 #include "arbench/backends/backend.hpp"
@@ -66,9 +65,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 class NcclBackend final : public Backend {
  public:
-  explicit NcclBackend(arcoll::Communicator& comm)
-      : watch_("NCCL", comm.rank(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(comm.options().timeout)) {
+  explicit NcclBackend(arcoll::Communicator& comm) : watch_("NCCL", comm) {
     // Every rank skips when one of them cannot run.
     if (auto why = missing_gpu(comm)) throw BackendUnavailable(*why);
     int devices = 0;
