@@ -203,11 +203,6 @@ void UcxTransport::take_piece(int peer, const Header& header, void* data, std::s
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   if (header.offset == 0) {
     if (p.assembling) return broke_off(peer);
-    if (header.message_bytes > kLocalEagerBytes)
-      return fail_peer(peer, ErrorCode::protocol,
-                       "rank " + std::to_string(peer) + " sent an eager message of " +
-                           std::to_string(header.message_bytes) + " B, more than " +
-                           std::to_string(kLocalEagerBytes) + " B");
     auto message = std::make_shared<UcxMessage>();
     message->tag = header.tag;
     message->signature = header.signature;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -98,7 +99,7 @@ constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 // The largest message to a peer of this machine that goes eager, by what its receivers do with
-// it (kCopyEagerBytes, kLocalEagerBytes).
+// it (kCopyEagerBytes; the others at every size: see ucx_transport.hpp).
 std::size_t eager_limit(Request::Receivers receivers) {
   switch (receivers) {
     case Request::Receivers::copy:
@@ -106,7 +107,7 @@ std::size_t eager_limit(Request::Receivers receivers) {
     case Request::Receivers::gathered:
     case Request::Receivers::pipelined:
     case Request::Receivers::relayed:
-      return kLocalEagerBytes;
+      return std::numeric_limits<std::size_t>::max();
   }
   return kCopyEagerBytes;
 }

@@ -56,29 +56,20 @@ struct Header {
   std::uint64_t message_bytes;  // data: the whole message's (more than this piece when cut)
 };
 
-// Up to this size a send to a peer of this machine over UCX's shared memory whose receiver
-// reduces it (or passes it on) as it lands goes eager: a reduction reads the bytes once
-// wherever they are, so the copies through UCX's fifo cost it one pass, as the fetch of UCX's
-// rendezvous (process_vm_readv) would, without the rendezvous' round trip. Busbw against Open
-// MPI over `pml ucx` in the same run, all-reduce, 2 cores of an AMD EPYC, eager to 64 KiB ->
-// to 256 KiB: 2 ranks, 128 KiB x0.79-0.85 -> x0.86-1.03, 256 KiB x0.76-0.83 -> x0.94-1.01;
-// 4 ranks, 64 KiB x0.36-0.40 -> x0.65-0.74, 256 KiB x0.61-0.69 -> x0.84-0.94. Beyond it,
-// one rendezvous costs less than the copies (512 KiB and up gained nothing). A gather's
-// messages go eager too (Receivers::gathered): its senders only send, and an eager sender is
-// done without waiting for the root to fetch (2 cores of an Intel Xeon, rendezvous against
-// eager, gathers of 128 KiB-1 MiB in all, medians of 6 runs on 2 ranks and 5 on 4: 2 ranks,
-// 128 KiB 11.0 -> 8.8 us, 512 KiB 38.1 -> 31.8; 4 ranks, 256 KiB 39.3 -> 31.4, 1 MiB 157 ->
-// 140; the other sizes within 3%). A message of a call whose receivers only copy what
-// lands (all-gather, all-to-all, scatter, sends) and larger than kCopyEagerBytes goes by UCX's
-// rendezvous (UCP_AM_SEND_FLAG_RNDV), as its sender also waits for messages of its own, or
-// (scatter) eager took longer from 512 KiB:
-// one copy instead of two (2 ranks, 2 cores of an Intel Xeon, sendrecv of 128 and 256 KiB:
-// 22.5 -> 7.0 and 41.5 -> 11.5 us, Open MPI 11 us at 256 KiB). A broadcast's messages go as
-// a reduction's, also where the root sends its buffer to each rank (fans_out): 4 ranks on 2
-// cores, eager against rendezvous past 32 KiB, four runs each: 64 KiB 29-42 against 37-85 us,
-// 128 KiB 68-111 against 54-95, 256 KiB 117-162 against 100-141. Kept: eager wins at 64 KiB;
-// a broadcast's own limit from 128 KiB is not measured beyond these runs.
-inline constexpr std::size_t kLocalEagerBytes = 256 * 1024;
+// A send to a peer of this machine over UCX's shared memory whose receiver reduces it (or
+// passes it on, or gathers it) as it lands goes eager at every size, in pieces of one fifo
+// segment: a reduction reads each piece once, in cache, while the sender writes the next, where
+// UCX's rendezvous would first fetch the whole message (process_vm_readv) into a staging buffer
+// that the reduction then reads again, with the sender idle meanwhile. Pieces that come before
+// their receive are held (kHeldEagerBytes at most) or copied until it comes, so a late receiver
+// costs memory for as long as it is late. 2 ranks on 2 cores of an AMD EPYC, eager limit 256
+// KiB -> none, out-of-place busbw (GB/s) of `arbench --np 2 --transport ucx`: all-reduce 1 MiB
+// 4.5 -> 10.4, 16 MiB 3.6 -> 5.7, 256 MiB 4.6 -> 5.2; broadcast 1 MiB 3.6-3.7 -> 14.5-14.7,
+// 64 MiB 3.4-3.5 -> 6.0; gather 1 MiB 20-21 -> 26-30, 64 MiB 6.7-7.3 -> 12.8-13.2; against
+// Open MPI over `pml ucx` in the same run, all-reduce 1 MiB x0.84 -> x1.71, 4 MiB x0.87 ->
+// x1.54. The peak memory of 256 MiB broadcasts and reductions did not change (549 against 555
+// MB). A gather's senders only send, and an eager sender is done without waiting for the root
+// to fetch. Messages whose receivers only copy them are another matter (kCopyEagerBytes).
 // Eager messages to a peer of this machine go in pieces of this size, each of which fits one
 // segment of UCX's shared-memory fifo (kFifoSegmentBytes: room for a piece, our header and
 // UCX's 8 B). UCX hands a message of one segment over where it lies in the fifo, and copies
@@ -104,7 +95,11 @@ inline constexpr std::size_t kFifoRxBufsGrow = 128;
 // us, all-to-all 9.0-9.9 -> 6.8-7.7, gather 5.9-8.1 -> 5.1-5.9, scatter 6.7-8.1 -> 4.6-6.8;
 // 4 ranks, gather 28-30 -> 21-27, the others within the noise of 4 ranks on 2 cores. At 64
 // KiB the rendezvous is as fast or faster (all-gather and all-to-all of 64 KiB blocks on 2
-// ranks: 12.6-13.8 and 12.2-13.2 us against 12.7-14.8 and 13.3-15.7 eager).
+// ranks: 12.6-13.8 and 12.2-13.2 us against 12.7-14.8 and 13.3-15.7 eager). Eager at every
+// size, as reductions go, was slower out of place from 256 KiB (2 ranks, AMD EPYC, GB/s of two
+// runs each, 1 MiB: all-gather 18.4-22.0 -> 16.2-17.6, all-to-all 18.4-21.5 -> 16.2-17.3,
+// sends 12.3-16.0 -> 10.2-10.8): the receiver copies each byte a second time, and the
+// rendezvous's one copy into place moves it once.
 inline constexpr std::size_t kCopyEagerBytes = kPieceBytes;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
