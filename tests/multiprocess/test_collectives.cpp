@@ -495,14 +495,14 @@ void allreduces_in_turn(Communicator& first, Communicator& second, int rounds,
   }
 }
 
-// Gathers back to back with blocks on both sides of UCX's eager limits (a gather's blocks go
-// eager up to 256 KiB, in pieces of 32 KiB, and by rendezvous beyond) and of shm's single copy
-// (16 KiB), to roots in turn: every piece of every block lands where it belongs, also where it
-// came before the root posted its receive (UCX keeps it meanwhile).
+// Gathers back to back with blocks on both sides of UCX's piece size (a gather's blocks go
+// eager at every size, in pieces of 32 KiB) and of shm's single copy (16 KiB), to roots in
+// turn: every piece of every block lands where it belongs, also where it came before the root
+// posted its receive (UCX keeps it meanwhile), also for blocks of many pieces (1.2 MiB).
 TEST(Gather, BackToBackAcrossTheEagerLimits) {
   run_ranks(3, [](Communicator& comm) {
     const int p = comm.size(), rank = comm.rank();
-    const std::size_t counts[] = {0, 1, 8191, 8193, 65536, 65537, 90001};
+    const std::size_t counts[] = {0, 1, 8191, 8193, 65536, 65537, 90001, 300001};
     constexpr std::size_t kCalls = 12;
     for (std::size_t count : counts) {
       // Four calls in a row to each root, with nothing between them: its senders, done at
