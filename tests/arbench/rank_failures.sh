@@ -11,9 +11,9 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # Runs COMMAND (`name`: its output's file names) in the background, sends SIGNAL to rank
-# `victim` of its `ranks` ranks once they have run for 2 s, and waits for it: sets code, elapsed
-# (ms from the signal) and children. Ranks that do not all come within 30 s (mpirun, on a loaded machine, may
-# take more than 2 s to start them) fail the case and end the job, rather than leave it running.
+# `victim` of its `ranks` ranks once they have run for 2 s, and waits for it: sets code,
+# elapsed (ms from the signal) and children. Ranks that do not all come within 30 s (mpirun,
+# on a loaded machine, may take more than 2 s to start them) fail the case and end the job.
 signal_mid_run() {
   local signal=$1 victim=$2 ranks=$3 name=$4
   shift 4
@@ -26,16 +26,16 @@ signal_mid_run() {
     tries=$((tries + 1))
     children=($(pgrep -P "$launcher" | sort -n))
   done
-  sleep 2
-  local start
-  start=$(now_ms)
   if [ ${#children[@]} -ne "$ranks" ]; then
     fail "expected $ranks ranks under the launcher, found ${#children[@]}"
     pkill -9 -P "$launcher"
     kill -9 "$launcher"
   else
+    sleep 2
     kill "-$signal" "${children[$victim]}"
   fi
+  local start
+  start=$(now_ms)
   wait "$launcher"
   code=$?
   elapsed=$(($(now_ms) - start))
