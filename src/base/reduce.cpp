@@ -12,6 +12,10 @@
 #include "src/base/log.hpp"
 #include "src/base/reduce_kernels.hpp"
 
+#if defined(ARCOLL_KERNELS_X86)
+#include <cpuid.h>
+#endif
+
 namespace arcoll::kernels {
 namespace {
 
@@ -41,6 +45,16 @@ bool cpu_has_avx512() {
   return false;
 #endif
 }
+
+// AddressSanitizer checks memcpy's reads and writes, not a string instruction's.
+#if defined(ARCOLL_KERNELS_X86) && !defined(__SANITIZE_ADDRESS__)
+#define ARCOLL_STRING_COPY 1
+// Enhanced REP MOVSB/STOSB (CPUID leaf 7, EBX bit 9).
+bool cpu_has_fast_strings() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ebx & (1u << 9)) != 0;
+}
+#endif
 
 enum class Lookup { found, unknown, unsupported };
 
@@ -152,7 +166,18 @@ void copy(void* dst, const void* src, std::size_t bytes, Stores stores) {
   if (stores == Stores::streaming || bytes >= kStreamingStoresBytes)
     active().copy_streaming(dst, src, bytes);
   else
-    std::memcpy(dst, src, bytes);
+    copy_cached(dst, src, bytes);
+}
+
+void copy_by_string(void* dst, const void* src, std::size_t bytes) {
+#if defined(ARCOLL_STRING_COPY)
+  static const bool fast_strings = cpu_has_fast_strings();
+  if (fast_strings) {
+    asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
 }
 
 void divide_by(void* buf, std::size_t count, DataType type, int divisor) {

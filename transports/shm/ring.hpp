@@ -63,7 +63,7 @@ void ring_read(const Ring* r, std::uint64_t position, std::size_t n, Take&& take
 inline void ring_copy_out(const Ring* r, std::uint64_t position, void* dst, std::size_t n) {
   if (n == 0) return;  // an empty message's buffer may be null
   ring_read(r, position, n, [&](const char* src, std::size_t offset, std::size_t length) {
-    std::memcpy(static_cast<char*>(dst) + offset, src, length);
+    kernels::copy_cached(static_cast<char*>(dst) + offset, src, length);
   });
 }
 
@@ -99,7 +99,7 @@ inline void prefetch_next_page(const char* at) {
 inline void copy_from_memory(char* dst, const char* src, std::size_t bytes) {
   for (std::size_t at = 0; at < bytes; at += kPageBytes) {
     prefetch_next_page(src + at);
-    std::memcpy(dst + at, src + at, std::min(kPageBytes, bytes - at));
+    kernels::copy_cached(dst + at, src + at, std::min(kPageBytes, bytes - at));
   }
 }
 
@@ -133,7 +133,7 @@ inline std::uint64_t write_entry(Ring* ring, std::uint64_t tail, const Entry& en
                             else if (from_memory)
                               copy_from_memory(dst, src, length);
                             else
-                              std::memcpy(dst, src, length);
+                              kernels::copy_cached(dst, src, length);
                           });
 }
 
