@@ -38,8 +38,8 @@ void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType
 void copy(void* dst, const void* src, std::size_t bytes, Stores stores);
 
 // Copies from this size on go through the CPU's string copy (rep movsb) where it has a fast one
-// (FSRM), as glibc's memcpy did up to 2.36 (from 2,112 bytes). glibc 2.41 (Debian 13) copies
-// with vector loads and stores on AMD CPUs instead: into a ring the peer's core reads, 6-9 GB/s
+// (FSRM), as glibc 2.36's memcpy did on an AMD EPYC (from 2,112 bytes). glibc 2.41 (Debian 13)
+// copies with vector loads and stores there instead: into a ring the peer's core reads, 6-9 GB/s
 // where the string copy moved 29-33 (2 ranks on an AMD EPYC; torch 2.6's all-reduce of 4 MiB
 // took 717 us, 355 with the string copy). memcpy under AddressSanitizer, which checks it.
 inline constexpr std::size_t kStringCopyBytes = 2048;

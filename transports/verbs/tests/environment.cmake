@@ -5,5 +5,6 @@ set(TRANSPORT_RUN_ENVIRONMENT "ARCOLL_VERBS_DEVICE=emulated")
 # world of 6 to 8, whose algorithms the shm and tcp runs cover (the protocol's own tests are in
 # test_verbs.cpp). Not here either: what sits above the point-to-point calls and reaches the
 # transport only through them (the cost model's kept calibrations, the parameter server, the
-# wire formats' conversions), a fifth of this run's time, which the shm, tcp and ucx runs cover.
+# wire formats' conversions), which the shm, tcp and ucx runs cover: 66 of the ucx run's 310 s
+# of CPU on an AMD EPYC, its tests run one by one.
 set(TRANSPORT_RUN_FILTER "-*AlgorithmWorld*_6ranks:*AlgorithmWorld*_7ranks:*AlgorithmWorld*_8ranks:*ReduceWorld*_6ranks:*ReduceWorld*_7ranks:*ReduceWorld*_8ranks:CostModel.*:ParameterServer.*:*BspWorld*:*AsynchronousWorld*:*WireWorld*")
