@@ -17,6 +17,12 @@ void store(void* buffer, DataType type, std::size_t i, double value);
 // that the exact result is representable (small integers; mostly 1 with a few 2 and -1 for prod).
 std::vector<unsigned char> make_input(DataType type, ReduceOp op, int rank, std::size_t count,
                                       std::size_t salt = 0);
+// The same input written into `buffer` (of `count` elements), and how many elements of
+// `buffer` differ from it.
+void write_input(void* buffer, DataType type, ReduceOp op, int rank, std::size_t count,
+                 std::size_t salt = 0);
+std::size_t count_not_input(const void* buffer, DataType type, ReduceOp op, int rank,
+                            std::size_t count, std::size_t salt = 0);
 double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt = 0);
 
 // The reduction over ranks 0..world-1 of element i, computed in double (integer sum and
@@ -61,6 +67,9 @@ class TestBuffer {
   void fill(const unsigned char* contents);
   // Holds `byte` throughout, then the sentinel.
   void fill(unsigned char byte);
+  // Holds rank `rank`'s reference input (make_input), then the sentinel: written where it
+  // lies, but for a device buffer.
+  void fill_input(DataType type, ReduceOp op, int rank, std::size_t count, std::size_t salt);
   unsigned char* data() { return data_; }
   // The contents and the sentinel, readable by the host: the buffer itself but on a device,
   // read back (valid until the next call).
