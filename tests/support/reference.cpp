@@ -4,30 +4,91 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace arcoll::testing {
 namespace {
 
-template <class T>
-T wrap_to(double value) {
-  // Integer results are exact in double for our inputs; narrowing is modular since C++20.
-  return static_cast<T>(static_cast<std::int64_t>(value));
+// The checks' loops run per element over every rank's input: they choose the element type
+// once, so that the accesses below inline into them (a switch and a call per element and
+// rank were most of a correctness test's time outside the library).
+template <DataType T>
+using Type = std::integral_constant<DataType, T>;
+
+template <class F>
+decltype(auto) with_type(DataType type, F&& f) {
+  switch (type) {
+    case DataType::f32:
+      return f(Type<DataType::f32>{});
+    case DataType::f64:
+      return f(Type<DataType::f64>{});
+    case DataType::f16:
+      return f(Type<DataType::f16>{});
+    case DataType::bf16:
+      return f(Type<DataType::bf16>{});
+    case DataType::i8:
+      return f(Type<DataType::i8>{});
+    case DataType::u8:
+      return f(Type<DataType::u8>{});
+    case DataType::i32:
+      return f(Type<DataType::i32>{});
+    case DataType::i64:
+      break;
+  }
+  return f(Type<DataType::i64>{});
 }
 
-double tolerance(DataType type, double reference) {
+// How an element of type T is held.
+template <DataType T>
+using Stored = std::conditional_t<
+    T == DataType::f32, float,
+    std::conditional_t<
+        T == DataType::f64, double,
+        std::conditional_t<
+            T == DataType::f16 || T == DataType::bf16, std::uint16_t,
+            std::conditional_t<
+                T == DataType::i8, std::int8_t,
+                std::conditional_t<
+                    T == DataType::u8, std::uint8_t,
+                    std::conditional_t<T == DataType::i32, std::int32_t, std::int64_t>>>>>>;
+
+template <DataType T>
+Stored<T> held(const void* buffer, std::size_t i) {
+  Stored<T> v;
+  std::memcpy(&v, static_cast<const unsigned char*>(buffer) + i * sizeof v, sizeof v);
+  return v;
+}
+
+template <DataType T>
+double load_as(const void* buffer, std::size_t i) {
+  const Stored<T> v = held<T>(buffer, i);
+  if constexpr (T == DataType::f16) return half_to_float(v);
+  if constexpr (T == DataType::bf16) return bf16_to_float(v);
+  return static_cast<double>(v);
+}
+
+template <DataType T>
+void store_as(void* buffer, std::size_t i, double value) {
+  Stored<T> v;
+  if constexpr (T == DataType::f16)
+    v = float_to_half(static_cast<float>(value));
+  else if constexpr (T == DataType::bf16)
+    v = float_to_bf16(static_cast<float>(value));
+  else if constexpr (std::is_floating_point_v<Stored<T>> || T == DataType::i64)
+    v = static_cast<Stored<T>>(value);
+  else  // integer results are exact in double for our inputs; narrowing is modular (C++20)
+    v = static_cast<Stored<T>>(static_cast<std::int64_t>(value));
+  std::memcpy(static_cast<unsigned char*>(buffer) + i * sizeof v, &v, sizeof v);
+}
+
+template <DataType T>
+double tolerance(double reference) {
   const double scale = std::max(1.0, std::fabs(reference));
-  switch (type) {
-    case DataType::f64:
-      return 4 * std::numeric_limits<double>::epsilon() * scale;
-    case DataType::f32:
-      return 4 * std::numeric_limits<float>::epsilon() * scale;
-    case DataType::f16:
-      return 2 * 0x1p-10 * scale;
-    case DataType::bf16:
-      return 2 * 0x1p-7 * scale;
-    default:
-      return 0;
-  }
+  if constexpr (T == DataType::f64) return 4 * std::numeric_limits<double>::epsilon() * scale;
+  if constexpr (T == DataType::f32) return 4 * std::numeric_limits<float>::epsilon() * scale;
+  if constexpr (T == DataType::f16) return 2 * 0x1p-10 * scale;
+  if constexpr (T == DataType::bf16) return 2 * 0x1p-7 * scale;
+  return 0;
 }
 
 // `op` on two values, the reference's own: the library's scalar apply() is code under test,
@@ -40,116 +101,11 @@ double combine(ReduceOp op, double a, double b) {
   return a + b;  // sum, and avg before its division
 }
 
-// Element i's bytes, widened: compared whole (a copy of a fixed size is inlined; a call to
-// memcmp goes through AddressSanitizer's interceptor, per element).
-std::uint64_t element_bits(const void* buffer, DataType type, std::size_t i) {
-  const auto* p = static_cast<const unsigned char*>(buffer) + i * size_of(type);
-  std::uint64_t bits = 0;
-  switch (size_of(type)) {
-    case 1:
-      std::memcpy(&bits, p, 1);
-      break;
-    case 2:
-      std::memcpy(&bits, p, 2);
-      break;
-    case 4:
-      std::memcpy(&bits, p, 4);
-      break;
-    default:
-      std::memcpy(&bits, p, 8);
-  }
-  return bits;
-}
-
-std::uint64_t input_bits(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt);
-
-}  // namespace
-
-double load(const void* buffer, DataType type, std::size_t i) {
-  const auto* p = static_cast<const unsigned char*>(buffer);
-  switch (type) {
-    case DataType::f32: {
-      float v;
-      std::memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    case DataType::f64: {
-      double v;
-      std::memcpy(&v, p + 8 * i, 8);
-      return v;
-    }
-    case DataType::f16: {
-      std::uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      return half_to_float(v);
-    }
-    case DataType::bf16: {
-      std::uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      return bf16_to_float(v);
-    }
-    case DataType::i8:
-      return static_cast<std::int8_t>(p[i]);
-    case DataType::u8:
-      return p[i];
-    case DataType::i32: {
-      std::int32_t v;
-      std::memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    case DataType::i64: {
-      std::int64_t v;
-      std::memcpy(&v, p + 8 * i, 8);
-      return static_cast<double>(v);
-    }
-  }
-  return 0;
-}
-
-void store(void* buffer, DataType type, std::size_t i, double value) {
-  auto* p = static_cast<unsigned char*>(buffer);
-  switch (type) {
-    case DataType::f32: {
-      float v = static_cast<float>(value);
-      std::memcpy(p + 4 * i, &v, 4);
-      return;
-    }
-    case DataType::f64:
-      std::memcpy(p + 8 * i, &value, 8);
-      return;
-    case DataType::f16: {
-      auto v = float_to_half(static_cast<float>(value));
-      std::memcpy(p + 2 * i, &v, 2);
-      return;
-    }
-    case DataType::bf16: {
-      auto v = float_to_bf16(static_cast<float>(value));
-      std::memcpy(p + 2 * i, &v, 2);
-      return;
-    }
-    case DataType::i8:
-      p[i] = static_cast<unsigned char>(wrap_to<std::int8_t>(value));
-      return;
-    case DataType::u8:
-      p[i] = wrap_to<std::uint8_t>(value);
-      return;
-    case DataType::i32: {
-      auto v = wrap_to<std::int32_t>(value);
-      std::memcpy(p + 4 * i, &v, 4);
-      return;
-    }
-    case DataType::i64: {
-      auto v = static_cast<std::int64_t>(value);
-      std::memcpy(p + 8 * i, &v, 8);
-      return;
-    }
-  }
-}
-
-double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt) {
+template <DataType T>
+double input_as(ReduceOp op, int rank, std::size_t i, std::size_t salt) {
   const std::size_t h =
       (i * 2654435761u + static_cast<std::size_t>(rank) * 40503u + salt * 97u) >> 3;
-  const bool is_unsigned = type == DataType::u8;
+  constexpr bool is_unsigned = T == DataType::u8;
   switch (op) {
     case ReduceOp::prod:
       if (h % 5 == 0) return 2;
@@ -165,13 +121,30 @@ double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::siz
   return 0;
 }
 
-namespace {
-std::uint64_t input_bits(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt) {
-  unsigned char element[8] = {};
-  store(element, type, 0, input_value(type, op, rank, i, salt));
-  return element_bits(element, type, 0);
+template <DataType T>
+double expected_as(ReduceOp op, int world, std::size_t i, std::size_t salt) {
+  double acc = input_as<T>(op, 0, i, salt);
+  for (int r = 1; r < world; ++r) acc = combine(op, acc, input_as<T>(op, r, i, salt));
+  if (op == ReduceOp::avg) return acc / world;
+  // Round through the type: integer wrap, float rounding.
+  unsigned char element[sizeof(Stored<T>)];
+  store_as<T>(element, 0, acc);
+  return load_as<T>(element, 0);
 }
+
 }  // namespace
+
+double load(const void* buffer, DataType type, std::size_t i) {
+  return with_type(type, [&](auto t) { return load_as<t()>(buffer, i); });
+}
+
+void store(void* buffer, DataType type, std::size_t i, double value) {
+  with_type(type, [&](auto t) { store_as<t()>(buffer, i, value); });
+}
+
+double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt) {
+  return with_type(type, [&](auto t) { return input_as<t()>(op, rank, i, salt); });
+}
 
 std::vector<unsigned char> make_input(DataType type, ReduceOp op, int rank, std::size_t count,
                                       std::size_t salt) {
@@ -182,39 +155,43 @@ std::vector<unsigned char> make_input(DataType type, ReduceOp op, int rank, std:
 
 void write_input(void* buffer, DataType type, ReduceOp op, int rank, std::size_t count,
                  std::size_t salt) {
-  for (std::size_t i = 0; i < count; ++i)
-    store(buffer, type, i, input_value(type, op, rank, i, salt));
+  with_type(type, [&](auto t) {
+    for (std::size_t i = 0; i < count; ++i)
+      store_as<t()>(buffer, i, input_as<t()>(op, rank, i, salt));
+  });
 }
 
 std::size_t count_not_input(const void* buffer, DataType type, ReduceOp op, int rank,
                             std::size_t count, std::size_t salt) {
-  std::size_t differing = 0;
-  for (std::size_t i = 0; i < count; ++i)
-    if (element_bits(buffer, type, i) != input_bits(type, op, rank, i, salt)) ++differing;
-  return differing;
+  return with_type(type, [&](auto t) {
+    std::size_t differing = 0;
+    Stored<t()> input;
+    for (std::size_t i = 0; i < count; ++i) {
+      store_as<t()>(&input, 0, input_as<t()>(op, rank, i, salt));
+      // Compared as bits: a changed element is changed even where it compares equal (-0, NaN).
+      if (std::memcmp(&input, static_cast<const unsigned char*>(buffer) + i * sizeof input,
+                      sizeof input) != 0)
+        ++differing;
+    }
+    return differing;
+  });
 }
 
 double expected(DataType type, ReduceOp op, int world, std::size_t i, std::size_t salt) {
-  double acc = input_value(type, op, 0, i, salt);
-  for (int r = 1; r < world; ++r) {
-    acc = combine(op, acc, input_value(type, op, r, i, salt));
-  }
-  if (op == ReduceOp::avg) return acc / world;
-  // Round through the type: integer wrap, float rounding.
-  unsigned char tmp[8];
-  store(tmp, type, 0, acc);
-  return load(tmp, type, 0);
+  return with_type(type, [&](auto t) { return expected_as<t()>(op, world, i, salt); });
 }
 
 std::size_t count_wrong(const void* buffer, DataType type, ReduceOp op, int world,
                         std::size_t count, std::size_t salt, std::size_t first_index) {
-  std::size_t wrong = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const double want = expected(type, op, world, first_index + i, salt);
-    const double got = load(buffer, type, i);
-    if (!(std::fabs(got - want) <= tolerance(type, want))) ++wrong;
-  }
-  return wrong;
+  return with_type(type, [&](auto t) {
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const double want = expected_as<t()>(op, world, first_index + i, salt);
+      const double got = load_as<t()>(buffer, i);
+      if (!(std::fabs(got - want) <= tolerance<t()>(want))) ++wrong;
+    }
+    return wrong;
+  });
 }
 
 }  // namespace arcoll::testing
