@@ -11,7 +11,12 @@ rank's), the fastest and slowest round, and the step time over arcoll's.
     PYTHONPATH=build-debian13/python python3 bench/torch_steps.py --np 2 --mpi   (torch 2.x)
 
 FSDP runs on arcoll and Gloo only: torch's MPI backend refuses the reduce-scatter it makes
-("Backend mpi does not support _reduce_scatter_base", torch 2.6)."""
+("Backend mpi does not support _reduce_scatter_base", torch 2.6).
+
+Where step times swing from job to job for every backend, fix glibc's mmap threshold for the
+run (README, torch section):
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"""
 import argparse
 import statistics
 import sys
