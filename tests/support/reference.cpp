@@ -142,10 +142,6 @@ void store(void* buffer, DataType type, std::size_t i, double value) {
   with_type(type, [&](auto t) { store_as<t()>(buffer, i, value); });
 }
 
-double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt) {
-  return with_type(type, [&](auto t) { return input_as<t()>(op, rank, i, salt); });
-}
-
 std::vector<unsigned char> make_input(DataType type, ReduceOp op, int rank, std::size_t count,
                                       std::size_t salt) {
   std::vector<unsigned char> buffer(count * size_of(type));

@@ -23,7 +23,6 @@ void write_input(void* buffer, DataType type, ReduceOp op, int rank, std::size_t
                  std::size_t salt = 0);
 std::size_t count_not_input(const void* buffer, DataType type, ReduceOp op, int rank,
                             std::size_t count, std::size_t salt = 0);
-double input_value(DataType type, ReduceOp op, int rank, std::size_t i, std::size_t salt = 0);
 
 // The reduction over ranks 0..world-1 of element i, computed in double (integer sum and
 // prod wrap like the type).
