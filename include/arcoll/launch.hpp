@@ -17,6 +17,9 @@ struct LaunchInfo {
   // The store listened before its address was given out (split, shrink): a refused
   // connection means its rank is gone, not late.
   bool store_listening = false;
+  // Readable once the store's rank is known to have died (shrink): waits on the store end then,
+  // however long their deadline. -1: none.
+  int store_gone_fd = -1;
   // The job's secret: only processes that know it may connect (ARCOLL_JOB_TOKEN; made by the
   // local launcher and, under mpirun, by rank 0 and shared through MPI). Empty: none.
   std::string job_token;

@@ -190,6 +190,20 @@ void drain_until_closed(const std::vector<int>& fds, Clock::time_point deadline)
   }
 }
 
+namespace {
+
+// TCP lets a connection to a local port with no listener take that very port as its source,
+// and connect to itself; the client then waits for its own answer until its deadline.
+bool connected_to_itself(int fd) {
+  sockaddr_in local{}, remote{};
+  socklen_t local_length = sizeof local, remote_length = sizeof remote;
+  return ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) == 0 &&
+         ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_length) == 0 &&
+         local.sin_port == remote.sin_port && local.sin_addr.s_addr == remote.sin_addr.s_addr;
+}
+
+}  // namespace
+
 Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error,
                  bool retry_refused) {
   sockaddr_in addr = resolve(endpoint, "connect");
@@ -209,6 +223,7 @@ Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::stri
         err = ETIMEDOUT;
       }
     }
+    if (err == 0 && connected_to_itself(fd.get())) err = ECONNREFUSED;
     if (err == 0) {
       int flags = fcntl(fd.get(), F_GETFL);
       fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
@@ -232,12 +247,16 @@ void set_nodelay(int fd) {
 
 namespace {
 
-// Waits until fd is ready for `events`; false on deadline.
-bool wait_ready(int fd, short events, Clock::time_point deadline) {
+// Waits until fd is ready for `events`; false on deadline, PeerError once `gone_fd` (when not
+// -1) is readable and fd is not ready.
+bool wait_ready(int fd, short events, Clock::time_point deadline, int gone_fd, const char* what) {
   while (true) {
-    pollfd pfd{fd, events, 0};
-    int rc = ::poll(&pfd, 1, poll_timeout_ms(deadline));
-    if (rc > 0) return true;
+    pollfd pfds[2] = {{fd, events, 0}, {gone_fd, POLLIN, 0}};
+    int rc = ::poll(pfds, gone_fd >= 0 ? 2 : 1, poll_timeout_ms(deadline));
+    if (rc > 0 && pfds[0].revents != 0) return true;  // what came before the news counts
+    if (rc > 0)
+      throw PeerError(what, "gave up the connection to " + peer_address(fd) +
+                                ": the process that listened there has gone");
     if (rc == 0) return false;
     if (errno != EINTR) throw SystemError("poll", errno_text(errno));
   }
@@ -246,7 +265,7 @@ bool wait_ready(int fd, short events, Clock::time_point deadline) {
 }  // namespace
 
 bool write_all(int fd, const void* data, std::size_t bytes, Clock::time_point deadline,
-               const char* what) {
+               const char* what, int gone_fd) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -257,7 +276,7 @@ bool write_all(int fd, const void* data, std::size_t bytes, Clock::time_point de
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_ready(fd, POLLOUT, deadline)) return false;
+      if (!wait_ready(fd, POLLOUT, deadline, gone_fd, what)) return false;
       continue;
     }
     throw PeerError(what, "connection to " + peer_address(fd) + " failed: " + errno_text(errno));
@@ -265,7 +284,8 @@ bool write_all(int fd, const void* data, std::size_t bytes, Clock::time_point de
   return true;
 }
 
-bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline, const char* what) {
+bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline, const char* what,
+              int gone_fd) {
   char* p = static_cast<char*>(data);
   while (bytes > 0) {
     ssize_t n = ::recv(fd, p, bytes, MSG_DONTWAIT);
@@ -277,7 +297,7 @@ bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline,
     if (n == 0) throw PeerError(what, "connection closed by " + peer_address(fd));
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_ready(fd, POLLIN, deadline)) return false;
+      if (!wait_ready(fd, POLLIN, deadline, gone_fd, what)) return false;
       continue;
     }
     throw PeerError(what, "connection to " + peer_address(fd) + " failed: " + errno_text(errno));

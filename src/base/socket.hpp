@@ -61,7 +61,8 @@ std::string peer_address(int fd);
 
 // Connects, retrying refused connections (the listener may not be up yet; unless
 // `retry_refused` is false) until `deadline`. Returns an invalid Fd on expiry or refusal;
-// `last_error` says why.
+// `last_error` says why. A connection to itself (a local port nobody listens on, taken as its
+// own source port) counts as refused.
 Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::string& last_error,
                  bool retry_refused = true);
 
@@ -69,10 +70,13 @@ void set_nonblocking(int fd);
 void set_nodelay(int fd);
 
 // Reads/writes exactly `bytes`, waiting with poll() until `deadline`. Return false on
-// timeout, throw SystemError/PeerError (with `what` in the message) on failure or EOF.
+// timeout, throw SystemError/PeerError (with `what` in the message) on failure or EOF, and
+// PeerError once `gone_fd` (when given) is readable: the caller learnt that the peer has gone
+// and what answers at its address may be another process.
 bool write_all(int fd, const void* data, std::size_t bytes, Clock::time_point deadline,
-               const char* what);
-bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline, const char* what);
+               const char* what, int gone_fd = -1);
+bool read_all(int fd, void* data, std::size_t bytes, Clock::time_point deadline, const char* what,
+              int gone_fd = -1);
 
 // Milliseconds until `deadline` for poll(), clamped to [0, INT_MAX].
 int poll_timeout_ms(Clock::time_point deadline);

@@ -313,8 +313,10 @@ void StoreServer::serve() {
 }
 
 StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
-                         const std::string& token, bool retry_refused)
-    : endpoint_(endpoint), rank_(rank) {
+                         const std::string& token, bool retry_refused, int gone_fd)
+    : endpoint_(endpoint),
+      rank_(rank),
+      gone_(gone_fd >= 0 ? ::fcntl(gone_fd, F_DUPFD_CLOEXEC, 0) : -1) {
   std::string why;
   fd_ = net::connect_until(endpoint, deadline, why, retry_refused);
   if (!fd_ && !retry_refused && net::Clock::now() < deadline)
@@ -330,14 +332,14 @@ StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point d
                        rank, 0);
   net::set_nodelay(fd_.get());
   auth::Challenge challenge{};
-  if (!net::read_all(fd_.get(), &challenge, sizeof challenge, deadline, "rendezvous"))
+  if (!net::read_all(fd_.get(), &challenge, sizeof challenge, deadline, "rendezvous", gone_.get()))
     throw TimeoutError("rendezvous", "rank 0's store at " + endpoint.str() + " sent no challenge",
                        rank, 0);
   if (challenge.magic != auth::kChallengeMagic)
     throw ProtocolError("rendezvous", endpoint.str() + " is not an arcoll rendezvous store", rank,
                         0);
   const auth::Mac mac = auth::answer(token, "store", challenge);
-  if (!net::write_all(fd_.get(), mac.data(), mac.size(), deadline, "rendezvous"))
+  if (!net::write_all(fd_.get(), mac.data(), mac.size(), deadline, "rendezvous", gone_.get()))
     throw TimeoutError("rendezvous", "rank 0's store did not take the handshake", rank, 0);
 }
 
@@ -366,16 +368,19 @@ std::optional<std::string> StoreClient::round_trip(Type type, const std::string&
                        rank_, 0);
   };
   try {
-    if (!net::write_all(fd_.get(), bytes.data(), bytes.size(), io_deadline, "rendezvous store"))
+    if (!net::write_all(fd_.get(), bytes.data(), bytes.size(), io_deadline, "rendezvous store",
+                        gone_.get()))
       return fail("request");
     ReplyHeader reply;
-    if (!net::read_all(fd_.get(), &reply, sizeof reply, io_deadline, "rendezvous store"))
+    if (!net::read_all(fd_.get(), &reply, sizeof reply, io_deadline, "rendezvous store",
+                       gone_.get()))
       return fail("reply");
     if (reply.magic != kMagic || reply.value_len > kMaxValue ||
         reply.status > static_cast<std::uint8_t>(Status::refused))
       throw ProtocolError("rendezvous store", "malformed reply from " + endpoint_.str(), rank_, 0);
     std::string out(reply.value_len, '\0');
-    if (!net::read_all(fd_.get(), out.data(), out.size(), io_deadline, "rendezvous store"))
+    if (!net::read_all(fd_.get(), out.data(), out.size(), io_deadline, "rendezvous store",
+                       gone_.get()))
       return fail("reply");
     if (reply.status == static_cast<std::uint8_t>(Status::refused))
       throw ConfigurationError("rendezvous store",

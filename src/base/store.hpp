@@ -104,9 +104,10 @@ class StoreClient {
   // Connects, retrying until `deadline`, and answers the server's challenge with `token`;
   // TimeoutError naming rank 0 on expiry.
   // `retry_refused`: whether a refused connection is tried again until `deadline` (the store
-  // may not listen yet).
+  // may not listen yet). `gone_fd` (when given; this client keeps a copy): readable once the
+  // store's process is known to have gone, which ends every wait on it at once.
   StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
-              const std::string& token, bool retry_refused = true);
+              const std::string& token, bool retry_refused = true, int gone_fd = -1);
   void set(const std::string& key, const std::string& value,
            net::Clock::time_point deadline = net::Clock::now() + std::chrono::seconds(30));
   // Waits until `key` exists or `deadline` passes (nullopt).
@@ -122,6 +123,7 @@ class StoreClient {
   int rank_;
   std::mutex mutex_;
   net::Fd fd_;
+  net::Fd gone_;
 };
 
 }  // namespace arcoll

@@ -2,9 +2,14 @@
 // failure (shrink), and a group with newcomers appended (grow, join). Each new communicator
 // meets at a store that listened before its address went out, on the lowest rank that keeps
 // its place, with the job's token.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -109,7 +114,13 @@ std::unique_ptr<Communicator> Communicator::shrink() {
     options.wire_error_feedback = error_feedback != 0;
     if (launch.rank == 0) launch.store_listen_fd = store.release();
     // A member that dies now never joins: the first rank to see its agreement connection close
-    // says so in the new store, and every rank waiting for it fails at once.
+    // says so in the new store, and every rank waiting for it fails at once. Where the store's
+    // own rank died, each rank ends its own waits on the store: another process may come to
+    // listen at its port (or a connection to it connect to itself) and never answer.
+    net::Fd store_gone(::eventfd(0, EFD_CLOEXEC));
+    if (!store_gone)
+      throw SystemError("shrink", "eventfd(): " + std::string(std::strerror(errno)), rank());
+    launch.store_gone_fd = store_gone.get();
     std::atomic<bool> built{false};
     std::thread watchdog([&] {
       while (!built.load()) {
@@ -118,6 +129,11 @@ std::unique_ptr<Communicator> Communicator::shrink() {
         if (dead < 0) continue;
         const auto index = std::find(decision.members.begin(), decision.members.end(), dead) -
                            decision.members.begin();
+        if (index == 0) {
+          const std::uint64_t one = 1;
+          (void)!::write(store_gone.get(), &one, sizeof one);
+          return;
+        }
         try {
           StoreClient store_client({launch.master_addr, launch.master_port},
                                    net::Clock::now() + std::chrono::seconds(1), rank(),

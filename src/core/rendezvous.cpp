@@ -251,7 +251,7 @@ Rendezvous join(const LaunchInfo& launch, const Options& options, const std::str
     // A store that listened before its address was given out (split, shrink) refuses only
     // once its rank is gone: no retry then.
     r.store = std::make_unique<StoreClient>(master, deadline, r.rank, launch.job_token,
-                                            !launch.store_listening);
+                                            !launch.store_listening, launch.store_gone_fd);
     claim_rank(*r.store, r.rank, host);
     if (r.rank == 0 && launch.job_token.empty())
       log::warn(

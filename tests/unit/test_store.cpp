@@ -1,6 +1,8 @@
 // The rendezvous store: set/get/add, waiting with deadlines, and garbage from strangers.
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -126,6 +128,44 @@ TEST(StoreClient, UnreachableStoreTimesOutNamingRankZero) {
     EXPECT_EQ(e.rank(), 3);
   }
   EXPECT_LT(Clock::now() - start, 3s);
+}
+
+// Once the store's process is known to have gone, a wait on it ends at once, however long its
+// deadline: in the handshake (what listens at the port now never answers) and in a get.
+TEST(StoreClient, WaitsEndOnceTheStoresProcessIsKnownToHaveGone) {
+  net::Fd gone(::eventfd(0, EFD_CLOEXEC));
+  ASSERT_TRUE(gone);
+  auto say_gone_after = [&](std::chrono::milliseconds delay) {
+    return std::thread([&gone, delay] {
+      std::this_thread::sleep_for(delay);
+      const std::uint64_t one = 1;
+      ASSERT_EQ(::write(gone.get(), &one, sizeof one), static_cast<ssize_t>(sizeof one));
+    });
+  };
+  net::Fd silent = net::listen_on("127.0.0.1", 0);  // accepts (in the kernel), never answers
+  auto start = Clock::now();
+  std::thread teller = say_gone_after(200ms);
+  EXPECT_THROW(StoreClient(net::local_endpoint(silent.get()), Clock::now() + 30s, 2, kToken, false,
+                           gone.get()),
+               PeerError);
+  teller.join();
+  EXPECT_LT(Clock::now() - start, 10s);
+
+  std::uint64_t drained = 0;
+  ASSERT_EQ(::read(gone.get(), &drained, sizeof drained), static_cast<ssize_t>(sizeof drained));
+  StoreServer server{net::listen_on("127.0.0.1", 0), kToken};
+  StoreClient client(server.endpoint(), Clock::now() + 5s, 2, kToken, false, gone.get());
+  start = Clock::now();
+  teller = say_gone_after(200ms);
+  try {
+    (void)client.get("never", Clock::now() + 30s);
+    ADD_FAILURE() << "a get past the store's end returned";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+    EXPECT_EQ(e.rank(), 2);
+  }
+  teller.join();
+  EXPECT_LT(Clock::now() - start, 10s);
 }
 
 }  // namespace
