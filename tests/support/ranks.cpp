@@ -1,6 +1,7 @@
 #include "tests/support/ranks.hpp"
 
 #include <dirent.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -32,6 +33,29 @@ const bool kRunEnvironmentSet = [] {
   return true;
 }();
 
+// Where the sanitizers' run-time is linked in: it prints a symbolized stack.
+extern "C" void __sanitizer_print_stack_trace() __attribute__((weak));
+
+// A rank that the launcher ends (still running past the grace after another rank failed: a hang)
+// says where it was, in the output the test's report shows: the stack of the thread the signal
+// reached, most often the main thread.
+void say_where_when_terminated() {
+  struct sigaction action {};
+  action.sa_handler = [](int) {
+    static const char kText[] = "ended by the launcher here:\n";
+    (void)!::write(STDERR_FILENO, kText, sizeof kText - 1);
+    if (__sanitizer_print_stack_trace != nullptr) {
+      __sanitizer_print_stack_trace();
+    } else {
+      void* frames[64];
+      ::backtrace_symbols_fd(frames, ::backtrace(frames, 64), STDERR_FILENO);
+    }
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+  };
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
 }  // namespace
 
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body) {
@@ -47,6 +71,7 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
       ::testing::UnitTest::GetInstance()->current_test_info()->result();
   const int parts_before = result->total_part_count();
   return run_local_ranks(o, [&] {
+    say_where_when_terminated();
     int code = body();
     bool failed = false;
     for (int i = parts_before; i < result->total_part_count(); ++i)
