@@ -13,11 +13,12 @@ rank's), the fastest and slowest round, and the step time over arcoll's.
 FSDP runs on arcoll and Gloo only: torch's MPI backend refuses the reduce-scatter it makes
 ("Backend mpi does not support _reduce_scatter_base", torch 2.6).
 
-Where step times swing from job to job for every backend, fix glibc's mmap threshold for the
-run (README, torch section):
-
-    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"""
+The ranks run with glibc's malloc thresholds fixed (README, torch section), unless the
+environment sets GLIBC_TUNABLES or --malloc as-is says not to: torch 2.6's step times, where a
+page's first touch is dear (a VM), otherwise swung up to 4x from job to job for every backend,
+as glibc's adaptive mmap threshold sent torch's per-step tensors to fresh mappings or not."""
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -29,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import torch_ranks
 
 TORCH_2 = int(torch.__version__.split(".")[0]) >= 2
+STEADY_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456"
 
 
 def network():
@@ -86,7 +88,13 @@ def main():
     parser.add_argument("--steps", type=int, default=20, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per job")
     parser.add_argument("--runs", type=int, default=1, help="runs, each a job per backend")
+    parser.add_argument("--malloc", choices=["steady", "as-is"], default="steady",
+                        help="steady: the ranks run with glibc's malloc thresholds fixed "
+                             f"(GLIBC_TUNABLES={STEADY_MALLOC}) unless GLIBC_TUNABLES is set")
     args = parser.parse_args()
+    if args.malloc == "steady":
+        os.environ.setdefault("GLIBC_TUNABLES", STEADY_MALLOC)  # read as each rank starts
+    tunables = os.environ.get("GLIBC_TUNABLES", "none")
     result = {}  # wrapper -> backend -> every round's step time
     for number in range(args.runs):
         for backend in torch_ranks.in_turn(args, number):
@@ -97,7 +105,8 @@ def main():
                 result.setdefault(kind, {}).setdefault(backend, []).extend(rounds)
     print(f"# step time (ms) of torch's MNIST CNN, {args.np} ranks, batch {args.batch} per rank, "
           f"torch {torch.__version__}: median of {args.runs} x {args.rounds} rounds of {args.steps} "
-          f"steps (fastest - slowest round); over arcoll's median")
+          f"steps (fastest - slowest round); over arcoll's median; "
+          f"GLIBC_TUNABLES: {tunables}")
     for kind, rounds in result.items():
         arcoll = statistics.median(rounds["arcoll"])
         for name, seconds in rounds.items():
