@@ -112,7 +112,6 @@ std::unique_ptr<Communicator> Communicator::shrink() {
     lead >> launch.master_addr >> launch.master_port >> wire >> error_feedback >> options.algorithm;
     options.wire = static_cast<DataType>(wire);
     options.wire_error_feedback = error_feedback != 0;
-    if (launch.rank == 0) launch.store_listen_fd = store.release();
     // A member that dies now never joins: the first rank to see its agreement connection close
     // says so in the new store, and every rank waiting for it fails at once. Where the store's
     // own rank died, each rank ends its own waits on the store: another process may come to
@@ -121,6 +120,7 @@ std::unique_ptr<Communicator> Communicator::shrink() {
     if (!store_gone)
       throw SystemError("shrink", "eventfd(): " + std::string(std::strerror(errno)), rank());
     launch.store_gone_fd = store_gone.get();
+    if (launch.rank == 0) launch.store_listen_fd = store.release();
     std::atomic<bool> built{false};
     std::thread watchdog([&] {
       while (!built.load()) {
