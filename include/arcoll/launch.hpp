@@ -17,8 +17,8 @@ struct LaunchInfo {
   // The store listened before its address was given out (split, shrink): a refused
   // connection means its rank is gone, not late.
   bool store_listening = false;
-  // Readable once the store's rank is known to have died (shrink): waits on the store end then,
-  // however long their deadline. -1: none.
+  // Readable once the store's rank is known to have died (shrink): waits for the store's answers
+  // while joining end then, however long their deadline. -1: none.
   int store_gone_fd = -1;
   // The job's secret: only processes that know it may connect (ARCOLL_JOB_TOKEN; made by the
   // local launcher and, under mpirun, by rank 0 and shared through MPI). Empty: none.

@@ -332,15 +332,21 @@ StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point d
                        rank, 0);
   net::set_nodelay(fd_.get());
   auth::Challenge challenge{};
-  if (!net::read_all(fd_.get(), &challenge, sizeof challenge, deadline, "rendezvous", gone_.get()))
-    throw TimeoutError("rendezvous", "rank 0's store at " + endpoint.str() + " sent no challenge",
-                       rank, 0);
-  if (challenge.magic != auth::kChallengeMagic)
-    throw ProtocolError("rendezvous", endpoint.str() + " is not an arcoll rendezvous store", rank,
-                        0);
-  const auth::Mac mac = auth::answer(token, "store", challenge);
-  if (!net::write_all(fd_.get(), mac.data(), mac.size(), deadline, "rendezvous", gone_.get()))
-    throw TimeoutError("rendezvous", "rank 0's store did not take the handshake", rank, 0);
+  try {
+    if (!net::read_all(fd_.get(), &challenge, sizeof challenge, deadline, "rendezvous",
+                       gone_.get()))
+      throw TimeoutError("rendezvous", "rank 0's store at " + endpoint.str() + " sent no challenge",
+                         rank, 0);
+    if (challenge.magic != auth::kChallengeMagic)
+      throw ProtocolError("rendezvous", endpoint.str() + " is not an arcoll rendezvous store", rank,
+                          0);
+    const auth::Mac mac = auth::answer(token, "store", challenge);
+    if (!net::write_all(fd_.get(), mac.data(), mac.size(), deadline, "rendezvous", gone_.get()))
+      throw TimeoutError("rendezvous", "rank 0's store did not take the handshake", rank, 0);
+  } catch (const PeerError& e) {
+    if (e.rank() >= 0) throw;
+    throw PeerError("rendezvous", e.message(), rank, 0);
+  }
 }
 
 std::optional<std::string> StoreClient::round_trip(Type type, const std::string& key,

@@ -104,8 +104,9 @@ class StoreClient {
   // Connects, retrying until `deadline`, and answers the server's challenge with `token`;
   // TimeoutError naming rank 0 on expiry.
   // `retry_refused`: whether a refused connection is tried again until `deadline` (the store
-  // may not listen yet). `gone_fd` (when given; this client keeps a copy): readable once the
-  // store's process is known to have gone, which ends every wait on it at once.
+  // may not listen yet). `gone_fd` (when given; this client keeps a copy until finish_joining()):
+  // readable once the store's process is known to have gone, which ends every wait for its
+  // answers at once (not the connect: a refused one ends at once without it).
   StoreClient(const net::Endpoint& endpoint, net::Clock::time_point deadline, int rank,
               const std::string& token, bool retry_refused = true, int gone_fd = -1);
   void set(const std::string& key, const std::string& value,
@@ -114,6 +115,9 @@ class StoreClient {
   std::optional<std::string> get(const std::string& key, net::Clock::time_point deadline);
   std::int64_t add(const std::string& key, std::int64_t delta);
   const net::Endpoint& endpoint() const { return endpoint_; }
+  // Joining is over: news of the store's end no longer ends this client's waits (it may come
+  // late, from a rank that went on with its communicator).
+  void finish_joining() { gone_.reset(); }
 
  private:
   std::optional<std::string> round_trip(store_protocol::Type type, const std::string& key,

@@ -350,6 +350,7 @@ void finish_join(const Rendezvous& r, Clock::time_point deadline) {
                        r.rank);
   const auto both = store.get(kDuplicateKey, Clock::now());
   release_store(r, deadline);
+  store.finish_joining();
   if (joined->starts_with(kFailedToJoin))
     throw PeerError("rendezvous", "a rank could not join: " + joined->substr(kFailedToJoin.size()),
                     r.rank);

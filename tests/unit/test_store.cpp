@@ -145,9 +145,14 @@ TEST(StoreClient, WaitsEndOnceTheStoresProcessIsKnownToHaveGone) {
   net::Fd silent = net::listen_on("127.0.0.1", 0);  // accepts (in the kernel), never answers
   auto start = Clock::now();
   std::thread teller = say_gone_after(200ms);
-  EXPECT_THROW(StoreClient(net::local_endpoint(silent.get()), Clock::now() + 30s, 2, kToken, false,
-                           gone.get()),
-               PeerError);
+  try {
+    StoreClient client(net::local_endpoint(silent.get()), Clock::now() + 30s, 2, kToken, false,
+                       gone.get());
+    ADD_FAILURE() << "a handshake with a silent listener ended well";
+  } catch (const PeerError& e) {
+    EXPECT_EQ(e.rank(), 2) << e.what();
+    EXPECT_EQ(e.peer(), 0) << e.what();
+  }
   teller.join();
   EXPECT_LT(Clock::now() - start, 10s);
 
@@ -166,6 +171,10 @@ TEST(StoreClient, WaitsEndOnceTheStoresProcessIsKnownToHaveGone) {
   }
   teller.join();
   EXPECT_LT(Clock::now() - start, 10s);
+
+  // Once joined, the news no longer concerns the client: a late one ends no wait.
+  client.finish_joining();
+  EXPECT_EQ(client.get("never", Clock::now() + 300ms), std::nullopt);
 }
 
 }  // namespace
