@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/) with clang into build-fuzz/ and runs each for
-# FUZZ_SECONDS (default 20); exits non-zero when one finds a crash, a leak or undefined
+# FUZZ_SECONDS (default 10); exits non-zero when one finds a crash, a leak or undefined
 # behaviour (its input is kept in build-fuzz/). Without clang and libFuzzer it says so and
 # skips (exit 0): they are optional dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${FUZZ_SECONDS:-20}
+seconds=${FUZZ_SECONDS:-10}
 if ! command -v clang++ >/dev/null || [ -z "$(find /usr/lib/llvm-*/lib/clang -name 'libclang_rt.fuzzer-x86_64.a' 2>/dev/null | head -1)" ]; then
   echo "fuzz: SKIPPED: clang++ or libFuzzer (libclang-rt-dev) not installed"
   exit 0

@@ -68,11 +68,16 @@ run_example() {
 declare -A example_ranks=([nonblocking]=2 [nonblocking_c]=2 [parameter_server]=3
   [shared_buffers]=2 [communicators]=3 [errors]=2)
 
-# CMake: shared, then static.
+# CMake: shared, then static. Through ccache where it is installed, as arcoll's own build: the
+# static build compiles the same files with the same flags again.
+launchers=()
+if ccache=$(command -v ccache); then
+  launchers=(-DCMAKE_C_COMPILER_LAUNCHER="$ccache" -DCMAKE_CXX_COMPILER_LAUNCHER="$ccache")
+fi
 for static in OFF ON; do
   dir=$work/cmake-static-$static
   cmake -S "$source_dir/examples" -B "$dir" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
-    -DARCOLL_EXAMPLES_STATIC=$static >"$work/configure.log" 2>&1 ||
+    -DARCOLL_EXAMPLES_STATIC=$static "${launchers[@]}" >"$work/configure.log" 2>&1 ||
     fail "examples do not configure against the install: $(cat "$work/configure.log")"
   cmake --build "$dir" >"$work/build.log" 2>&1 ||
     fail "examples do not build against the install (static $static): $(cat "$work/build.log")"

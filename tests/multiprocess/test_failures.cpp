@@ -114,7 +114,7 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
     GTEST_SKIP() << "run on each transport's own run only: each transport once is what the "
                     "trials are for";
   const std::string algorithm = GetParam();
-  constexpr int kTrials = 20;
+  constexpr int kTrials = 12;
   constexpr double kTimeout = 10;
   std::vector<double> detections;
   const auto segments_before = arcoll_segments();

@@ -2,8 +2,8 @@
 # moves bytes between the ranks' processes as an HCA would (transports/verbs/device.hpp).
 set(TRANSPORT_RUN_ENVIRONMENT "ARCOLL_VERBS_DEVICE=emulated")
 # The algorithms on 1 to 5 ranks: the emulated device under the sanitizers takes 11-15 s per
-# world of 6 to 8, whose algorithms the shm and tcp runs cover (the protocol's own tests are in
-# test_verbs.cpp). Not here either: what sits above the point-to-point calls and reaches the
+# world of 6 to 8, whose algorithms the shm run covers (8 the tcp run too; the protocol's own
+# tests are in test_verbs.cpp). Not here either: what sits above the point-to-point calls and reaches the
 # transport only through them (the cost model's kept calibrations, the parameter server, the
 # wire formats' conversions), which the shm, tcp and ucx runs cover: 66 of the ucx run's 310 s
 # of CPU on an AMD EPYC, its tests run one by one.
