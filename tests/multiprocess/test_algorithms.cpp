@@ -522,6 +522,8 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
 // backend go through the same source): its cost model predicts with the figures kept, and
 // with the built-in ones under ARCOLL_CALIBRATE=off or with a tuning file, writing nothing.
 TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
+  if (forced_transport() != "shm")
+    GTEST_SKIP() << "the shm. run's test: a communicator finds its figures as on every transport";
   namespace fs = std::filesystem;
   const CalibrationFolder scratch;
   const std::string& folder = scratch.path();
@@ -584,6 +586,8 @@ TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
 // recently used of this host's beyond 32, a kept one reused counts as used now; other hosts'
 // files, other files and partial files still being written stay, abandoned ones go.
 TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
+  if (forced_transport() != "shm")
+    GTEST_SKIP() << "the shm. run's test: the folder is kept alike for every transport";
   namespace fs = std::filesystem;
   const CalibrationFolder scratch;
   const std::string& folder = scratch.path();
