@@ -344,9 +344,15 @@ StoreClient::StoreClient(const net::Endpoint& endpoint, net::Clock::time_point d
     if (!net::write_all(fd_.get(), mac.data(), mac.size(), deadline, "rendezvous", gone_.get()))
       throw TimeoutError("rendezvous", "rank 0's store did not take the handshake", rank, 0);
   } catch (const PeerError& e) {
-    if (e.rank() >= 0) throw;
-    throw PeerError("rendezvous", e.message(), rank, 0);
+    lost_store("rendezvous", e);
   }
+}
+
+void StoreClient::lost_store(const char* operation, const PeerError& e) const {
+  throw PeerError(operation,
+                  "lost the connection to rank 0's store at " + endpoint_.str() + " (" +
+                      e.message() + "); rank 0 has exited or crashed",
+                  rank_, 0);
 }
 
 std::optional<std::string> StoreClient::round_trip(Type type, const std::string& key,
@@ -395,10 +401,7 @@ std::optional<std::string> StoreClient::round_trip(Type type, const std::string&
     if (reply.status == static_cast<std::uint8_t>(Status::missing)) return std::nullopt;
     return out;
   } catch (const PeerError& e) {
-    throw PeerError("rendezvous store",
-                    "lost the connection to rank 0's store at " + endpoint_.str() + " (" +
-                        e.message() + "); rank 0 has exited or crashed",
-                    rank_, 0);
+    lost_store("rendezvous store", e);
   }
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "arcoll/error.hpp"
 #include "src/base/socket.hpp"
 
 namespace arcoll {
@@ -120,6 +121,9 @@ class StoreClient {
   void finish_joining() { gone_.reset(); }
 
  private:
+  // A wait on the store ended by its connection's loss (net's PeerError names no rank): fails
+  // naming this rank and rank 0.
+  [[noreturn]] void lost_store(const char* operation, const PeerError& e) const;
   std::optional<std::string> round_trip(store_protocol::Type type, const std::string& key,
                                         const std::string& value, std::int64_t arg,
                                         net::Clock::time_point deadline);
