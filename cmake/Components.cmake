@@ -9,26 +9,10 @@ function(arcoll_report name state detail)
   message(STATUS "arcoll component ${name}${spaces}${state}: ${detail}")
 endfunction()
 
-# ccache: a compile seen before, in this clone or another, comes from the cache (kept outside
-# the clone, ~/.cache/ccache), so a fresh clone's builds (the sanitized suite's, ThreadSanitizer's,
-# the fuzzers', the Debian 13 root's) take seconds once the same source was built on this
-# machine. Paths under the source folder are hashed relative to it and the build folder is left
-# out, so clones in other folders share the entries (then their debug information, and the
-# warnings replayed from the cache, name the folder of the first). Files compiled with a
-# precompiled header (arbench train's libtorch) are cached too: the header is made from the
-# same source with the same flags, which the sloppiness below lets ccache trust.
-# -DARCOLL_CCACHE=OFF compiles without it.
-option(ARCOLL_CCACHE "Compile through ccache where it is installed" ON)
-find_program(ARCOLL_CCACHE_PROGRAM ccache)
+include(${CMAKE_CURRENT_LIST_DIR}/Ccache.cmake)
 if(NOT ARCOLL_CCACHE)
   arcoll_report("ccache" "off" "-DARCOLL_CCACHE=OFF: every compile runs")
 elseif(ARCOLL_CCACHE_PROGRAM)
-  foreach(language C CXX CUDA)
-    if(NOT CMAKE_${language}_COMPILER_LAUNCHER)
-      set(CMAKE_${language}_COMPILER_LAUNCHER env CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}
-          CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=pch_defines,time_macros ${ARCOLL_CCACHE_PROGRAM})
-    endif()
-  endforeach()
   arcoll_report("ccache" "used" "${ARCOLL_CCACHE_PROGRAM} (compiles seen before on this machine come from its cache)")
 else()
   arcoll_report("ccache" "absent" "ccache not installed: every compile runs")

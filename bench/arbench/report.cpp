@@ -100,9 +100,15 @@ std::string wire_error_text(const Row& row) {
       std::max(row.out_of_place.max_rel_error.value_or(0), row.in_place.max_rel_error.value_or(0)));
 }
 
-// "20", or "auto (50 ms per size and group, at least 5)".
+// "20", "auto (50 ms per size and group, at least 5)", or with passes "auto (10 ms per size and
+// group in each of 5 passes, at least 5 in all)".
 std::string iters_text(const SweepSettings& sweep) {
   if (sweep.target_seconds <= 0) return std::to_string(sweep.iters);
+  if (sweep.repeat > 1)
+    return printf_string(
+        "auto (%.0f ms per size and group in each of %d passes, at least %d in all)",
+        sweep.target_seconds * 1e3, sweep.repeat,
+        min_auto_iters_per_pass(sweep.repeat) * sweep.repeat);
   return printf_string("auto (%.0f ms per size and group, at least %d)", sweep.target_seconds * 1e3,
                        kMinAutoIters);
 }

@@ -102,21 +102,26 @@ std::int64_t count_wrong(const Call& c, const RowPatterns& p, int rank, int rank
   return 0;
 }
 
+// Seconds one call of `once` takes on the slowest rank (every rank runs it: it is collective).
+double agreed_seconds_of(arcoll::Communicator& comm, const std::function<void()>& once, int calls) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) once();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  comm.allreduce(&seconds, 1, DataType::f64, ReduceOp::max);
+  return seconds / calls;
+}
+
 // -n auto: rounds of 1, 4, 16, ... iterations until a round takes a tenth of the target on
-// the slowest rank (every rank runs the same rounds: the calls are collective); the count
-// that fills the target at that pace.
+// the slowest rank; the count that fills the target at that pace, at least `min_iters`.
 int agreed_iterations(arcoll::Communicator& comm, const std::function<void()>& once,
-                      double target_seconds) {
+                      double target_seconds, int min_iters) {
   constexpr int kMaxIters = 1'000'000;
   for (int round = 1;; round *= 4) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < round; ++i) once();
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    comm.allreduce(&seconds, 1, DataType::f64, ReduceOp::max);
-    if (seconds >= target_seconds / 10 || round >= kMaxIters / 4) {
-      const double each = seconds / round;
+    const double each = agreed_seconds_of(comm, once, round);
+    if (each * round >= target_seconds / 10 || round >= kMaxIters / 4) {
       const double wanted = each > 0 ? target_seconds / each : kMaxIters;
-      return static_cast<int>(std::clamp(wanted, double{kMinAutoIters}, double{kMaxIters}));
+      return static_cast<int>(
+          std::clamp(wanted, static_cast<double>(min_iters), double{kMaxIters}));
     }
   }
 }
@@ -140,11 +145,20 @@ class Group {
     if (in_place && shape_.in_recv) call_.send = recv_buffer + shape_.send_in_recv * e;
     if (in_place && !shape_.in_recv) call_.recv = send_buffer + shape_.recv_in_send * e;
     stage_inputs();
-    for (int i = 0; i < settings.warmup_iters; ++i) backend_.run(call_);
-    result_.iters = settings.target_seconds > 0
-                        ? agreed_iterations(comm, [this] { backend_.run(call_); },
-                                            settings.target_seconds)
-                        : settings.iters;
+    if (settings.target_seconds <= 0) {
+      for (int i = 0; i < settings.warmup_iters; ++i) backend_.run(call_);
+      result_.iters = settings.iters;
+      return;
+    }
+    // Timed by the clock, the warm-up ends early where one call alone lasts the target: its
+    // buffers are touched and the backend set up by then, and more such calls (a peer's
+    // 128 MiB all-reduce takes a third of a second here) would only lengthen the run. So do
+    // the passes' own iterations: at least kMinAutoIters over all of them, at least one each.
+    auto once = [this] { backend_.run(call_); };
+    if (settings.warmup_iters > 0 && agreed_seconds_of(comm, once, 1) < settings.target_seconds)
+      for (int i = 1; i < settings.warmup_iters; ++i) once();
+    result_.iters = agreed_iterations(comm, once, settings.target_seconds,
+                                      min_auto_iters_per_pass(settings.repeat));
   }
 
   // `rewarm`: other sizes ran since this group last did (passes), so one untimed iteration

@@ -18,6 +18,10 @@ namespace arbench {
 class Backend;
 
 inline constexpr int kMinAutoIters = 5;
+// -n auto over `repeat` passes: at least kMinAutoIters timed iterations in all, one per pass.
+inline int min_auto_iters_per_pass(int repeat) {
+  return (kMinAutoIters + repeat - 1) / repeat;
+}
 inline constexpr double kAutoTargetSeconds = 0.05;  // -n auto
 
 struct SweepSettings {
@@ -28,8 +32,9 @@ struct SweepSettings {
                                       // collectives that do not reduce run one row ("none")
   int warmup_iters = 5;
   int iters = 20;
-  // -n auto: each group times as many iterations as fill about this many seconds (at least
-  // kMinAutoIters), counted from a probe the ranks agree on; 0: `iters` iterations.
+  // -n auto: each group times as many iterations as fill about this many seconds per pass (at
+  // least min_auto_iters_per_pass), counted from a probe the ranks agree on, and warms up
+  // with fewer than `warmup_iters` where one call lasts that long; 0: `iters` iterations.
   double target_seconds = 0;
   // Passes through the sizes, each timing `iters` iterations per group: a row's time is their
   // median, and their spread says how noisy it is (nccl-tests' -N runs the sweep again).

@@ -33,9 +33,9 @@ PY
 grep -qE " +ps +ps/4 " "$work/plan.txt" || fail "plan has no ps columns: $(cat "$work/plan.txt")"
 
 # Training through parameter servers: ps-bsp gives the all-reduce's weights; asp and ssp train.
-"$arbench" train --np 2 --backends arcoll,ps-bsp,ps-asp,ps-ssp:1 --steps 20 --epochs 1 --test-images 2000 \
+"$arbench" train --np 2 --backends arcoll,ps-bsp,ps-asp,ps-ssp:1 --steps 20 --epochs 1 --test-images 500 \
   --json "$work/train.json" >"$work/train.txt" 2>&1 || fail "train through ps: $(cat "$work/train.txt")"
-"$arbench" train --np 2 --ps-servers 1 --backends ps-bsp,ps-ssp:0 --steps 12 --epochs 1 --test-images 2000 \
+"$arbench" train --np 2 --ps-servers 1 --backends ps-bsp,ps-ssp:0 --steps 12 --epochs 1 --test-images 500 \
   --json "$work/train_dedicated.json" >"$work/train_dedicated.txt" 2>&1 ||
   fail "train through a dedicated server: $(cat "$work/train_dedicated.txt")"
 $python - "$work/train.json" "$work/train_dedicated.json" <<'PY' || fail "ps training: $(cat "$work/train.txt")"

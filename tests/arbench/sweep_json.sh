@@ -183,6 +183,19 @@ for r in rows:
         assert abs(g["busbw_gbs"] - g["algbw_gbs"] * 2 * 2 / 3) <= 1e-9 * g["algbw_gbs"], r
 PY
 
+# -n auto over passes: at least 5 timed iterations in all, at least one per pass (3 passes: 2
+# each), and the header says so.
+"$arbench" --np 2 -n auto --repeat 3 -b 1M -e 1M -w 1 --json "$work/auto_passes.json" \
+  >"$work/auto_passes.txt" 2>&1 || fail "-n auto --repeat 3 exited $?: $(cat "$work/auto_passes.txt")"
+grep -q "iters: auto (50 ms per size and group in each of 3 passes, at least 6 in all)" \
+  "$work/auto_passes.txt" || fail "-n auto --repeat 3: $(head -5 "$work/auto_passes.txt")"
+"$python" - "$work/auto_passes.json" <<'PY' || fail "-n auto --repeat 3: $(cat "$work/auto_passes.txt")"
+import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    for g in (r["out_of_place"], r["in_place"]):
+        assert g["iters"] >= 2 and len(g["spread"]["passes_us"]) == 3, r
+PY
+
 # --repeat: passes through the sizes; every pass in the JSON, the row's time their median; a
 # ratio is marked noisy (? in its row) exactly when the per-pass ratios' interquartile range
 # exceeds 25% of their lower quartile.

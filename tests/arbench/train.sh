@@ -26,19 +26,20 @@ for model in alexnet googlenet resnet50; do
 done
 
 # 1. Every policy, 3 ranks, buckets small enough that lenet's gradients take several. One
-# epoch: each epoch ends with the test set's evaluation, most of a run's time here, so the
-# runs here evaluate on the first 2,000 test images (the epochs' boundaries are crossed in 6.
+# epoch: each epoch ends with the test set's evaluation, much of a run's time here, so the
+# runs here evaluate on the first 500 test images (the epochs' boundaries are crossed in 7.
 # below).
 "$arbench" train --np 3 --backends arcoll --policy sync-after-backward,wfbp,buckets,fusion \
-  --bucket-bytes 256K --steps 12 --epochs 1 --test-images 2000 --json "$work/policies.json" >"$work/policies.txt" ||
+  --bucket-bytes 256K --steps 12 --epochs 1 --test-images 500 --json "$work/policies.json" \
+  >"$work/policies.txt" ||
   fail "training with every policy failed: $(cat "$work/policies.txt")"
-grep -q "^# arbench train: lenet .* on Fashion-MNIST (accuracy on the first 2000 test images)" \
+grep -q "^# arbench train: lenet .* on Fashion-MNIST (accuracy on the first 500 test images)" \
   "$work/policies.txt" || fail "the header does not say what was evaluated: $(head -2 "$work/policies.txt")"
 $python - "$work/policies.json" <<'PY' || fail "the policies' results are wrong: $(cat "$work/policies.txt")"
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["schema"] == "arbench.train/1", d["schema"]
-assert d["metadata"]["test_images"] == 2000, d["metadata"]
+assert d["metadata"]["test_images"] == 500, d["metadata"]
 runs = d["runs"]
 assert [r["configuration"]["policy"] for r in runs] == ["sync-after-backward", "wfbp", "buckets", "fusion"], runs
 buckets = {r["configuration"]["policy"]: r["buckets"] for r in runs}
@@ -62,7 +63,7 @@ grep -q "Test accuracy against training time" "$work/report.html" ||
 # 2. The same seed and data through arcoll, Gloo and MPI: the same weights within float
 # rounding (sums in other orders), 3 ranks.
 "$arbench" train --np 3 --backends arcoll,gloo,mpi --steps 15 \
-  --epochs 1 --test-images 2000 --json "$work/backends.json" >"$work/backends.txt" 2>&1 ||
+  --epochs 1 --test-images 500 --json "$work/backends.json" >"$work/backends.txt" 2>&1 ||
   fail "training through arcoll, gloo and mpi failed: $(cat "$work/backends.txt")"
 $python - "$work/backends.json" <<'PY' || fail "backends disagree: $(cat "$work/backends.txt")"
 import json, sys
@@ -75,7 +76,7 @@ PY
 
 # 3. A throughput model on synthetic batches, with a 16-bit wire and error feedback, and the
 # layer profile as a replay model the replayer reads.
-"$arbench" train --np 2 --model googlenet --backends arcoll --batch 2 --steps 3 --wire bf16+ef \
+"$arbench" train --np 2 --model googlenet --backends arcoll --batch 1 --steps 3 --wire bf16+ef \
   --profile-layers "$work/profile.json" >"$work/googlenet.txt" ||
   fail "googlenet on synthetic data failed: $(cat "$work/googlenet.txt")"
 grep -q "replay model $work/profile.json predicts" "$work/googlenet.txt" ||
@@ -116,7 +117,7 @@ expect_usage_error_of "$work/corrupt/train-images-idx3-ubyte.gz" \
 # their replicas identical (checked at the end), and the launcher takes the kill as planned.
 # Its flags refuse what cannot be.
 "$arbench" train --np 3 --backends arcoll --elastic --kill 1@20 --steps 40 --epochs 1 \
-  --test-images 2000 >"$work/elastic.txt" 2>&1 || fail "the elastic run failed: $(cat "$work/elastic.txt")"
+  --test-images 500 >"$work/elastic.txt" 2>&1 || fail "the elastic run failed: $(cat "$work/elastic.txt")"
 grep -q "a rank was lost at step 20: .* 2 ranks go on" "$work/elastic.txt" ||
   fail "the elastic run does not say what the loss cost: $(cat "$work/elastic.txt")"
 grep -qE "^ +arcoll +buckets" "$work/elastic.txt" || fail "no result row: $(cat "$work/elastic.txt")"
@@ -147,7 +148,7 @@ grep -qF "rank 1 was started with other arguments" "$work/mismatch.0.err" ||
 # 7. A rank killed mid-training: the launcher names it, the others fail naming it within
 # their timeout.
 start=$(date +%s)
-ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 --test-images 2000 \
+ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 --test-images 500 \
   >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
 # A check that fails below must not leave the job training.
