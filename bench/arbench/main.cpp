@@ -52,8 +52,8 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
   add("-w,--warmup_iters", flags.warmup_iters, "N", "Untimed iterations before each timing")
       ->capture_default_str();
   add("-n,--iters", flags.iters, "N",
-      "Timed iterations; auto: as many as fill 50 ms per size and group (at least 5; one per "
-      "--repeat pass), fewer warm-ups where one call lasts that long; the default of arbench "
+      "Timed iterations; auto: as many as fill 50 ms per size and group (at least 5 in all, one "
+      "per --repeat pass), fewer warm-ups where one call lasts that long; the default of arbench "
       "without arguments")
       ->capture_default_str();
   add("--repeat", flags.repeat, "R",
