@@ -6,6 +6,5 @@ set(TRANSPORT_RUN_ENVIRONMENT "ARCOLL_VERBS_DEVICE=emulated")
 # (7 and 8 the tcp run too; the protocol's own tests are in test_verbs.cpp). Not here either:
 # what sits above the point-to-point calls and reaches the transport only through them (the
 # cost model's kept calibrations, the parameter server, the wire formats' conversions), which
-# the shm run covers, and the tcp and ucx runs in part: 66 of the ucx run's 310 s of CPU on an
-# AMD EPYC, its tests run one by one.
+# the shm and tcp runs cover (the ucx run leaves them out too).
 set(TRANSPORT_RUN_FILTER "-*CollectiveWorld.*/6:*CollectiveWorld.*/7:*AlgorithmWorld*_6ranks:*AlgorithmWorld*_7ranks:*AlgorithmWorld*_8ranks:*ReduceWorld*_6ranks:*ReduceWorld*_7ranks:*ReduceWorld*_8ranks:CostModel.*:ParameterServer.*:*BspWorld*:*AsynchronousWorld*:*WireWorld*")
