@@ -183,8 +183,10 @@ for r in rows:
         assert abs(g["busbw_gbs"] - g["algbw_gbs"] * 2 * 2 / 3) <= 1e-9 * g["algbw_gbs"], r
 PY
 
-# -n auto over passes: at least 5 timed iterations in all, at least one per pass (3 passes: 2
-# each), and the header says so.
+# -n auto over passes: the header says at least 5 timed iterations in all, one per pass (3
+# passes: 2 each), and every pass is timed. At 1 MiB the target, not that minimum, sets the
+# count; the minimum decides only where one call lasts a fifth of the target or more, which the
+# first run meets (first_run.sh) and no check here can count on.
 "$arbench" --np 2 -n auto --repeat 3 -b 1M -e 1M -w 1 --json "$work/auto_passes.json" \
   >"$work/auto_passes.txt" 2>&1 || fail "-n auto --repeat 3 exited $?: $(cat "$work/auto_passes.txt")"
 grep -q "iters: auto (50 ms per size and group in each of 3 passes, at least 6 in all)" \
