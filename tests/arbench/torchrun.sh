@@ -14,8 +14,10 @@ fi
 examples=$(dirname "$arbench")/../examples
 unset ARCOLL_MASTER_ADDR ARCOLL_MASTER_PORT ARCOLL_RANK ARCOLL_WORLD_SIZE ARCOLL_JOB_TOKEN
 
-# A free port whose successor is free too (torch's store, then arcoll's).
-port=$($python - <<'PY'
+# A free port whose successor is free too (torch's store, then arcoll's), picked for each job
+# just before it starts: another test of the suite may take a port found free a job earlier.
+free_port_pair() {
+  $python - <<'PY'
 import socket
 for _ in range(100):
     with socket.socket() as a:
@@ -27,11 +29,12 @@ for _ in range(100):
             continue
         print(p); break
 PY
-)
+}
 
 run_torchrun() {  # name, then the program and its arguments
-  local name=$1 code=0
+  local name=$1 code=0 port
   shift
+  port=$(free_port_pair)
   timeout 120 torchrun --nproc_per_node 2 --no_python --redirects 1 --tee 1 \
     --master_addr 127.0.0.1 --master_port "$port" "$@" >"$work/$name.out" 2>&1 || code=$?
   cat "$work/$name.out"
