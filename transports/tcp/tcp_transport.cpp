@@ -319,7 +319,7 @@ ssize_t TcpTransport::receive(Socket& s, char* into, std::size_t want) {
   if (s.ahead_begin == s.ahead_end) {
     // A large read lands in place and leaves `drained` alone: while a large message streams
     // in, the next read mostly finds more of it, where waiting for epoll would cost a call.
-    if (want >= kReadAheadBytes) return ::recv(s.fd.get(), into, want, 0);
+    if (want >= kReadInPlaceBytes) return ::recv(s.fd.get(), into, want, 0);
     if (s.drained) {
       errno = EAGAIN;
       return -1;
