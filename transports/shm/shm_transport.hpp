@@ -194,6 +194,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   transport::Matching<ShmMessage> matching_;
   // Larger messages are read across processes when segments_.cma().
   std::size_t single_copy_bytes_, single_copy_pipelined_bytes_, single_copy_relayed_bytes_;
+  // Whether the kernel backs large heap buffers with huge pages unasked (transparent huge
+  // pages "always"): a read across then pins a page per 2 MiB, not per 4 KiB.
+  bool huge_pages_unasked_;
   std::vector<char> bounce_;  // pieces of reducing receives
   // Reduced pieces forwarded into a ring that is streamed (RingStores): reduced here, in cache,
   // then streamed into the ring and copied into the receive buffer.
