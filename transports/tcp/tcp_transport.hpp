@@ -32,10 +32,11 @@ constexpr std::size_t kLandingPieceBytes = 128 * 1024;
 // Bytes read from one socket per event before the engine turns to the others.
 constexpr std::size_t kReadBudget = 4 << 20;
 // Reads smaller than kReadInPlaceBytes take up to kReadAheadBytes from the socket at once
-// (TcpTransport::receive): a frame's header mostly brings a payload of up to 16 KiB with it,
-// in one call, where 4 KiB left an 8 KiB payload two more (2 ranks over loopback, medians of
-// 4-5 interleaved runs: all-reduce of 8 KiB 18.3 -> 13.2 us, send/recv 16.0 -> 13.3; 128 KiB
-// and 512 KiB alike).
+// (TcpTransport::receive): a frame's header mostly brings a payload of up to 16 KiB with it.
+// With 4 KiB, all-reduces of 8 KiB on 2 ranks over loopback took 2.6 recv calls a rank a call,
+// now 1.7 (strace -c), and 21.3 -> 16.9 us (medians of 5 interleaved runs; send/recv 20.3 ->
+// 16.0, 128 KiB and 512 KiB alike). Reads of 4 KiB and more land in place: taking those
+// through the 16 KiB too made 128-512 KiB messages up to 1.4 times slower.
 constexpr std::size_t kReadInPlaceBytes = 4096;
 constexpr std::size_t kReadAheadBytes = 16 * 1024;
 // How long an abort may spend finishing a frame half written before its reason can follow.
