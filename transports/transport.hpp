@@ -146,6 +146,10 @@ class Transport {
   // in parallel (UCX over cma, knem or xpmem). shm says no: it copies such a buffer into each
   // peer's ring, reading across only the chunks of a relayed broadcast.
   virtual bool fans_out() const { return false; }
+  // Whether a small message costs neither end a system call (a store and a poll in shared
+  // memory; UCX over shared memory or RDMA): the engine then sends one to every peer at once
+  // where rounds of messages would wait on one another. TCP's cost one at each end.
+  virtual bool small_messages_cheap() const { return false; }
   // The boards shared with every peer of this transport; null where it has none.
   virtual SharedBoards* boards() { return nullptr; }
   // Whether post() takes point-to-point requests on this kind of device memory as they are

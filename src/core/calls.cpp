@@ -458,7 +458,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
       effective.send = host.recv;
     }
     const bool checks_root = rooted(collective) && size > 1;
-    if (checks_root) engine_->post_root_check(args.root);
+    if (checks_root) engine_->post_root_check(args.root, bytes);
     (*chosen.fn)(*engine_, effective);
     if (checks_root) engine_->finish_root_check();
     engine_->end();

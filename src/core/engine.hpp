@@ -98,12 +98,13 @@ class Engine final : public PointToPoint {
   void end();
   // Rooted collectives: the ranks agree on the root. A rank that names itself the root
   // receives nothing else, so ranks that name different roots would each keep their own data,
-  // or wait for one another until the timeout. The check is a dissemination (round k: tell
-  // rank + 2^k the lowest and highest roots heard so far, hear rank - 2^k), so every rank
-  // hears from every other within log2(size) rounds and fails the call itself, naming two
-  // ranks that differ: one more message per round, not a whole exchange. Its first round is
-  // posted before the algorithm and waited for after it.
-  void post_root_check(int root);
+  // or wait for one another until the timeout. Every rank hears every other's root, and
+  // fails the call itself naming two ranks that differ: in one step where messages are cheap
+  // and the call (`bytes` a rank) small, each rank telling every other; else by dissemination
+  // (round k: tell rank + 2^k the lowest and highest roots heard so far, hear rank - 2^k),
+  // log2(size) rounds of one message each. The step, or the first round, is posted before the
+  // algorithm and waited for after it.
+  void post_root_check(int root, std::size_t bytes);
   void finish_root_check();
   // "allreduce #12", "send".
   std::string call_name() const;
@@ -220,16 +221,22 @@ class Engine final : public PointToPoint {
   bool in_collective_ = false;         // begun and not ended
   bool pacing_asked_ = false;          // pace_returns() asked since begin()
   std::uint32_t tag_ = 0;
-  // The root check: the lowest and highest roots heard so far, each with a rank naming it; what
-  // each round sent (kept until the next check), heard, and its messages.
+  // The root check by messages: the lowest and highest roots heard so far, each with a rank
+  // naming it; what was sent (kept until the next check: a send may still be in flight), heard,
+  // and the messages. `roots_from_every_rank_`: in this call, each rank tells every other its
+  // root at once (where `cheap_root_messages_`, in small calls); else by dissemination, in
+  // rounds, each telling what the last one heard.
   struct RootsSeen {
     std::int32_t lowest, lowest_by, highest, highest_by;
   };
   RootsSeen roots_seen_{};
-  RootsSeen roots_heard_{};
+  std::vector<RootsSeen> roots_heard_;
   std::vector<RootsSeen> roots_told_;
-  RequestPtr root_sent_, root_received_;
+  std::vector<RequestPtr> root_messages_;
+  bool roots_from_every_rank_ = false;
+  bool cheap_root_messages_ = false;
   void post_root_round(int round);
+  void hear_roots();
   // The root check where every rank shares the boards: each rank's board says which call it
   // entered, with its signature and root; the check reads them, no message. One look: throws
   // naming a rank that entered the call otherwise, else returns the first rank not yet seen

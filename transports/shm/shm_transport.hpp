@@ -109,6 +109,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   PeerFailedCall peer_failed_call() override;
   std::string pending_state() const override;
   bool forwards() const override { return true; }
+  bool small_messages_cheap() const override { return true; }
   SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
   // Device buffers travel as descriptors of their allocation, opened by the receiver, which
   // copies from the sender's device (CUDA IPC) before it acknowledges.

@@ -178,6 +178,7 @@ class UcxTransport final : public Transport {
   bool park() override;
   void take_back() override { parking_.take_back(); }
   bool fans_out() const override { return fans_out_; }
+  bool small_messages_cheap() const override { return !parks_; }
   // CUDA's device memory, where UCX was built to move it.
   bool takes(const DeviceMemoryInfo& memory) const override;
   std::string pending_state() const override;
