@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "arcoll/error.hpp"
 #include "src/base/log.hpp"
 #include "src/base/shared_memory.hpp"
+#include "transports/common/huge_pages.hpp"
 #include "transports/shm/shm_transport.hpp"
 
 namespace arcoll::shm {
@@ -45,14 +45,6 @@ constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 // A whole message of 64 KiB read across took twice as long (14.6 -> 28.9 us); the limit lies
 // between the sizes measured, not at a measured crossing.
 constexpr std::size_t kRelayedSingleCopyBytes = 256 * 1024;
-
-// Whether transparent huge pages are on for every large mapping, not only those that ask.
-bool huge_pages_unasked() {
-  std::ifstream file("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  std::getline(file, modes);
-  return modes.find("[always]") != std::string::npos;
-}
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
                 std::chrono::nanoseconds timeout) {
@@ -90,7 +82,7 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       single_copy_bytes_(setup.options->shm_single_copy_bytes),
       single_copy_pipelined_bytes_(setup.options->shm_single_copy_pipelined_bytes),
       single_copy_relayed_bytes_(std::min(single_copy_pipelined_bytes_, kRelayedSingleCopyBytes)),
-      huge_pages_unasked_(huge_pages_unasked()),
+      huge_pages_unasked_(transport::huge_pages_unasked()),
       polling_(setup.polling) {
   for (int p : peer_ranks_) {
     peers_[static_cast<std::size_t>(p)].segment = segments_.peer(p).segment.get();

@@ -19,6 +19,7 @@
 #include "src/base/device_memory.hpp"
 #include "src/base/log.hpp"
 #include "src/base/store.hpp"
+#include "transports/common/huge_pages.hpp"
 #include "transports/common/landing.hpp"
 #include "transports/common/peer_process.hpp"
 
@@ -99,11 +100,22 @@ constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 // The largest message to a peer of this machine that goes eager, by what its receivers do with
-// it (kCopyEagerBytes; the others at every size: see ucx_transport.hpp).
-std::size_t eager_limit(Request::Receivers receivers) {
-  switch (receivers) {
+// it (kCopyEagerBytes; the others at every size: see ucx_transport.hpp). A copy of a call
+// beyond the caches (streaming stores) goes eager too where every rank has a core: the sender
+// writes the fifo while the receiver reads it, where a rendezvous's read across has the
+// receiver copy alone and pin each 4 KiB page. 2 ranks of an AMD EPYC, 32 MiB a rank, two
+// sets of 3 interleaved runs (the machine at two paces), medians, ms: all-gather 12.8 -> 8.7
+// and 7.4 -> 7.3, all-to-all 12.5 -> 8.7 and 8.6 -> 7.1 out of place; scatter in place 5.4 ->
+// 2.6 and 4.5 -> 2.2. Not where ranks outnumber the cores (their waits yield): a receiver that
+// has no core yet makes the sender's pieces wait, or be copied aside (4 ranks on 2 cores, 16
+// MiB a rank: all-gather 1.6 and all-to-all 2.2 times as long eager). Nor in huge pages
+// (transports/common/huge_pages.hpp), where the read across won (all-to-all 5.9 against 8.0
+// ms eager, all-gather 6.6 against 8.0). `large_copies_eager` says whether it goes.
+std::size_t eager_limit(const Request& send, bool large_copies_eager) {
+  switch (send.receivers) {
     case Request::Receivers::copy:
-      return kCopyEagerBytes;
+      return send.streaming_stores && large_copies_eager ? std::numeric_limits<std::size_t>::max()
+                                                         : kCopyEagerBytes;
     case Request::Receivers::gathered:
     case Request::Receivers::pipelined:
     case Request::Receivers::relayed:
@@ -157,6 +169,7 @@ UcxTransport::UcxTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       peer_ranks_(setup.peers),
       polling_(setup.polling),
+      large_copies_eager_(!setup.polling.yields && !transport::huge_pages_unasked()),
       context_(Context::shared(setup.rank)),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
@@ -306,7 +319,7 @@ void UcxTransport::post(const RequestPtr& request) {
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   const bool local = p.same_machine && !p.queues_sends;
-  const bool eager = local && request->bytes <= eager_limit(request->receivers);
+  const bool eager = local && request->bytes <= eager_limit(*request, large_copies_eager_);
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).

@@ -101,7 +101,8 @@ inline constexpr std::size_t kFifoRxBufsGrow = 128;
 // runs each, 1 MiB: all-gather 18.4-22.0 -> 16.2-17.6, all-to-all 18.4-21.5 -> 16.2-17.3,
 // sends 12.3-16.0 -> 10.2-10.8): the receiver copies each byte a second time, and the
 // rendezvous's one copy into place moves it once (so on 2 cores of an Intel Xeon, sendrecv of
-// 128 and 256 KiB: 22.5 and 41.5 us eager, 7.0 and 11.5 by rendezvous).
+// 128 and 256 KiB: 22.5 and 41.5 us eager, 7.0 and 11.5 by rendezvous). Calls beyond the
+// caches are another matter (ucx_transport.cpp's eager_limit).
 inline constexpr std::size_t kCopyEagerBytes = kPieceBytes;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
@@ -291,6 +292,8 @@ class UcxTransport final : public Transport {
   int rank_;
   std::vector<int> peer_ranks_;
   Polling polling_;
+  // Whether copies of calls beyond the caches go eager to a peer of this machine (eager_limit).
+  bool large_copies_eager_;
   std::shared_ptr<Context> context_;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
