@@ -132,6 +132,17 @@ void UcxTransport::fail_transfers(const std::exception_ptr& error) {
       sending->request->error = error;
       sending->request->done = true;
     }
+  // Announced and not yet cleared, or cleared and not yet sent: nothing of theirs is in UCX.
+  for (auto& [number, send] : announced_) {
+    send->error = error;
+    send->done = true;
+  }
+  announced_.clear();
+  for (const RequestPtr& send : to_stream_) {
+    send->error = error;
+    send->done = true;
+  }
+  to_stream_.clear();
 }
 
 void UcxTransport::release(void* descriptor) noexcept {

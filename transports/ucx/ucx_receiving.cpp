@@ -16,6 +16,15 @@
 namespace arcoll::ucx {
 namespace {
 
+// A message of `bytes` that meets its receive by the header's tag and signature.
+std::shared_ptr<UcxMessage> message_of(const Header& header, std::uint64_t bytes) {
+  auto message = std::make_shared<UcxMessage>();
+  message->tag = header.tag;
+  message->signature = header.signature;
+  message->bytes = bytes;
+  return message;
+}
+
 void on_fetched(void* request, ucs_status_t status, std::size_t /*length*/, void* message) {
   std::unique_ptr<std::pair<UcxTransport*, UcxMessage*>> fetching(
       static_cast<std::pair<UcxTransport*, UcxMessage*>*>(message));
@@ -50,7 +59,17 @@ void UcxTransport::post_recv(const RequestPtr& request) {
     to_fetch_.push_back(message);
     return;
   }
+  if (message->announced) return clear(request->peer, message);
   land_kept(*message);
+}
+
+void UcxTransport::clear(int peer, const std::shared_ptr<UcxMessage>& message) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  p.cleared.push_back(message);
+  auto record = std::make_unique<Sending>();
+  record->header = {p.next_send++, 0, 0, 0, rank_, message->send_id, 0};
+  record->peer = peer;
+  send(std::move(record), kClear, nullptr, 0, UCP_AM_SEND_FLAG_EAGER);
 }
 
 void UcxTransport::land_kept(UcxMessage& message) {
@@ -159,28 +178,43 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     fail_peer(peer, ErrorCode::peer_failure, "rank " + std::to_string(peer) + " aborted: " + text);
     return;
   }
-  if (!rendezvous && header.message_bytes != length)
-    return take_piece(peer, header, data, length, how, kept);
+  if (id == kClear) {
+    const auto cleared = announced_.find(header.offset);
+    if (cleared == announced_.end() || cleared->second->peer != peer)
+      return fail_peer(peer, ErrorCode::protocol,
+                       "rank " + std::to_string(peer) + " cleared a send (number " +
+                           std::to_string(header.offset) +
+                           ") that this rank did not announce to it");
+    to_stream_.push_back(std::move(cleared->second));
+    announced_.erase(cleared);
+    return;
+  }
+  if (id == kCleared || (id == kData && !rendezvous && header.message_bytes != length))
+    return take_piece(peer, id, header, data, length, how, kept);
   if (p.assembling) return broke_off(peer);
+  if (id == kAnnounce) {
+    auto message = message_of(header, header.message_bytes);
+    message->announced = true;
+    message->send_id = header.offset;
+    // Held until its receive is posted (post_recv clears it then), or failed on a mismatch.
+    if (matching_.arrive(peer, message, /*in_place=*/true) ==
+        transport::Matching<UcxMessage>::Arrival::matched)
+      clear(peer, message);
+    return;
+  }
   if (!rendezvous) {
     // Straight into a receive waiting for it; else kept until one is posted.
     if (matching_.arrive_whole(peer, header.tag, header.signature, length, [&](Request& receive) {
           transport::land(receive, 0, aligned_for(receive, data, length), length);
         }))
       return;
-    auto message = std::make_shared<UcxMessage>();
-    message->tag = header.tag;
-    message->signature = header.signature;
-    message->bytes = length;
+    auto message = message_of(header, length);
     if (matching_.arrive(peer, message, /*in_place=*/true) ==
         transport::Matching<UcxMessage>::Arrival::held)
       keep(message, data, length, how, kept);
     return;
   }
-  auto message = std::make_shared<UcxMessage>();
-  message->tag = header.tag;
-  message->signature = header.signature;
-  message->bytes = length;
+  auto message = message_of(header, length);
   message->descriptor = data;
   switch (matching_.arrive(peer, message, /*in_place=*/true)) {
     case transport::Matching<UcxMessage>::Arrival::matched:
@@ -198,15 +232,20 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
 
 // Pieces come in order (the sequence numbers see to it), each right after the one before, with
 // nothing else of their sender's between them.
-void UcxTransport::take_piece(int peer, const Header& header, void* data, std::size_t length,
-                              Arrived how, bool& kept) {
+void UcxTransport::take_piece(int peer, AmId id, const Header& header, void* data,
+                              std::size_t length, Arrived how, bool& kept) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (header.offset == 0) {
-    if (p.assembling) return broke_off(peer);
-    auto message = std::make_shared<UcxMessage>();
-    message->tag = header.tag;
-    message->signature = header.signature;
-    message->bytes = header.message_bytes;
+  if (header.offset == 0 && p.assembling) return broke_off(peer);
+  if (header.offset == 0 && id == kCleared) {
+    // Its receive was matched when it was announced.
+    if (p.cleared.empty())
+      return fail_peer(peer, ErrorCode::protocol,
+                       "rank " + std::to_string(peer) +
+                           " sent the pieces of a message that this rank had not cleared");
+    p.assembling = std::move(p.cleared.front());
+    p.cleared.pop_front();
+  } else if (header.offset == 0) {
+    auto message = message_of(header, header.message_bytes);
     if (matching_.arrive(peer, message, /*in_place=*/true) ==
         transport::Matching<UcxMessage>::Arrival::failed)
       return;

@@ -100,22 +100,11 @@ constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
 // The largest message to a peer of this machine that goes eager, by what its receivers do with
-// it (kCopyEagerBytes; the others at every size: see ucx_transport.hpp). A copy of a call
-// beyond the caches (streaming stores) goes eager too where every rank has a core: the sender
-// writes the fifo while the receiver reads it, where a rendezvous's read across has the
-// receiver copy alone and pin each 4 KiB page. 2 ranks of an AMD EPYC, 32 MiB a rank, two
-// sets of 3 interleaved runs (the machine at two paces), medians, ms: all-gather 12.8 -> 8.7
-// and 7.4 -> 7.3, all-to-all 12.5 -> 8.7 and 8.6 -> 7.1 out of place; scatter in place 5.4 ->
-// 2.6 and 4.5 -> 2.2. Not where ranks outnumber the cores (their waits yield): a receiver that
-// has no core yet makes the sender's pieces wait, or be copied aside (4 ranks on 2 cores, 16
-// MiB a rank: all-gather 1.6 and all-to-all 2.2 times as long eager). Nor in huge pages
-// (transports/common/huge_pages.hpp), where the read across won (all-to-all 5.9 against 8.0
-// ms eager, all-gather 6.6 against 8.0). `large_copies_eager` says whether it goes.
-std::size_t eager_limit(const Request& send, bool large_copies_eager) {
-  switch (send.receivers) {
+// it (kCopyEagerBytes; the others at every size: see ucx_transport.hpp).
+std::size_t eager_limit(Request::Receivers receivers) {
+  switch (receivers) {
     case Request::Receivers::copy:
-      return send.streaming_stores && large_copies_eager ? std::numeric_limits<std::size_t>::max()
-                                                         : kCopyEagerBytes;
+      return kCopyEagerBytes;
     case Request::Receivers::gathered:
     case Request::Receivers::pipelined:
     case Request::Receivers::relayed:
@@ -169,7 +158,7 @@ UcxTransport::UcxTransport(const TransportSetup& setup)
     : rank_(setup.rank),
       peer_ranks_(setup.peers),
       polling_(setup.polling),
-      large_copies_eager_(!setup.polling.yields && !transport::huge_pages_unasked()),
+      announces_large_copies_(!transport::huge_pages_unasked()),
       context_(Context::shared(setup.rank)),
       peers_(static_cast<std::size_t>(setup.size)),
       matching_(setup.size, [this](int peer, std::exception_ptr e) { fail_peer(peer, e); }),
@@ -184,7 +173,7 @@ UcxTransport::UcxTransport(const TransportSetup& setup)
   held_from_worker_.worker = worker_;
   try {
     Context::check(ucp_worker_get_efd(worker_, &event_fd_), "ucp_worker_get_efd", rank_);
-    for (AmId id : {kData, kAbort, kGoodbye, kHello, kFarewell}) {
+    for (AmId id : {kData, kAbort, kGoodbye, kHello, kFarewell, kAnnounce, kClear, kCleared}) {
       handlers_[id - kData] = {this, id};
       ucp_am_handler_param_t handler{};
       handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
@@ -319,21 +308,52 @@ void UcxTransport::post(const RequestPtr& request) {
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   const bool local = p.same_machine && !p.queues_sends;
-  const bool eager = local && request->bytes <= eager_limit(*request, large_copies_eager_);
+  if (local && announces_large_copies_ && request->receivers == Request::Receivers::copy &&
+      request->streaming_stores && request->bytes > kCopyEagerBytes)
+    return announce(request);
+  const bool eager = local && request->bytes <= eager_limit(request->receivers);
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).
   if (!eager) return send_data(request, 0, request->bytes, local ? UCP_AM_SEND_FLAG_RNDV : 0);
+  send_pieces(request, kData);
+}
+
+void UcxTransport::send_pieces(const RequestPtr& request, AmId id) {
   std::size_t offset = 0;
   do {
     const std::size_t piece = std::min(kPieceBytes, request->bytes - offset);
-    send_data(request, offset, piece, UCP_AM_SEND_FLAG_EAGER);
+    send_data(request, offset, piece, UCP_AM_SEND_FLAG_EAGER, id);
     offset += piece;
   } while (offset < request->bytes && !request->done);
 }
 
+// A copy of a call beyond the caches (streaming stores) to a peer of this machine goes in
+// pieces through UCX's fifo, as eager messages go, but only once its receiver has posted the
+// receive and said so: the sender copies in while the receiver copies out, where a rendezvous's
+// read across (cma) has the receiver copy alone and pin the sender's 4 KiB pages one by one,
+// and no piece comes before its receive to be copied aside, as eager ones do from a sender a
+// call ahead (ranks outnumbering the cores). UCX's own protocols of 1.13 (UCX_PROTO_ENABLE)
+// move large messages so; not taken whole, as they slowed smaller ones. 64 MiB calls on an AMD
+// EPYC, medians of 3 interleaved runs, out of place, ms: 2 ranks, from the rendezvous,
+// all-gather 12.8 -> 8.7 and all-to-all 12.5 -> 8.7 (as fast as pieces sent unannounced); 4
+// ranks on 2 cores, all-gather 19.9 -> 19.3, all-to-all 25.8 -> 22.5, scatter 6.2 -> 5.2,
+// where unannounced pieces took 1.6 and 2.2 times as long as the rendezvous. Not in huge pages
+// (transports/common/huge_pages.hpp), where the read across won (2 ranks, 64 MiB: all-to-all
+// 5.9 against 8.0 ms in pieces, all-gather 6.6 against 8.0).
+void UcxTransport::announce(const RequestPtr& request) {
+  Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  const std::uint64_t number = next_announced_++;
+  announced_.emplace(number, request);
+  auto record = std::make_unique<Sending>();
+  record->header = {p.next_send++, request->signature, 0, request->tag, rank_,
+                    number,        request->bytes};
+  record->peer = request->peer;
+  send(std::move(record), kAnnounce, nullptr, 0, UCP_AM_SEND_FLAG_EAGER);
+}
+
 void UcxTransport::send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
-                             std::uint32_t flags) {
+                             std::uint32_t flags, AmId id) {
   Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   auto record = std::make_unique<Sending>();
   record->header = {p.next_send++, request->signature, 0, request->tag, rank_,
@@ -341,7 +361,7 @@ void UcxTransport::send_data(const RequestPtr& request, std::size_t offset, std:
   record->request = request;
   record->piece_bytes = bytes;
   record->peer = request->peer;
-  send(std::move(record), kData, static_cast<const char*>(request->buffer) + offset, bytes, flags);
+  send(std::move(record), id, static_cast<const char*>(request->buffer) + offset, bytes, flags);
 }
 
 void UcxTransport::send(std::unique_ptr<Sending> record, AmId id, const void* buffer,
@@ -435,6 +455,13 @@ bool UcxTransport::turn() {
   judge_lost_peers();
   if (!to_fetch_.empty()) {
     start_fetches();
+    moved = true;
+  }
+  if (!to_stream_.empty()) {
+    std::vector<RequestPtr> cleared;
+    cleared.swap(to_stream_);
+    for (const RequestPtr& send : cleared)
+      if (!send->done) send_pieces(send, kCleared);
     moved = true;
   }
   return moved;

@@ -12,8 +12,10 @@
 // where UCX lends it);
 // rendezvous messages are fetched by the receiver once matched, straight into the user's
 // buffer when they land as a copy (UCX moves them zero-copy where its transport can), else
-// into a staging buffer that is then reduced. UCX may deliver a peer's messages out of order
-// across its lanes: the sequence number puts them back in order.
+// into a staging buffer that is then reduced. A copy of a call beyond the caches is announced
+// instead, and comes in eager pieces once its receiver has cleared it (UcxTransport::announce).
+// UCX may deliver a peer's messages out of order across its lanes: the sequence number puts
+// them back in order.
 //
 // A dead peer: UCX's endpoint error handler names it (connections lost); a peer on the same
 // machine is also watched through a pidfd, since UCX's shared memory does not notice a death.
@@ -25,6 +27,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -42,8 +45,20 @@ namespace arcoll::ucx {
 using net::Clock;
 
 // The kinds of active message, by UCX id.
-// kFarewell answers a goodbye: the peer has read everything sent before it.
-enum AmId : unsigned { kData = 1, kAbort = 2, kGoodbye = 3, kHello = 4, kFarewell = 5 };
+// kFarewell answers a goodbye: the peer has read everything sent before it. kAnnounce: a large
+// copy's request-to-send (no bytes), kClear: its receiver's clear-to-send once the receive is
+// posted, kCleared: a piece of the cleared message (see UcxTransport::announce).
+enum AmId : unsigned {
+  kData = 1,
+  kAbort = 2,
+  kGoodbye = 3,
+  kHello = 4,
+  kFarewell = 5,
+  kAnnounce = 6,
+  kClear = 7,
+  kCleared = 8
+};
+inline constexpr unsigned kAmIds = 8;
 
 // Ahead of every active message's bytes.
 struct Header {
@@ -52,7 +67,8 @@ struct Header {
   std::uint64_t failed_call;    // abort: the collective its sender gave up on
   std::uint32_t tag;            // data
   std::int32_t from;            // the sender's rank
-  std::uint64_t offset;         // data: where this piece's bytes go in its message
+  std::uint64_t offset;         // data: where this piece's bytes go in its message; announce
+                                // and clear: the send's number, the sender's
   std::uint64_t message_bytes;  // data: the whole message's (more than this piece when cut)
 };
 
@@ -102,7 +118,7 @@ inline constexpr std::size_t kFifoRxBufsGrow = 128;
 // sends 12.3-16.0 -> 10.2-10.8): the receiver copies each byte a second time, and the
 // rendezvous's one copy into place moves it once (so on 2 cores of an Intel Xeon, sendrecv of
 // 128 and 256 KiB: 22.5 and 41.5 us eager, 7.0 and 11.5 by rendezvous). Calls beyond the
-// caches are another matter (ucx_transport.cpp's eager_limit).
+// caches are another matter (UcxTransport::announce).
 inline constexpr std::size_t kCopyEagerBytes = kPieceBytes;
 
 // How an active message's bytes reach its handler: eager bytes UCX lends for the handler's
@@ -156,6 +172,9 @@ struct UcxMessage : transport::Incoming {
   std::unique_ptr<char[]> staging;
   void* handle = nullptr;     // UCX's request while fetching
   bool acknowledged = false;  // rendezvous: its sender knows it was fetched (see fetch_done)
+  // Announced: its sender waits for a clear-to-send naming `send_id` before its pieces.
+  bool announced = false;
+  std::uint64_t send_id = 0;
 };
 
 // UCX's context, shared by the communicators of a process (creating one loads every UCX
@@ -206,6 +225,8 @@ class UcxTransport final : public Transport {
     std::map<std::uint64_t, Early> early;
     // The message whose pieces are coming (see kPieceBytes), until its last.
     std::shared_ptr<UcxMessage> assembling;
+    // Announced messages cleared to come, in the order told: kCleared pieces are the front's.
+    std::deque<std::shared_ptr<UcxMessage>> cleared;
     bool hello = false;  // its first message: the endpoints both ways are up
     bool queues_sends = false;  // its endpoint may hold completed sends (see sent())
     bool same_machine = false;  // watched through its pidfd
@@ -236,12 +257,19 @@ class UcxTransport final : public Transport {
   // `kept`: the handler holds UCX's buffer or descriptor (UCS_INPROGRESS).
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
               Arrived how, bool& kept);
-  // Sends `bytes` of `request`'s from `offset` on, as one active message.
+  // Sends `bytes` of `request`'s from `offset` on, as one active message of `id`.
   void send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
-                 std::uint32_t flags);
-  // A piece of an eager message cut in pieces arrived: it lands in its receive, or is kept.
-  void take_piece(int peer, const Header& header, void* data, std::size_t length, Arrived how,
-                  bool& kept);
+                 std::uint32_t flags, AmId id = kData);
+  // Sends all of `request`'s bytes eager, in pieces of kPieceBytes, as messages of `id`.
+  void send_pieces(const RequestPtr& request, AmId id);
+  // A large copy's request-to-send; its pieces go once its receiver clears it (kClear).
+  void announce(const RequestPtr& request);
+  // `message`, announced by `peer`, met its receive: the sender may send its pieces.
+  void clear(int peer, const std::shared_ptr<UcxMessage>& message);
+  // A piece of an eager message cut in pieces arrived (`id`: kData, or kCleared for an
+  // announced one): it lands in its receive, or is kept.
+  void take_piece(int peer, AmId id, const Header& header, void* data, std::size_t length,
+                  Arrived how, bool& kept);
   // Keeps eager bytes of `message` until its receive takes them (UCX's buffer, or a copy).
   void keep(const std::shared_ptr<UcxMessage>& message, void* data, std::size_t length,
             Arrived how, bool& kept);
@@ -292,8 +320,9 @@ class UcxTransport final : public Transport {
   int rank_;
   std::vector<int> peer_ranks_;
   Polling polling_;
-  // Whether copies of calls beyond the caches go eager to a peer of this machine (eager_limit).
-  bool large_copies_eager_;
+  // Whether copies of calls beyond the caches to a peer of this machine are announced
+  // (see announce()).
+  bool announces_large_copies_;
   std::shared_ptr<Context> context_;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
@@ -306,6 +335,10 @@ class UcxTransport final : public Transport {
   Clock::time_point next_alive_check_{};
   std::vector<RequestPtr> pending_failures_;  // transfers that failed, until judged
   std::vector<std::shared_ptr<UcxMessage>> to_fetch_;  // matched, fetched after progress
+  // Announced sends, by number, until cleared; then cleared, their pieces sent after progress.
+  std::map<std::uint64_t, RequestPtr> announced_;
+  std::uint64_t next_announced_ = 0;
+  std::vector<RequestPtr> to_stream_;
   std::vector<char> aligned_;  // an eager message reduced from, when UCX's bytes are not aligned
   // Messages held before their receive with UCX's descriptors or buffers: they go back when
   // closing (those of messages gone already went back with them).
@@ -321,7 +354,7 @@ class UcxTransport final : public Transport {
   // Every peer reads this rank's rendezvous messages from its memory (see greet_peers()).
   bool fans_out_ = false;
   // What UCX calls the active-message handlers back with, by id.
-  std::pair<UcxTransport*, AmId> handlers_[5];
+  std::pair<UcxTransport*, AmId> handlers_[kAmIds];
   // Between calls, where a peer is reached over TCP (see park()): `parks_` says so, from setup.
   bool parks_ = false;
   transport::ParkingSpot parking_{[this] { return move_while_parked(); }};

@@ -12,10 +12,10 @@ add_test(NAME cluster.ucx_beside_tcp_2x2
                  --hosts 2 --ranks-per-host 2 --rate 1gbit --quiet -- $<TARGET_FILE:arbench>
                  --transport tcp,ucx -b 4K -e 64K -f 4 -n 20 --repeat 3)
 set_tests_properties(cluster.ucx_beside_tcp_2x2 PROPERTIES TIMEOUT 120 SKIP_RETURN_CODE 77)
-# Copies of calls beyond the caches go eager to a peer of this machine where every rank has a
-# core (ucx_transport.cpp's eager_limit): every call here is beyond them, as only calls on 16
-# MiB and more are by default, on 2 ranks.
+# Copies of calls beyond the caches to a peer of this machine are announced and go in pieces
+# once their receiver clears them (UcxTransport::announce): every call here is beyond the
+# caches, as only calls on 16 MiB and more are by default, on 2 and 3 ranks.
 gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "ucx-streaming." DISCOVERY_TIMEOUT 60
-                     TEST_FILTER "*CollectiveWorld.Reduce*/2:*AlgorithmWorld*/ring_2ranks"
+                     TEST_FILTER "*CollectiveWorld.Reduce*/2:*CollectiveWorld.Reduce*/3:*AlgorithmWorld*/ring_2ranks"
                      PROPERTIES TIMEOUT 300
                      ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=ucx ARCOLL_STREAMING_BYTES=0")
