@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <tuple>
 
 #include "src/base/crc32c.hpp"
 #include "src/base/env.hpp"
@@ -18,20 +17,6 @@ namespace arcoll {
 namespace {
 
 using net::Clock;
-
-// Tags of collectives have the top bit set (user point-to-point tags must not), the channel
-// in the next bits and the call's sequence number in the low 24.
-constexpr std::uint32_t kCollectiveTagBit = 0x80000000u;
-constexpr int kChannelShift = 24;
-constexpr std::uint32_t kSequenceMask = (1u << kChannelShift) - 1;
-static_assert(kMaxChannels <= 64, "channels must fit in bits 24..29 of a tag");
-// Bit 30 marks the engine's own messages of a collective (the root check), apart from every
-// channel of its algorithm.
-constexpr std::uint32_t kCheckTagBit = 0x40000000u;
-// The root check by cheap messages takes one step up to this many ranks, in calls up to this
-// size a rank (post_root_check).
-constexpr int kRootsFromEveryRank = 8;
-constexpr std::size_t kRootsFromEveryRankBytes = 256 * 1024;
 
 // While several transports serve a communicator, a wait sleeps on the one it waits for in
 // slices this long, polling the others between slices; so does every wait while a transport
@@ -114,9 +99,8 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
     for (int r : setup.peers) route_[static_cast<std::size_t>(r)] = transport.get();
     transport_name_ += (transport_name_.empty() ? "" : "+") + info->name;
   }
-  cheap_root_messages_ = size_ <= kRootsFromEveryRank &&
-                         std::all_of(transports_.begin(), transports_.end(),
-                                     [](const auto& t) { return t->small_messages_cheap(); });
+  cheap_messages_ = std::all_of(transports_.begin(), transports_.end(),
+                                [](const auto& t) { return t->small_messages_cheap(); });
   layout_.ranks = size_;
   layout_.hosts = rendezvous.host_count;
   layout_.ranks_per_host = rendezvous.local_size;
@@ -222,89 +206,6 @@ void Engine::end() {
   }
   for (const auto& t : transports_) parked_ = t->park() || parked_;
   in_collective_ = false;
-}
-
-void Engine::post_root_round(int round) {
-  const int distance = 1 << round;
-  const int to = (rank_ + distance) % size_, from = (rank_ + size_ - distance % size_) % size_;
-  const std::uint32_t tag = tag_ | kCheckTagBit | static_cast<std::uint32_t>(round) << kChannelShift;
-  roots_told_[static_cast<std::size_t>(round)] = roots_seen_;
-  root_messages_.push_back(post(Request::Kind::send, to,
-                                &roots_told_[static_cast<std::size_t>(round)], sizeof(RootsSeen),
-                                tag, {}));
-  root_messages_.push_back(
-      post(Request::Kind::recv, from, roots_heard_.data(), sizeof(RootsSeen), tag, {}));
-}
-
-void Engine::post_root_check(int root, std::size_t bytes) {
-  // Every rank's board says which call it entered, with which root: looked at by waits that
-  // block meanwhile (ranks that each name themselves the root of a gather, or of a large
-  // broadcast, wait for one another), and at the end.
-  root_check_open_ = boards_ != nullptr;
-  if (boards_) {
-    // A peer may sleep in its own root check, waiting for this rank's entry: a call by
-    // messages posts nothing on the boards that would wake it.
-    boards_->shared().announce_board();
-    return;
-  }
-  roots_seen_ = {root, rank_, root, rank_};
-  root_messages_.clear();
-  roots_from_every_rank_ = cheap_root_messages_ && bytes <= kRootsFromEveryRankBytes;
-  if (!roots_from_every_rank_) {
-    roots_told_.resize(32);
-    roots_heard_.resize(1);
-    return post_root_round(0);
-  }
-  // One step, its messages in flight beside the call's own, where messages are cheap
-  // (Transport::small_messages_cheap): rounds wait on peers that may not have the core. On 4
-  // ranks over UCX, 2 cores, a scatter of 64 KiB took 23.8 us with two rounds of
-  // dissemination, 18.9 this way, 5 with no check (every rank then waits for the root only).
-  // Over TCP each message costs a system call at both ends: on 8 ranks over loopback, a gather
-  // of 1 KiB took 1.4 times as long this way. Larger calls keep the rounds, where the check
-  // costs little beside them: in one step, a gather's senders wait for no message the root
-  // sends once it has their data, and run a call ahead, and over UCX the root copies aside
-  // what they send early (4 ranks, 2 cores, 4 MiB a rank: 13.0 against 1.3 ms).
-  roots_told_.assign(1, roots_seen_);
-  roots_heard_.resize(static_cast<std::size_t>(size_ - 1));
-  const std::uint32_t tag = tag_ | kCheckTagBit;
-  for (int distance = 1; distance < size_; ++distance) {
-    const int to = (rank_ + distance) % size_, from = (rank_ + size_ - distance) % size_;
-    root_messages_.push_back(
-        post(Request::Kind::send, to, roots_told_.data(), sizeof(RootsSeen), tag, {}));
-    root_messages_.push_back(post(Request::Kind::recv, from,
-                                  &roots_heard_[static_cast<std::size_t>(distance - 1)],
-                                  sizeof(RootsSeen), tag, {}));
-  }
-}
-
-void Engine::hear_roots() {
-  for (const RequestPtr& message : root_messages_) wait(message);
-  root_messages_.clear();
-  // Ties go to the lower rank: every rank ends naming the same two.
-  RootsSeen& s = roots_seen_;
-  for (const RootsSeen& h : roots_heard_) {
-    if (h.lowest < s.lowest || (h.lowest == s.lowest && h.lowest_by < s.lowest_by))
-      std::tie(s.lowest, s.lowest_by) = std::pair(h.lowest, h.lowest_by);
-    if (h.highest > s.highest || (h.highest == s.highest && h.highest_by < s.highest_by))
-      std::tie(s.highest, s.highest_by) = std::pair(h.highest, h.highest_by);
-  }
-}
-
-void Engine::finish_root_check() {
-  if (boards_) return finish_root_check_on_boards();
-  hear_roots();
-  for (int round = 1; !roots_from_every_rank_ && (1 << round) < size_; ++round) {
-    post_root_round(round);
-    hear_roots();
-  }
-  const RootsSeen& s = roots_seen_;
-  if (s.lowest != s.highest)
-    throw InvalidArgument(call_name(),
-                          "call mismatch: rank " + std::to_string(s.lowest_by) + " names root " +
-                              std::to_string(s.lowest) + " where rank " +
-                              std::to_string(s.highest_by) + " names root " +
-                              std::to_string(s.highest) + ": every rank must name the same root",
-                          rank_, s.lowest_by == rank_ ? s.highest_by : s.lowest_by);
 }
 
 int Engine::root_check_on_boards() {

@@ -220,12 +220,20 @@ class Engine final : public PointToPoint {
   std::uint64_t last_collective_ = 0;  // the sequence of the last collective begun
   bool in_collective_ = false;         // begun and not ended
   bool pacing_asked_ = false;          // pace_returns() asked since begin()
+  // Tags of collectives have the top bit set (user point-to-point tags must not), the channel
+  // in the next bits and the call's sequence number in the low 24. Bit 30 marks the engine's
+  // own messages of a collective (the root check), apart from every channel of its algorithm.
+  static constexpr std::uint32_t kCollectiveTagBit = 0x80000000u;
+  static constexpr std::uint32_t kCheckTagBit = 0x40000000u;
+  static constexpr int kChannelShift = 24;
+  static constexpr std::uint32_t kSequenceMask = (1u << kChannelShift) - 1;
+  static_assert(kMaxChannels <= 64, "channels must fit in bits 24..29 of a tag");
   std::uint32_t tag_ = 0;
-  // The root check by messages: the lowest and highest roots heard so far, each with a rank
-  // naming it; what was sent (kept until the next check: a send may still be in flight), heard,
-  // and the messages. `roots_from_every_rank_`: in this call, each rank tells every other its
-  // root at once (where `cheap_root_messages_`, in small calls); else by dissemination, in
-  // rounds, each telling what the last one heard.
+  // The root check by messages (root_check.cpp): the lowest and highest roots heard so far,
+  // each with a rank naming it; what each round sent (kept until the next check: a send may
+  // still be in flight), heard, and the messages. `roots_from_every_rank_`: in this call, each
+  // rank tells every other its root at once (sending roots_seen_, which changes only once every
+  // message is done); else by dissemination, in rounds, each telling what the last one heard.
   struct RootsSeen {
     std::int32_t lowest, lowest_by, highest, highest_by;
   };
@@ -234,7 +242,8 @@ class Engine final : public PointToPoint {
   std::vector<RootsSeen> roots_told_;
   std::vector<RequestPtr> root_messages_;
   bool roots_from_every_rank_ = false;
-  bool cheap_root_messages_ = false;
+  // Whether every transport's small messages are cheap (Transport::small_messages_cheap).
+  bool cheap_messages_ = false;
   void post_root_round(int round);
   void hear_roots();
   // The root check where every rank shares the boards: each rank's board says which call it

@@ -133,15 +133,14 @@ void UcxTransport::fail_transfers(const std::exception_ptr& error) {
       sending->request->done = true;
     }
   // Announced and not yet cleared, or cleared and not yet sent: nothing of theirs is in UCX.
-  for (auto& [number, send] : announced_) {
+  auto fail = [&](const RequestPtr& send) {
     send->error = error;
     send->done = true;
-  }
-  announced_.clear();
-  for (const RequestPtr& send : to_stream_) {
-    send->error = error;
-    send->done = true;
-  }
+  };
+  announced_.clear([&](const auto& /*registration*/, const RequestPtr& send) {
+    if (send) fail(send);
+  });
+  for (const RequestPtr& send : to_stream_) fail(send);
   to_stream_.clear();
 }
 

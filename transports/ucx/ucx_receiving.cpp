@@ -179,14 +179,14 @@ void UcxTransport::handle(int peer, AmId id, const Header& header, void* data, s
     return;
   }
   if (id == kClear) {
-    const auto cleared = announced_.find(header.offset);
-    if (cleared == announced_.end() || cleared->second->peer != peer)
+    auto cleared = announced_.cleared(header.offset);
+    // A send to another rank that it names is failed below with the others, from to_stream_.
+    if (cleared) to_stream_.push_back(std::move(cleared->send));
+    if (!cleared || to_stream_.back()->peer != peer)
       return fail_peer(peer, ErrorCode::protocol,
                        "rank " + std::to_string(peer) + " cleared a send (number " +
                            std::to_string(header.offset) +
                            ") that this rank did not announce to it");
-    to_stream_.push_back(std::move(cleared->second));
-    announced_.erase(cleared);
     return;
   }
   if (id == kCleared || (id == kData && !rendezvous && header.message_bytes != length))

@@ -335,16 +335,16 @@ void UcxTransport::send_pieces(const RequestPtr& request, AmId id) {
 // and no piece comes before its receive to be copied aside, as eager ones do from a sender a
 // call ahead (ranks outnumbering the cores). UCX's own protocols of 1.13 (UCX_PROTO_ENABLE)
 // move large messages so; not taken whole, as they slowed smaller ones. 64 MiB calls on an AMD
-// EPYC, medians of 3 interleaved runs, out of place, ms: 2 ranks, from the rendezvous,
-// all-gather 12.8 -> 8.7 and all-to-all 12.5 -> 8.7 (as fast as pieces sent unannounced); 4
-// ranks on 2 cores, all-gather 19.9 -> 19.3, all-to-all 25.8 -> 22.5, scatter 6.2 -> 5.2,
-// where unannounced pieces took 1.6 and 2.2 times as long as the rendezvous. Not in huge pages
-// (transports/common/huge_pages.hpp), where the read across won (2 ranks, 64 MiB: all-to-all
-// 5.9 against 8.0 ms in pieces, all-gather 6.6 against 8.0).
+// EPYC, medians of 3 interleaved runs, out of place, ms: 2 ranks, pieces sent unannounced
+// against the rendezvous, all-gather 8.7 against 12.8 and all-to-all 8.7 against 12.5, and
+// announced ones as fast as those (8.9 against 8.9, both); 4 ranks on 2 cores, announced
+// against the rendezvous, all-gather 19.3 against 19.9, all-to-all 22.5 against 25.8, scatter
+// 5.2 against 6.2, where unannounced pieces took 1.6 and 2.2 times as long as the rendezvous. Not
+// in huge pages (transports/common/huge_pages.hpp), where the read across won (2 ranks, 64 MiB:
+// all-to-all 5.9 against 8.0 ms in pieces, all-gather 6.6 against 8.0).
 void UcxTransport::announce(const RequestPtr& request) {
   Peer& p = peers_[static_cast<std::size_t>(request->peer)];
-  const std::uint64_t number = next_announced_++;
-  announced_.emplace(number, request);
+  const std::uint64_t number = announced_.announce(request, {});
   auto record = std::make_unique<Sending>();
   record->header = {p.next_send++, request->signature, 0, request->tag, rank_,
                     number,        request->bytes};

@@ -38,6 +38,7 @@
 #include "transports/common/matching.hpp"
 #include "transports/common/parked.hpp"
 #include "transports/common/peer_process.hpp"
+#include "transports/common/rendezvous.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::ucx {
@@ -335,9 +336,10 @@ class UcxTransport final : public Transport {
   Clock::time_point next_alive_check_{};
   std::vector<RequestPtr> pending_failures_;  // transfers that failed, until judged
   std::vector<std::shared_ptr<UcxMessage>> to_fetch_;  // matched, fetched after progress
-  // Announced sends, by number, until cleared; then cleared, their pieces sent after progress.
-  std::map<std::uint64_t, RequestPtr> announced_;
-  std::uint64_t next_announced_ = 0;
+  // Announced sends, by number, until cleared: the sender's half of the rendezvous bookkeeping
+  // verbs keeps too (UCX registers nothing here: each goes with an empty registration). Then
+  // cleared, their pieces sent after progress.
+  transport::RendezvousBook<> announced_;
   std::vector<RequestPtr> to_stream_;
   std::vector<char> aligned_;  // an eager message reduced from, when UCX's bytes are not aligned
   // Messages held before their receive with UCX's descriptors or buffers: they go back when
