@@ -56,7 +56,7 @@ done
 [ "$elapsed" -lt $(((10 + 5) * 1000)) ] || fail "took ${elapsed} ms, more than the timeout allows"
 
 # 2. A world of 4 where rank 3 never starts (ranks started by hand, as a launcher would).
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(/usr/bin/python3 "$(dirname "$0")/../support/free_port.py")
 start=$(now_ms)
 pids=()
 for r in 0 1 2; do

@@ -15,21 +15,8 @@ examples=$(dirname "$arbench")/../examples
 unset ARCOLL_MASTER_ADDR ARCOLL_MASTER_PORT ARCOLL_RANK ARCOLL_WORLD_SIZE ARCOLL_JOB_TOKEN
 
 # A free port whose successor is free too (torch's store, then arcoll's), picked for each job
-# just before it starts: another test of the suite may take a port found free a job earlier.
-free_port_pair() {
-  $python - <<'PY'
-import socket
-for _ in range(100):
-    with socket.socket() as a:
-        a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
-        try:
-            with socket.socket() as b:
-                b.bind(("127.0.0.1", p + 1))
-        except OSError:
-            continue
-        print(p); break
-PY
-}
+# just before it starts.
+free_port_pair() { $python "$(dirname "$0")/../support/free_port.py" --pair; }
 
 run_torchrun() {  # name, then the program and its arguments
   local name=$1 code=0 port

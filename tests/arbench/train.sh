@@ -128,7 +128,7 @@ expect_usage_error_of "--kill's rank: '3' is outside 0..2" \
   "$arbench" train --np 3 --backends arcoll --elastic --kill 3@5
 
 # 6. Two ranks started by hand that disagree on the batch: both exit 2, naming it.
-port=$($python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$($python "$(dirname "$0")/../support/free_port.py")
 for r in 0 1; do
   ARCOLL_RANK=$r ARCOLL_WORLD_SIZE=2 ARCOLL_MASTER_ADDR=127.0.0.1 ARCOLL_MASTER_PORT=$port \
     "$arbench" train --backends arcoll --steps 6 --epochs 1 --batch $((32 + 32 * r)) \

@@ -34,7 +34,7 @@ done
 
 # Runs `program` as ranks 0 .. n-1 of a job; every rank must exit 0. Rank 0's output is left
 # in $work/rank0.out.
-port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port() { "$python" "$source_dir/tests/support/free_port.py"; }
 run_ranks() {
   local n=$1 program=$2 master_port pids=() rank status
   master_port=$(port)

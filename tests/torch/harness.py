@@ -8,7 +8,7 @@ most of a test's time. Each rank is still a process of its own that joins its gr
 nothing, and runs with the environment its test had when it started the rank (a fork server's
 children would otherwise have the server's)."""
 import os
-import socket
+import sys
 import tempfile
 
 import torch
@@ -17,6 +17,9 @@ import torch.multiprocessing as mp
 
 import arcoll_torch  # noqa: F401  (registers the "arcoll" backend)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from free_port import free_port  # noqa: E402
+
 CONTEXT = mp.get_context("forkserver")
 CONTEXT.set_forkserver_preload(["__main__", "torch", "torch.distributed", "arcoll_torch",
                                 "harness"])
@@ -24,12 +27,6 @@ CONTEXT.set_forkserver_preload(["__main__", "torch", "torch.distributed", "arcol
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
           torch.int32, torch.int64]
 FLOATING = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def init_method(kind, workdir):
