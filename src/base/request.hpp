@@ -63,6 +63,10 @@ struct Request {
   // where the transport lets the peer read the result in place).
   // The receive's waiter waits for both.
   std::shared_ptr<Request> forward;
+  // A send its poster follows at once with more of the call's messages and a wait: a transport
+  // that pays a system call per write may keep it for its next send to the peer or its next
+  // progress, and write them together (tcp: a root check's message and the call's own).
+  bool held = false;
   // Set by the transport.
   std::size_t transferred = 0;
   bool done = false;

@@ -244,6 +244,10 @@ class Engine final : public PointToPoint {
   bool roots_from_every_rank_ = false;
   // Whether every transport's small messages are cheap (Transport::small_messages_cheap).
   bool cheap_messages_ = false;
+  // Sends posted meanwhile are Request::held; the root check's are, in a small call, where
+  // the call's own messages and a wait follow them.
+  bool holds_sends_ = false;
+  bool holds_root_sends_ = false;
   void post_root_round(int round);
   void hear_roots();
   // The root check where every rank shares the boards: each rank's board says which call it

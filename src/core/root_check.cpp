@@ -14,6 +14,18 @@ namespace {
 constexpr int kRootsFromEveryRank = 8;
 constexpr std::size_t kRootsFromEveryRankBytes = 256 * 1024;
 
+// The sends posted in its scope are Request::held where `on`.
+class HeldSends {
+ public:
+  HeldSends(bool& holds, bool on) : holds_(holds) { holds_ = on; }
+  ~HeldSends() { holds_ = false; }
+  HeldSends(const HeldSends&) = delete;
+  HeldSends& operator=(const HeldSends&) = delete;
+
+ private:
+  bool& holds_;
+};
+
 }  // namespace
 
 void Engine::post_root_round(int round) {
@@ -22,9 +34,12 @@ void Engine::post_root_round(int round) {
   const std::uint32_t tag =
       tag_ | kCheckTagBit | static_cast<std::uint32_t>(round) << kChannelShift;
   roots_told_[static_cast<std::size_t>(round)] = roots_seen_;
-  root_messages_.push_back(post(Request::Kind::send, to,
-                                &roots_told_[static_cast<std::size_t>(round)], sizeof(RootsSeen),
-                                tag, {}));
+  {
+    HeldSends held(holds_sends_, holds_root_sends_);
+    root_messages_.push_back(post(Request::Kind::send, to,
+                                  &roots_told_[static_cast<std::size_t>(round)], sizeof(RootsSeen),
+                                  tag, {}));
+  }
   root_messages_.push_back(
       post(Request::Kind::recv, from, roots_heard_.data(), sizeof(RootsSeen), tag, {}));
 }
@@ -42,6 +57,11 @@ void Engine::post_root_check(int root, std::size_t bytes) {
   }
   roots_seen_ = {root, rank_, root, rank_};
   root_messages_.clear();
+  // In a small call, a check's send goes in one write with the call's own first message to
+  // the peer, where a transport pays per write (tcp). 2 ranks over loopback, 8 B, medians of 3
+  // interleaved runs: gather 23.3 -> 15.6 us, scatter 18.4 -> 14.9, broadcast 18.2 -> 15.2,
+  // as fast as an all-reduce (15.1).
+  holds_root_sends_ = bytes <= kRootsFromEveryRankBytes;
   roots_from_every_rank_ =
       cheap_messages_ && size_ <= kRootsFromEveryRank && bytes <= kRootsFromEveryRankBytes;
   if (!roots_from_every_rank_) {
@@ -62,8 +82,11 @@ void Engine::post_root_check(int root, std::size_t bytes) {
   const std::uint32_t tag = tag_ | kCheckTagBit;
   for (int distance = 1; distance < size_; ++distance) {
     const int to = (rank_ + distance) % size_, from = (rank_ + size_ - distance) % size_;
-    root_messages_.push_back(
-        post(Request::Kind::send, to, &roots_seen_, sizeof(RootsSeen), tag, {}));
+    {
+      HeldSends held(holds_sends_, holds_root_sends_);
+      root_messages_.push_back(
+          post(Request::Kind::send, to, &roots_seen_, sizeof(RootsSeen), tag, {}));
+    }
     root_messages_.push_back(post(Request::Kind::recv, from,
                                   &roots_heard_[static_cast<std::size_t>(distance - 1)],
                                   sizeof(RootsSeen), tag, {}));
