@@ -75,7 +75,8 @@ struct AlgorithmInfo {
   // Whether it reads and writes this call's buffers with the host (on the boards), where a call
   // on device memory runs on host copies of them; null: never. A composite algorithm, which
   // may choose such an algorithm inside, always runs on host copies.
-  std::function<bool(Collective, const PointToPoint&, const CollectiveArgs&)> reads_buffers;
+  std::function<bool(Collective, const PointToPoint&, const CollectiveArgs&)> reads_buffers =
+      nullptr;
 };
 
 using AlgorithmRegistry = Registry<AlgorithmInfo>;
