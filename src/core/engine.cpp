@@ -303,7 +303,7 @@ RequestPtr Engine::make_request(Request::Kind kind, int peer, void* buffer, std:
   request->landing = landing;
   request->streaming_stores = call_.streaming_stores;
   request->receivers = call_.receivers;
-  request->held = holds_sends_ && kind == Request::Kind::send;
+  request->held = kind == Request::Kind::send && (tag & kCheckTagBit) != 0 && holds_root_sends_;
   return request;
 }
 

@@ -244,9 +244,8 @@ class Engine final : public PointToPoint {
   bool roots_from_every_rank_ = false;
   // Whether every transport's small messages are cheap (Transport::small_messages_cheap).
   bool cheap_messages_ = false;
-  // Sends posted meanwhile are Request::held; the root check's are, in a small call, where
-  // the call's own messages and a wait follow them.
-  bool holds_sends_ = false;
+  // Whether this call's root check sends (tags with kCheckTagBit) are Request::held: in a
+  // small call, where the call's own messages and a wait follow them.
   bool holds_root_sends_ = false;
   void post_root_round(int round);
   void hear_roots();

@@ -14,18 +14,6 @@ namespace {
 constexpr int kRootsFromEveryRank = 8;
 constexpr std::size_t kRootsFromEveryRankBytes = 256 * 1024;
 
-// The sends posted in its scope are Request::held where `on`.
-class HeldSends {
- public:
-  HeldSends(bool& holds, bool on) : holds_(holds) { holds_ = on; }
-  ~HeldSends() { holds_ = false; }
-  HeldSends(const HeldSends&) = delete;
-  HeldSends& operator=(const HeldSends&) = delete;
-
- private:
-  bool& holds_;
-};
-
 }  // namespace
 
 void Engine::post_root_round(int round) {
@@ -34,12 +22,9 @@ void Engine::post_root_round(int round) {
   const std::uint32_t tag =
       tag_ | kCheckTagBit | static_cast<std::uint32_t>(round) << kChannelShift;
   roots_told_[static_cast<std::size_t>(round)] = roots_seen_;
-  {
-    HeldSends held(holds_sends_, holds_root_sends_);
-    root_messages_.push_back(post(Request::Kind::send, to,
-                                  &roots_told_[static_cast<std::size_t>(round)], sizeof(RootsSeen),
-                                  tag, {}));
-  }
+  root_messages_.push_back(post(Request::Kind::send, to,
+                                &roots_told_[static_cast<std::size_t>(round)], sizeof(RootsSeen),
+                                tag, {}));
   root_messages_.push_back(
       post(Request::Kind::recv, from, roots_heard_.data(), sizeof(RootsSeen), tag, {}));
 }
@@ -82,11 +67,8 @@ void Engine::post_root_check(int root, std::size_t bytes) {
   const std::uint32_t tag = tag_ | kCheckTagBit;
   for (int distance = 1; distance < size_; ++distance) {
     const int to = (rank_ + distance) % size_, from = (rank_ + size_ - distance) % size_;
-    {
-      HeldSends held(holds_sends_, holds_root_sends_);
-      root_messages_.push_back(
-          post(Request::Kind::send, to, &roots_seen_, sizeof(RootsSeen), tag, {}));
-    }
+    root_messages_.push_back(
+        post(Request::Kind::send, to, &roots_seen_, sizeof(RootsSeen), tag, {}));
     root_messages_.push_back(post(Request::Kind::recv, from,
                                   &roots_heard_[static_cast<std::size_t>(distance - 1)],
                                   sizeof(RootsSeen), tag, {}));

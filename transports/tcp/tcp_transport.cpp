@@ -198,6 +198,7 @@ void TcpTransport::unpark(Peer& p) {
 }
 
 bool TcpTransport::flush(Socket& s) {
+  constexpr std::size_t header_bytes = sizeof(FrameHeader);
   bool wrote = false;
   while (!s.queue.empty() && !s.closed) {
     // Small queued frames in one write (kFramesPerWrite, kBatchedWriteBytes): a call's small
@@ -210,7 +211,6 @@ bool TcpTransport::flush(Socket& s) {
          i < s.queue.size() && i < kFramesPerWrite && (i == 0 || offered < kBatchedWriteBytes);
          ++i) {
       OutFrame& out = s.queue[i];
-      const std::size_t header_bytes = sizeof(FrameHeader);
       if (out.written < header_bytes)
         iov[count++] = {reinterpret_cast<char*>(&out.header) + out.written,
                         header_bytes - out.written};
@@ -236,7 +236,6 @@ bool TcpTransport::flush(Socket& s) {
     for (auto left = static_cast<std::size_t>(n); left > 0;) {
       OutFrame& out = s.queue.front();
       const std::size_t taken = std::min(left, out.total() - out.written);
-      const std::size_t header_bytes = sizeof(FrameHeader);
       const std::size_t before = out.written;
       out.written += taken;
       left -= taken;
