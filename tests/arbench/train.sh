@@ -113,12 +113,12 @@ cp /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz "$work/corrupt/"
 expect_usage_error_of "$work/corrupt/train-images-idx3-ubyte.gz" \
   "$arbench" train --np 2 --backends arcoll --data "$work/corrupt"
 
-# 5. Elastic training: rank 1 of 3 dies at step 20; the others shrink, re-shard and finish,
+# 5. Elastic training: rank 1 of 3 dies at step 10; the others shrink, re-shard and finish,
 # their replicas identical (checked at the end), and the launcher takes the kill as planned.
 # Its flags refuse what cannot be.
-"$arbench" train --np 3 --backends arcoll --elastic --kill 1@20 --steps 40 --epochs 1 \
+"$arbench" train --np 3 --backends arcoll --elastic --kill 1@10 --steps 20 --epochs 1 \
   --test-images 500 >"$work/elastic.txt" 2>&1 || fail "the elastic run failed: $(cat "$work/elastic.txt")"
-grep -q "a rank was lost at step 20: .* 2 ranks go on" "$work/elastic.txt" ||
+grep -q "a rank was lost at step 10: .* 2 ranks go on" "$work/elastic.txt" ||
   fail "the elastic run does not say what the loss cost: $(cat "$work/elastic.txt")"
 grep -qE "^ +arcoll +buckets" "$work/elastic.txt" || fail "no result row: $(cat "$work/elastic.txt")"
 expect_usage_error_of "--kill: only an --elastic run" "$arbench" train --np 3 --kill 1@20
@@ -148,7 +148,7 @@ grep -qF "rank 1 was started with other arguments" "$work/mismatch.0.err" ||
 # 7. A rank killed mid-training: the launcher names it, the others fail naming it within
 # their timeout.
 start=$(date +%s)
-ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 40 --epochs 1000 --test-images 500 \
+ARCOLL_TIMEOUT=10 "$arbench" train --np 3 --backends arcoll --steps 8 --epochs 1000 --test-images 500 \
   >"$work/kill.out" 2>"$work/kill.err" &
 launcher=$!
 # A check that fails below must not leave the job training.

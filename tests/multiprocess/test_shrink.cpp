@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -227,6 +228,20 @@ TEST(Shrink, ARankThatAbortedIsLeftOutAtOnce) {
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
+// Whether `path` came within `seconds`; only calls that are safe in a child forked from a
+// process with threads.
+bool came_within(const char* path, int seconds) {
+  for (int polls = 0; polls < seconds * 100; ++polls) {
+    if (::access(path, F_OK) == 0) return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+
+void mark(const std::string& path) {
+  std::fclose(std::fopen(path.c_str(), "w"));
+}
+
 // A rank stopped past the deadline is left out; when it comes back, its shrink() says so
 // (it is never mixed in), while the others compute on without it.
 TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
@@ -235,15 +250,20 @@ TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
   options.env = {{"ARCOLL_TIMEOUT", "2"}};
   options.failure_grace = std::chrono::seconds(60);
   constexpr int kStopped = 2;
+  // Marks between the ranks, instead of sleeps: the last survivor to have shrunk lets the
+  // stopped rank go on, and the stopped rank's look lets the survivors end.
+  std::string folder = (std::filesystem::temp_directory_path() / "arcoll-shrink-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(folder.data()), nullptr);
+  const std::string survivors_shrunk = folder + "/shrunk", looked = folder + "/looked";
   auto exits = launch(options, [&] {
     auto comm = Communicator::from_env();
     comm->barrier();
     std::vector<float> data(10, 1.0f);
     if (comm->rank() == kStopped) {
-      // Stopped for the others' call (2 s) and agreement (2 s), and a while more.
+      // Stopped for the others' call (2 s) and agreement (2 s), until they have shrunk.
       const pid_t self = ::getpid();
       if (::fork() == 0) {
-        std::this_thread::sleep_for(std::chrono::seconds(7));
+        came_within(survivors_shrunk.c_str(), 60);
         ::kill(self, SIGCONT);
         ::_exit(0);
       }
@@ -255,15 +275,18 @@ TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
         comm->allreduce(data.data(), data.size(), DataType::f32, ReduceOp::sum);
       } catch (const Error&) {
       }
+      int code = 0;
       try {
         auto shrunk = comm->shrink();
         std::printf("the stopped rank was mixed in: rank %d of %d\n", shrunk->rank(),
                     shrunk->size());
-        return 4;
+        code = 4;
       } catch (const PeerError& e) {
         std::printf("left out: %s\n", e.what());
-        return std::string(e.what()).find("excluded") != std::string::npos ? 0 : 5;
+        code = std::string(e.what()).find("excluded") != std::string::npos ? 0 : 5;
       }
+      mark(looked);
+      return code;
     }
     const auto call = Clock::now();
     try {
@@ -274,10 +297,12 @@ TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
     }
     auto shrunk = comm->shrink();
     check_survivors(*comm, *shrunk, {kStopped});
+    shrunk->barrier();  // every survivor has checked its communicator
+    if (shrunk->rank() == 0) mark(survivors_shrunk);
     // Kept alive until the stopped rank has looked: its old peers still listen then.
-    std::this_thread::sleep_for(std::chrono::seconds(6));
-    return 0;
+    return came_within(looked.c_str(), 60) ? 0 : 7;
   });
+  std::filesystem::remove_all(folder);
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
