@@ -129,12 +129,12 @@ std::size_t eager_limit(Request::Receivers receivers) {
 }
 // Through TCP a rendezvous's handshake waits behind the bytes queued on the link (a shaped
 // link's queue holds milliseconds of them), once per message: messages that are reduced as
-// they land go eager there up to this size, and the others as to a peer of this machine,
-// unless UCX_RNDV_THRESH says otherwise. 2 emulated hosts of 2 ranks on 1 Gbit/s links,
-// UCX_TLS=tcp, UCX's time over arcoll's TCP's in the same run, all-reduces of 4-64 MiB (ring,
-// 512 KiB chunks): x1.07-1.29 in 4 runs with UCX's own choice, x0.97-1.13 in 4 runs with
-// UCX_RNDV_THRESH=inf. Copies eager at every size lose: all-gathers of 256 KiB took 5.8-7.1
-// ms against 2.3 by rendezvous, as their receivers copy every message twice.
+// they land go eager there up to this size, and the others up to kCopyEagerBytes, unless
+// UCX_RNDV_THRESH says otherwise. 2 emulated hosts of 2 ranks on 1 Gbit/s links, UCX_TLS=tcp,
+// UCX's time over arcoll's TCP's in the same run, all-reduces of 4-64 MiB (ring, 512 KiB
+// chunks): x1.07-1.29 in 4 runs with UCX's own choice, x0.97-1.16 in 3 with this rule. Eager
+// at every size (UCX_RNDV_THRESH=inf), all-gathers of 128 and 256 KiB lost: 1.3-1.5 and
+// 5.8-7.1 ms against 1.1 and 2.3 by rendezvous (why was not found).
 constexpr std::size_t kTcpEagerBytes = 1 << 20;
 bool rendezvous_threshold_set() {
   static const bool set = std::getenv("UCX_RNDV_THRESH") != nullptr;
