@@ -224,6 +224,13 @@ Tuning measure_tuning(Communicator& comm) {
     // Every counted pair of a round crosses the same kind of link.
     const std::string name = measured_transport(comm, role.counted, role.partner);
     const double pairs = figures[6];
+    // The same transport within hosts and across: the first round's figures keep a key of
+    // their own.
+    if (across)
+      if (auto within = tuning.transports.extract(name)) {
+        within.key() = within_hosts_key(name);
+        tuning.transports.insert(std::move(within));
+      }
     tuning.transports[name] = {figures[0] / pairs, figures[1] / pairs, figures[2] / pairs,
                                figures[3] / pairs, figures[4] / pairs, figures[5] / pairs};
   }
@@ -250,16 +257,17 @@ WithinHostCosts within_host_costs_now(Communicator& comm) {
   }
   comm.allreduce(figures, 3, DataType::f64, ReduceOp::sum);
   const std::string name = measured_transport(comm, role.partner >= 0, role.partner);
-  // Where that transport crosses hosts too, its figures are those measure_tuning measured
-  // across them (its second round writes over the first): nothing to compare with.
+  // Where that transport crosses hosts too, measure_tuning kept its figures within hosts under
+  // a key of their own.
   std::int32_t crosses = 0;
   for (int peer = 0; peer < comm.size(); ++peer)
     if (node_of[static_cast<std::size_t>(peer)] != comm.node_id() &&
         comm.transport_to(peer) == name)
       crosses = 1;
   comm.allreduce(&crosses, 1, DataType::i32, ReduceOp::max);
-  if (name.empty() || crosses != 0) return {};
-  return {name, figures[0] / figures[2], figures[1] / figures[2]};
+  if (name.empty()) return {};
+  return {crosses != 0 ? within_hosts_key(name) : name, figures[0] / figures[2],
+          figures[1] / figures[2]};
 }
 
 }  // namespace arcoll

@@ -9,8 +9,9 @@
 namespace arcoll {
 
 struct WithinHostCosts {
-  // Between ranks of one host; empty where no two ranks share one, or where it also crosses
-  // hosts (its kept figures are then those across).
+  // The key of Tuning::transports for pairs within a host: the transport between ranks of one
+  // host, or within_hosts_key() of it where it also crosses hosts; empty where no two ranks
+  // share a host.
   std::string transport;
   double latency_us = 0;  // as Tuning's latency_us of that transport
   double cached_gbs = 0;  // as its cached_bandwidth_gbs

@@ -15,12 +15,19 @@ namespace arcoll {
 class Communicator;
 
 struct Tuning {
-  std::map<std::string, TransportCosts> transports;  // by transport name
+  // By transport name; a transport that carries pairs both within hosts and across them (one
+  // forced with ARCOLL_TRANSPORT between hosts) has its figures within hosts under
+  // within_hosts_key(name) too.
+  std::map<std::string, TransportCosts> transports;
   std::string measured_on;  // what the figures were measured on (hosts, ranks, date)
   // The smallest last-level cache of the hosts measured, in bytes (0: unknown): up to which
   // buffer sizes the figures measured in cache hold.
   double last_level_cache_bytes = 0;
 };
+
+// The key of a transport's figures within hosts where it also crosses them: its pairs within a
+// host may be far faster (UCX's shared memory, loopback) than its link across.
+std::string within_hosts_key(const std::string& transport);
 
 // Built-in figures of every transport of this build, from their registration (each says what
 // it was measured on): a real network is slower than the loopback they were measured over, so
@@ -46,7 +53,7 @@ Tuning parse_tuning(const std::string& text, const std::string& name);
 // transports between them) on a host and CPU model are kept in a per-user cache, and later
 // jobs of that layout there reuse them, so a host pays the measurement (under a second) once.
 // Each reuse first looks at the links within hosts for a few milliseconds (where two ranks
-// share a host and the transport between them does not cross hosts): figures whose in-cache
+// share a host): figures whose in-cache
 // rate is three times slower than what it finds, or whose latency is ten times, were measured
 // while the host ran slow, and are measured again; so is a measurement that a look right
 // after contradicts.

@@ -17,6 +17,10 @@ constexpr int kFileVersion = 1;
 
 }  // namespace
 
+std::string within_hosts_key(const std::string& transport) {
+  return transport + " within hosts";
+}
+
 Tuning default_tuning() {
   Tuning t;
   t.measured_on = "built-in defaults";

@@ -381,6 +381,38 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
             {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "auto"}});
 }
 
+// One transport within hosts and across them: measured apart, its figures within hosts are
+// those of the pairs within them (hierarchical's steps within a host), those across the
+// rest. 2 emulated hosts over tcp (the tcp. run's test: cases_of_the_tcp_run).
+TEST(CostModel, ATransportWithinAndAcrossHostsKeepsBothFigures) {
+  run_ranks(4,
+            [](Communicator& comm) {
+              const Tuning measured = measure_tuning(comm);
+              ASSERT_EQ(measured.transports.size(), 2u);
+              ASSERT_EQ(measured.transports.count("tcp"), 1u);
+              ASSERT_EQ(measured.transports.count(within_hosts_key("tcp")), 1u);
+              expect_measured_alike_on_every_rank(comm, measured);
+              // Links within hosts a hundred times the speed of those across: hierarchical,
+              // which keeps most bytes within hosts, gains, and beats the ring, whose every
+              // step waits for the pairs that cross.
+              constexpr std::size_t kBytes = 64 << 20;
+              Tuning fast_within = measured;
+              TransportCosts& within = fast_within.transports.at(within_hosts_key("tcp"));
+              within = fast_within.transports.at("tcp");
+              within.bandwidth_gbs *= 100;
+              within.cached_bandwidth_gbs *= 100;
+              Tuning alike = fast_within;
+              alike.transports.erase(within_hosts_key("tcp"));
+              comm.set_tuning(alike);
+              const double hierarchical = comm.predict_allreduce(kBytes, "hierarchical").seconds;
+              comm.set_tuning(fast_within);
+              const double faster = comm.predict_allreduce(kBytes, "hierarchical").seconds;
+              EXPECT_LT(faster, 0.9 * hierarchical);
+              EXPECT_LT(faster, comm.predict_allreduce(kBytes, "ring").seconds);
+            },
+            {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "tcp"}});
+}
+
 // A new folder for a test's calibration cache, removed with all it holds when the test ends,
 // however it ends.
 class CalibrationFolder {
@@ -406,9 +438,9 @@ class CalibrationFolder {
 // Calibration on first use: the first job of a layout measures the link costs and keeps them
 // in the cache folder, the next job reuses them (every rank the same figures), "now" measures
 // again, "off" keeps the built-in figures, a damaged file is measured over, kept figures far
-// slower than the links are now (measured while the host ran slow: in-cache rate or latency)
-// are measured again, unless the transport within hosts also crosses them (its kept figures
-// are those across), and another value of ARCOLL_CALIBRATE is a configuration error.
+// slower than the links are now within hosts (measured while the host ran slow: in-cache rate
+// or latency) are measured again, figures across hosts however slow are kept, and another value
+// of ARCOLL_CALIBRATE is a configuration error.
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   const CalibrationFolder scratch;
   const std::string& folder = scratch.path();
@@ -482,15 +514,30 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
     EXPECT_GT(c.cached_bandwidth_gbs, 3 * slow.transports.at(name).cached_bandwidth_gbs) << name;
     EXPECT_LT(3 * c.latency_us, slow.transports.at(name).latency_us) << name;
   }
-  // tcp within and across two hosts: figures however slow are kept across (the tcp. run's
-  // check: the same in every run).
+  // tcp within and across two hosts (the tcp. run's check: the same in every run): its
+  // figures within hosts are kept apart from those across; figures across however slow are
+  // kept (a slow link is no slow moment), those within are looked at as any transport's.
   if (forced_transport() == "tcp") {
     std::filesystem::remove(kept_file());
     const std::map<std::string, std::string> tcp_on_two_hosts{{"ARCOLL_EMULATED_HOSTS", "2"},
                                                               {"ARCOLL_TRANSPORT", "tcp"}};
     job("cache", "link costs measured just now, kept in " + folder + "/tuning-", tcp_on_two_hosts);
-    scale_kept(1e-3);
+    Tuning kept = load_tuning(kept_file());
+    ASSERT_EQ(kept.transports.size(), 2u);
+    // Those within hosts faster than any look finds (as scale_kept(1000)), those across far
+    // slower.
+    TransportCosts &across = kept.transports.at("tcp"),
+                   &within = kept.transports.at(within_hosts_key("tcp"));
+    across.cached_bandwidth_gbs *= 1e-3;
+    across.latency_us *= 1e3;
+    within.cached_bandwidth_gbs *= 1e3;
+    within.latency_us /= 1e3;
+    save_tuning(kept, kept_file());
     job("cache", "link costs kept in " + folder + "/tuning-", tcp_on_two_hosts);
+    within.latency_us *= 1e9;  // a million times what was measured
+    save_tuning(kept, kept_file());
+    job("cache", "link costs measured again, kept in " + folder + "/tuning-", tcp_on_two_hosts,
+        "exchanges of 8 bytes took");
     return;
   }
   // The latency alone kept far slower: the same. A million times what was measured, as a

@@ -311,8 +311,9 @@ TEST(DeviceSends, CollectivesOfOneHostRunOnTheDevice) {
                   const auto [on_device, device_kept] = run_case(comm, c, kCount, false, true);
                   EXPECT_EQ(on_device, on_host) << c.name;
                   EXPECT_TRUE(host_kept && device_kept) << c.name << ": the send buffer changed";
-                  if (everyone_receives.count(c.name) != 0)
+                  if (everyone_receives.count(c.name) != 0) {
                     EXPECT_GT(emulated_device_openings(), opened_before) << c.name;
+                  }
                   // Rank 0 on host buffers beside ranks on the device: the same messages meet.
                   const auto mixed = run_case(comm, c, kCount, false, comm.rank() != 0).first;
                   EXPECT_EQ(mixed, on_host) << c.name << ", rank 0 on host buffers";
