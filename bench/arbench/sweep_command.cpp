@@ -159,7 +159,7 @@ int benchmark(arcoll::Communicator& comm, arcoll::Communicator& job, const Sweep
       if (name.starts_with(kArcollOver)) {
         arcoll::Options options = comm.options();
         options.transport = name.substr(std::string(kArcollOver).size());
-        owned.push_back(make_arcoll_backend_over(comm, options));
+        owned.push_back(make_arcoll_backend_over(comm, options, plan.calibration));
       } else {
         owned.push_back(make_backend(name, comm, plan.backend_options));
       }

@@ -13,6 +13,7 @@
 #include "arbench/collectives.hpp"
 #include "arcoll/communicator.hpp"
 #include "arcoll/parameter_server.hpp"
+#include "arcoll/tuning.hpp"
 #include "arcoll/types.hpp"
 #include "src/base/registry.hpp"
 
@@ -140,9 +141,11 @@ void divide_by_ranks(void* buffer, std::size_t count, arcoll::DataType type, int
 std::unique_ptr<Backend> make_arcoll_backend(arcoll::Communicator& comm,
                                              const std::string& algorithm = "");
 // arcoll with other settings beside the sweep's own (--transport shm,ucx): a communicator of
-// its own over comm's ranks (collective), named "arcoll:<transport>".
+// its own over comm's ranks (collective), named "arcoll:<transport>", whose cost model takes
+// its own layout's link costs under `calibration` (without a tuning file).
 inline constexpr const char* kArcollOver = "arcoll:";
 std::unique_ptr<Backend> make_arcoll_backend_over(arcoll::Communicator& comm,
-                                                  const arcoll::Options& options);
+                                                  const arcoll::Options& options,
+                                                  arcoll::Calibration calibration);
 
 }  // namespace arbench
