@@ -20,12 +20,12 @@ int run_tune_command(const TuneFlags& flags) {
         // Bandwidth and reduction: out of cache (16 MiB), and in cache (256 KiB); bandwidth
         // of small messages (16 KiB).
         print("# arbench tune: " + tuning.measured_on + "\n# " +
-              printf_string("%-17s %14s %16s %14s %16s %14s %14s", "transport", "latency (us)",
+              printf_string("%-18s %14s %16s %14s %16s %14s %14s", "transport", "latency (us)",
                             "bandwidth (GB/s)", "reduce (GB/s)", "in cache: bw", "reduce",
                             "16 KiB: bw") +
               "\n");
         for (const auto& [name, c] : tuning.transports)
-          print(printf_string("  %-17s %14.2f %16.2f %14.2f %16.2f %14.2f %14.2f\n", name.c_str(),
+          print(printf_string("  %-18s %14.2f %16.2f %14.2f %16.2f %14.2f %14.2f\n", name.c_str(),
                               c.latency_us, c.bandwidth_gbs, c.reduce_gbs, c.cached_bandwidth_gbs,
                               c.cached_reduce_gbs, c.small_bandwidth_gbs));
         print("# " + calibrated.source + "\n");

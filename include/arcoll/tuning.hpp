@@ -53,10 +53,9 @@ Tuning parse_tuning(const std::string& text, const std::string& name);
 // transports between them) on a host and CPU model are kept in a per-user cache, and later
 // jobs of that layout there reuse them, so a host pays the measurement (under a second) once.
 // Each reuse first looks at the links within hosts for a few milliseconds (where two ranks
-// share a host): figures whose in-cache
-// rate is three times slower than what it finds, or whose latency is ten times, were measured
-// while the host ran slow, and are measured again; so is a measurement that a look right
-// after contradicts.
+// share a host): figures whose in-cache rate is three times slower than what it finds, or
+// whose latency is ten times, were measured while the host ran slow, and are measured again;
+// so is a measurement that a look right after contradicts.
 // ARCOLL_CALIBRATE chooses: "cache" (the default: the kept figures, or measure and keep),
 // "now" (measure again and keep: after a hardware or driver change), "off" (the built-in
 // figures). ARCOLL_CACHE_DIR is the folder (default $XDG_CACHE_HOME/arcoll, else

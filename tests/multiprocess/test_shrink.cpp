@@ -3,6 +3,7 @@
 // themselves, renumbered in order, whose results match the reference for the survivors; a
 // stopped rank that comes back finds itself left out, with an error saying so.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <tuple>
@@ -228,18 +230,19 @@ TEST(Shrink, ARankThatAbortedIsLeftOutAtOnce) {
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
-// Whether `path` came within `seconds`; only calls that are safe in a child forked from a
-// process with threads.
+// Whether `path` came within `seconds`; async-signal-safe calls only, as a child forked from a
+// process with threads may make.
 bool came_within(const char* path, int seconds) {
   for (int polls = 0; polls < seconds * 100; ++polls) {
     if (::access(path, F_OK) == 0) return true;
-    ::usleep(10000);
+    ::poll(nullptr, 0, 10);
   }
   return false;
 }
 
+// A mark that cannot be made is never seen: the rank waiting for it fails at its deadline.
 void mark(const std::string& path) {
-  std::fclose(std::fopen(path.c_str(), "w"));
+  if (FILE* file = std::fopen(path.c_str(), "w")) std::fclose(file);
 }
 
 // A rank stopped past the deadline is left out; when it comes back, its shrink() says so
@@ -250,8 +253,9 @@ TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
   options.env = {{"ARCOLL_TIMEOUT", "2"}};
   options.failure_grace = std::chrono::seconds(60);
   constexpr int kStopped = 2;
-  // Marks between the ranks, instead of sleeps: the last survivor to have shrunk lets the
-  // stopped rank go on, and the stopped rank's look lets the survivors end.
+  // Marks between the ranks, instead of sleeps: the survivors' rank 0, once every survivor has
+  // checked its shrunk communicator, lets the stopped rank go on, and the stopped rank's look
+  // lets the survivors end.
   std::string folder = (std::filesystem::temp_directory_path() / "arcoll-shrink-XXXXXX").string();
   ASSERT_NE(::mkdtemp(folder.data()), nullptr);
   const std::string survivors_shrunk = folder + "/shrunk", looked = folder + "/looked";
