@@ -255,16 +255,18 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   return {tuning, "link costs measured just now, kept in " + file};
 }
 
-std::string use_calibrated_link_costs(Communicator& comm) {
+std::string use_calibrated_link_costs(Communicator& comm, Calibration mode) {
   if (!comm.options().tuning_file.empty())
     return "link costs from " + comm.options().tuning_file + " (ARCOLL_TUNING_FILE)";
-  CalibratedTuning calibrated = calibrated_tuning(comm, calibration_from_env());
+  CalibratedTuning calibrated = calibrated_tuning(comm, mode);
   if (!calibrated.tuning.transports.empty()) comm.set_tuning(calibrated.tuning);
   return calibrated.source;
 }
 
 namespace {
-const Registrar<LinkCostsSource> kCalibration{{"calibration", use_calibrated_link_costs}};
+const Registrar<LinkCostsSource> kCalibration{
+    {"calibration",
+     [](Communicator& comm) { return use_calibrated_link_costs(comm, calibration_from_env()); }}};
 }  // namespace
 
 }  // namespace arcoll

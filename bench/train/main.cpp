@@ -315,11 +315,7 @@ int run_rank(const Plan& plan, const arcoll::LaunchInfo& launch, int argc,
                               *profile);
         comm.barrier();
         // The prediction needs this machine's link costs, as a collective loads them.
-        if (options.tuning_file.empty()) {
-          const arcoll::CalibratedTuning calibrated =
-              arcoll::calibrated_tuning(comm, arcoll::calibration_from_env());
-          if (!calibrated.tuning.transports.empty()) comm.set_tuning(calibrated.tuning);
-        }
+        arcoll::use_calibrated_link_costs(comm, arcoll::calibration_from_env());
       }
       const auto predicted = predict_iteration_from_profile(comm, plan.profile_layers, config);
       for (std::size_t r = first_row; r < rows.size(); ++r) {

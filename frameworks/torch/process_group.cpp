@@ -260,7 +260,7 @@ ProcessGroupArcoll::ProcessGroupArcoll(const c10::intrusive_ptr<c10d::Store>& st
   }
   comm_ = std::make_unique<Communicator>(launch, options);
   log::debug("arcoll_torch rank " + std::to_string(rank) + ": " +
-             use_calibrated_link_costs(*comm_));
+             use_calibrated_link_costs(*comm_, calibration_from_env()));
   start_timeline();
 }
 

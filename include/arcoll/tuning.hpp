@@ -78,9 +78,10 @@ struct CalibratedTuning {
 // chunk size and shared-memory threshold) and every rank returns the same figures. A
 // cache that cannot be written costs a warning, not the job.
 CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode);
-// Gives `comm` the figures of calibrated_tuning(comm, calibration_from_env()), unless its
-// Options name a tuning file, which it uses then. Collective; says where the figures came
-// from. Communicator::from_env, the C API and the torch backend call it for their users.
-std::string use_calibrated_link_costs(Communicator& comm);
+// Gives `comm` the figures of calibrated_tuning(comm, mode), unless its Options name a tuning
+// file, which it uses then. Collective; says where the figures came from.
+// Communicator::from_env, the C API and the torch backend call it for their users with
+// calibration_from_env().
+std::string use_calibrated_link_costs(Communicator& comm, Calibration mode);
 
 }  // namespace arcoll

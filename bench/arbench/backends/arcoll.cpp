@@ -80,10 +80,7 @@ std::unique_ptr<Backend> make_arcoll_backend_over(arcoll::Communicator& comm,
   std::unique_ptr<arcoll::Communicator> over = comm.duplicate(options);
   // Else its cost model prices its transport on the built-in figures (auto took the ring over
   // UCX between emulated hosts, where the calibrated model takes hierarchical).
-  if (options.tuning_file.empty()) {
-    const arcoll::CalibratedTuning calibrated = arcoll::calibrated_tuning(*over, calibration);
-    if (!calibrated.tuning.transports.empty()) over->set_tuning(calibrated.tuning);
-  }
+  arcoll::use_calibrated_link_costs(*over, calibration);
   return std::make_unique<ArcollBackend>(std::move(over));
 }
 
