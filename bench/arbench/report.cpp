@@ -113,8 +113,8 @@ std::string iters_text(const SweepSettings& sweep) {
                        kMinAutoIters);
 }
 
-// A busbw ratio (out of place) of two backends at a size, and whether their passes disagree
-// on it by more than kNoisyRatio.
+// A busbw ratio of two backends at a size (out of place, or in place), and whether their
+// passes disagree on it by more than kNoisyRatio.
 struct Ratio {
   std::size_t size_bytes = 0;
   double value = 0;
@@ -137,14 +137,20 @@ std::optional<double> moved_from(const Ratio& r, const std::string& peer, Coll c
   return farthest;
 }
 
+// Which of a row's two timings a ratio compares.
+using Placement = GroupResult Row::*;
+constexpr Placement kOutOfPlace = &Row::out_of_place;
+constexpr Placement kInPlace = &Row::in_place;
+
 // `mine`'s busbw over `theirs`', from their medians; noisy when, pass by pass (the backends
 // take turns within a pass, so a phase of the host weighs on both), the ratios' interquartile
 // range exceeds kNoisyRatio of their lower quartile.
-Ratio ratio_of(const Row& mine, const Row& theirs) {
-  Ratio r{mine.size_bytes, mine.out_of_place.busbw_gbs / theirs.out_of_place.busbw_gbs, false,
-          std::nullopt};
-  const auto& a = mine.out_of_place.spread;
-  const auto& b = theirs.out_of_place.spread;
+Ratio ratio_of(const Row& mine, const Row& theirs, Placement placement) {
+  const GroupResult& m = mine.*placement;
+  const GroupResult& t = theirs.*placement;
+  Ratio r{mine.size_bytes, m.busbw_gbs / t.busbw_gbs, false, std::nullopt};
+  const auto& a = m.spread;
+  const auto& b = t.spread;
   if (!a || !b || a->passes_us.size() != b->passes_us.size() || a->passes_us.size() < 2) return r;
   std::vector<double> passes;
   for (std::size_t i = 0; i < a->passes_us.size(); ++i)
@@ -155,10 +161,10 @@ Ratio ratio_of(const Row& mine, const Row& theirs) {
 }
 
 // The ratios of `first` over `peer` at each size of the rows of `kind`'s collective, type and
-// operator, in size order.
+// operator, in size order; those out of place marked where they moved from `earlier`'s.
 std::vector<Ratio> versus_ratios(const std::string& first, const BackendInfo& peer,
                                  const std::vector<Row>& rows, const Row& kind,
-                                 const std::vector<KeptRatio>& earlier) {
+                                 const std::vector<KeptRatio>& earlier, Placement placement) {
   std::vector<Ratio> ratios;
   for (const Row& mine : rows) {
     if (mine.backend != first || mine.coll != kind.coll || mine.type != kind.type ||
@@ -167,10 +173,11 @@ std::vector<Ratio> versus_ratios(const std::string& first, const BackendInfo& pe
     for (const Row& theirs : rows)
       if (theirs.backend == peer.name && theirs.coll == mine.coll && theirs.type == mine.type &&
           theirs.op == mine.op && theirs.size_bytes == mine.size_bytes &&
-          theirs.out_of_place.busbw_gbs > 0 && mine.out_of_place.busbw_gbs > 0)
-        ratios.push_back(ratio_of(mine, theirs));
+          (theirs.*placement).busbw_gbs > 0 && (mine.*placement).busbw_gbs > 0)
+        ratios.push_back(ratio_of(mine, theirs, placement));
   }
-  for (Ratio& r : ratios) r.earlier = moved_from(r, peer.name, kind.coll, earlier);
+  if (placement == kOutOfPlace)
+    for (Ratio& r : ratios) r.earlier = moved_from(r, peer.name, kind.coll, earlier);
   return ratios;
 }
 
@@ -194,9 +201,11 @@ std::vector<const Row*> first_row_of_each_collective(const std::string& first,
 
 // "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
 // place), a line per collective of the table (the first type and operator of each, its name
-// after "vs gloo" when there are several), then the lowest of them all, named. Against a
-// reference (memcpy, the ceiling), which bounds large sizes only: the largest size. `noisy`
-// becomes true when a ratio given is, `moved` when one moved from `earlier`.
+// after "vs gloo" when there are several), then the lowest of them all, named; against a
+// collective library, the same lines in place follow ("# arcoll vs gloo, in place: ..."):
+// frameworks reduce their gradients in place, where a library may take another path. Against a
+// reference (memcpy, the ceiling), which bounds large sizes only: the largest size, out of
+// place. `noisy` becomes true when a ratio given is, `moved` when one moved from `earlier`.
 std::string versus_lines(const std::string& first, const BackendInfo& peer,
                          const std::vector<Row>& rows, const std::vector<KeptRatio>& earlier,
                          bool& noisy, bool& moved) {
@@ -207,31 +216,36 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
   };
   const std::vector<const Row*> kinds = first_row_of_each_collective(first, rows);
   std::string out;
-  Ratio lowest_of_all{0, std::numeric_limits<double>::infinity(), false, std::nullopt};
-  const Row* lowest_kind = nullptr;
-  for (const Row* kind : kinds) {
-    const auto ratios = versus_ratios(first, peer, rows, *kind, earlier);
-    if (ratios.empty()) continue;
-    const std::string head = "# " + first + " vs " + peer.name +
-                             (kinds.size() > 1 ? ", " + std::string(to_string(kind->coll)) : "");
-    if (!peer.reduces) {
-      out += head + ": " + at(ratios.back()) + " (busbw ratio)\n";
-      continue;
+  for (const Placement placement : {kOutOfPlace, kInPlace}) {
+    if (placement == kInPlace && !peer.reduces) break;
+    const std::string vs = "# " + first + " vs " + peer.name;
+    const std::string where = placement == kInPlace ? ", in place" : "";
+    Ratio lowest_of_all{0, std::numeric_limits<double>::infinity(), false, std::nullopt};
+    const Row* lowest_kind = nullptr;
+    for (const Row* kind : kinds) {
+      const auto ratios = versus_ratios(first, peer, rows, *kind, earlier, placement);
+      if (ratios.empty()) continue;
+      const std::string head =
+          vs + (kinds.size() > 1 ? ", " + std::string(to_string(kind->coll)) : "") + where;
+      if (!peer.reduces) {
+        out += head + ": " + at(ratios.back()) + " (busbw ratio)\n";
+        continue;
+      }
+      const Ratio lowest =
+          *std::min_element(ratios.begin(), ratios.end(),
+                            [](const Ratio& a, const Ratio& b) { return a.value < b.value; });
+      out += head + ": " + at(ratios.front());
+      if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(lowest);
+      out += " (busbw ratio)\n";
+      if (lowest.value < lowest_of_all.value) {
+        lowest_of_all = lowest;
+        lowest_kind = kind;
+      }
     }
-    const Ratio lowest =
-        *std::min_element(ratios.begin(), ratios.end(),
-                          [](const Ratio& a, const Ratio& b) { return a.value < b.value; });
-    out += head + ": " + at(ratios.front());
-    if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(lowest);
-    out += " (busbw ratio)\n";
-    if (lowest.value < lowest_of_all.value) {
-      lowest_of_all = lowest;
-      lowest_kind = kind;
-    }
+    if (lowest_kind != nullptr && kinds.size() > 1)
+      out += vs + where + ": lowest " + at(lowest_of_all) + " in " +
+             std::string(to_string(lowest_kind->coll)) + "\n";
   }
-  if (lowest_kind != nullptr && kinds.size() > 1)
-    out += "# " + first + " vs " + peer.name + ": lowest " + at(lowest_of_all) + " in " +
-           std::string(to_string(lowest_kind->coll)) + "\n";
   return out;
 }
 
@@ -385,13 +399,13 @@ std::string compare_header(const RunInfo& info) {
   std::string line3 = printf_string("# %10s  %12s  %6s  %6s", "(B)", "(elements)", "", "");
   for (std::size_t i = 0; i < info.backends.size(); ++i) {
     const bool ratio = i > 0;
-    const int width = ratio ? 38 : 27;
+    const int width = ratio ? 49 : 27;
     line1 += printf_string(" | %-*s", width, info.backends[i].name.c_str());
     line2 += printf_string(" | %9s  %7s  %6s", "time", "busbw", "#wrong");
     line3 += printf_string(" | %9s  %7s  %6s", "(us)", "(GB/s)", "");
     if (ratio) {
-      line2 += printf_string("  %9s", "ratio");
-      line3 += printf_string("  %9s", "");
+      line2 += printf_string("  %9s  %9s", "ratio", "in place");
+      line3 += printf_string("  %9s  %9s", "", "ratio");
     }
   }
   const std::string first = info.backends.empty() ? "arcoll" : info.backends.front().name;
@@ -399,7 +413,9 @@ std::string compare_header(const RunInfo& info) {
   if (info.sweep.repeat > 1)
     out += printf_string(" (medians of %d passes, the backends in turn at each size)",
                          info.sweep.repeat);
-  out += "; #wrong of both groups; ratio: " + first + " busbw / that backend's busbw";
+  out += "; #wrong of both groups; ratio: " + first +
+         " busbw / that backend's busbw, and the same\n"
+         "#   of the calls in place (what frameworks run), whose times are in the JSON";
   if (info.sweep.repeat > 1)
     out += printf_string(
         "; ?: noisy, the passes' ratios spread by more than %.0f%% (interquartile range)",
@@ -428,15 +444,18 @@ std::string compare_row(const RunInfo& info, const std::vector<Row>& rows) {
       out += printf_string(" | %9s  %7.2f  %6s", format_time_us(row->out_of_place.time_us).c_str(),
                            row->out_of_place.busbw_gbs, wrong.c_str());
     }
-    if (i > 0) {
-      std::string ratio = "-";
-      if (row != nullptr && reference != nullptr && row->out_of_place.busbw_gbs > 0 &&
-          reference->out_of_place.busbw_gbs > 0) {
-        const Ratio r = ratio_of(*reference, *row);
-        ratio = printf_string("x%.2f%s", r.value, r.noisy ? "?" : "");
+    if (i > 0)
+      for (const Placement placement : {kOutOfPlace, kInPlace}) {
+        // A reference (memcpy, the ceiling) bounds the call, wherever its result goes.
+        const bool compared = placement == kOutOfPlace || info.backends[i].reduces;
+        std::string ratio = "-";
+        if (compared && row != nullptr && reference != nullptr && (row->*placement).busbw_gbs > 0 &&
+            (reference->*placement).busbw_gbs > 0) {
+          const Ratio r = ratio_of(*reference, *row, placement);
+          ratio = printf_string("x%.2f%s", r.value, r.noisy ? "?" : "");
+        }
+        out += printf_string("  %9s", ratio.c_str());
       }
-      out += printf_string("  %9s", ratio.c_str());
-    }
   }
   return out + "\n";
 }
@@ -478,7 +497,7 @@ std::vector<KeptRatio> steady_ratios(const RunInfo& info, const std::vector<Row>
   const std::string& first = info.backends.front().name;
   for (std::size_t i = 1; i < info.backends.size(); ++i)
     for (const Row* kind : first_row_of_each_collective(first, rows))
-      for (const Ratio& r : versus_ratios(first, info.backends[i], rows, *kind, {}))
+      for (const Ratio& r : versus_ratios(first, info.backends[i], rows, *kind, {}, kOutOfPlace))
         if (!r.noisy)
           kept.push_back({info.backends[i].name, std::string(to_string(kind->coll)),
                           r.size_bytes, r.value});

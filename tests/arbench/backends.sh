@@ -72,24 +72,30 @@ for backend in arcoll "${backends[@]}"; do
 done
 lines=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum \|' "$work/compare.txt")
 [ "$lines" -eq 3 ] || fail "expected 3 comparison lines (1K, 32K, 1M), got $lines"
-# Each line: arcoll's 3 columns, then 4 per backend (time, busbw, #wrong, ratio).
+# Each line: arcoll's 3 columns, then 5 per backend (time, busbw, #wrong, ratio, the ratio in
+# place).
 awk -F'|' -v n=${#backends[@]} '/^ +[0-9]+ +[0-9]+ +f32 +sum \|/ {
   if (NF != n + 2) { print "bad column groups: " $0; exit 1 }
   split($2, a, " "); if (a[3] != "0") { print "arcoll #wrong: " $0; exit 1 }
   for (i = 3; i <= NF; i++) {
     split($i, b, " ")
     if (b[3] != "0") { print "#wrong: " $0; exit 1 }
-    if (b[4] !~ /^x[0-9]+\.[0-9][0-9]$/) { print "ratio: " $0; exit 1 }
+    for (k = 4; k <= 5; k++)
+      if (b[k] !~ /^x[0-9]+\.[0-9][0-9]$/) { print "ratio: " $0; exit 1 }
   }
 }' "$work/compare.txt" || fail "a comparison line is wrong"
 grep -q "^# Out of bounds values : 0 OK" "$work/compare.txt" || fail "wrong values in --compare"
 for backend in "${backends[@]}"; do
   grep -qE "^# arcoll vs $backend: x[0-9.]+ at 1 KiB, x[0-9.]+ at 1 MiB; lowest x[0-9.]+ at [0-9]+ [KM]iB \(busbw ratio\)$" \
     "$work/compare.txt" || fail "no summary line of arcoll against $backend"
+  in_place="x[0-9.]+ at 1 KiB, x[0-9.]+ at 1 MiB; lowest x[0-9.]+ at [0-9]+ [KM]iB"
+  grep -qE "^# arcoll vs $backend, in place: $in_place \(busbw ratio\)$" "$work/compare.txt" ||
+    fail "no summary line of arcoll against $backend in place"
 done
 python=/usr/bin/python3
 [[ -x $python ]] || python=python3
-"$python" - "$work/compare.json" $((3 * (${#backends[@]} + 1))) <<'PY' || fail "the JSON rows"
+rows=$((3 * (${#backends[@]} + 1)))
+"$python" - "$work/compare.json" "$rows" "$work/compare.txt" <<'PY' || fail "the JSON rows"
 import json, sys
 doc = json.load(open(sys.argv[1]))
 rows = doc["rows"]
@@ -97,6 +103,20 @@ assert len(rows) == int(sys.argv[2]), len(rows)
 assert rows[0]["backend"] == "arcoll"
 assert all(r["out_of_place"]["wrong"] == 0 and r["in_place"]["wrong"] == 0 for r in rows)
 assert [b["name"] for b in doc["metadata"]["backends"]][0] == "arcoll"
+# The table's two ratios are the rows' busbw ratios, out of place and in place.
+busbw = {(r["backend"], r["size_bytes"]): r for r in rows}
+names = [b["name"] for b in doc["metadata"]["backends"]]
+for line in open(sys.argv[3]).read().splitlines():
+    parts = line.split("|")
+    if len(parts) != len(names) + 1 or parts[0].split()[2:4] != ["f32", "sum"]:
+        continue
+    size = int(parts[0].split()[0])
+    for name, part in zip(names[1:], parts[2:]):
+        printed = part.split()[3:5]
+        for group, text in zip(("out_of_place", "in_place"), printed):
+            mine, theirs = busbw[("arcoll", size)][group], busbw[(name, size)][group]
+            ratio = mine["busbw_gbs"] / theirs["busbw_gbs"]
+            assert abs(float(text[1:]) - ratio) <= 0.006 * max(1, ratio), (line, group, ratio)
 PY
 
 # Several collectives: a summary line per collective against each backend, then the lowest
@@ -110,6 +130,8 @@ for coll in allreduce broadcast; do
 done
 grep -qE "^# arcoll vs $peer: lowest x[0-9.]+ at [0-9]+ KiB in (allreduce|broadcast)$" "$work/colls.txt" ||
   fail "no lowest ratio of all the collectives against $peer"
+grep -qE "^# arcoll vs $peer, in place: lowest x[0-9.]+ at [0-9]+ KiB in (allreduce|broadcast)$" \
+  "$work/colls.txt" || fail "no lowest ratio in place of all the collectives against $peer"
 
 # Usage errors exit 2.
 "$arbench" --np 2 --backend nosuch >/dev/null 2>&1

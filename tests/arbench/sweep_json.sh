@@ -155,7 +155,7 @@ expect_usage_error --op -d i32 -o avg
 # --memcpy: a single-core copy beside arcoll, size by size, unchecked, with a ratio column.
 "$arbench" --np 2 --memcpy -b 1K -e 64K -f 8 -w 1 -n 3 >"$work/memcpy.txt" 2>&1 ||
   fail "--memcpy exited $?: $(cat "$work/memcpy.txt")"
-rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum \| .* \| .* N/A +x[0-9.]+$' "$work/memcpy.txt")
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +f32 +sum \| .* \| .* N/A +x[0-9.]+ +-$' "$work/memcpy.txt")
 [[ $rows -eq 3 ]] || fail "--memcpy: expected 3 rows with an arcoll and a memcpy group, got $rows: $(cat "$work/memcpy.txt")"
 grep -q "^# backend memcpy: " "$work/memcpy.txt" || fail "--memcpy: no memcpy backend line"
 grep -q "^# backend ceiling: " "$work/memcpy.txt" || fail "--memcpy: no ceiling backend line"
@@ -232,7 +232,7 @@ for line in table:
     parts = line.split("|")
     size = int(parts[0].split()[0])
     for backend, part in zip(("memcpy", "ceiling"), parts[2:]):
-        ratio = part.split()[-1]
+        ratio = part.split()[3]  # time, busbw, #wrong, ratio, the ratio in place
         assert ratio.endswith("?") == expected[(size, backend)], (line, expected)
 # The summary lines give the references' ratios at the largest size; "# noisy:" follows when
 # one they give is noisy.
