@@ -445,8 +445,12 @@ bool VerbsTransport::poll_once() {
   const auto now = Clock::now();
   std::vector<Suspect> judged;
   std::erase_if(suspects_, [&](const Suspect& s) {
-    if (peers_[static_cast<std::size_t>(s.peer)].failed) return true;
-    const bool maybe_its_abort = s.status == Status::remote_access || s.status == Status::flushed;
+    const Peer& p = peers_[static_cast<std::size_t>(s.peer)];
+    // A peer that said goodbye left when its last call ended: what it did not need is no loss.
+    if (p.failed || (s.asked_nothing && p.goodbye)) return true;
+    // Its goodbye, too, may be a moment behind a frame that asked nothing of it.
+    const bool maybe_its_abort =
+        s.status == Status::remote_access || s.status == Status::flushed || s.asked_nothing;
     if (maybe_its_abort && !last_words_.of(s.peer) && now - s.since < kReasonGrace) return false;
     judged.push_back(s);
     return true;
@@ -492,13 +496,19 @@ void VerbsTransport::handle(const Completion& c) {
         return;
       }
       return received(peer, static_cast<int>(index_of(c.wr_id)), c.bytes);
-    case Work::send:
-      p.free_slots.push_back(static_cast<int>(index_of(c.wr_id)));
+    case Work::send: {
+      const int slot = static_cast<int>(index_of(c.wr_id));
+      p.free_slots.push_back(slot);
       if (c.status != Status::ok) {
-        if (!p.failed) suspects_.push_back({peer, c.status, Clock::now()});
+        Frame sent;
+        std::memcpy(&sent, send_slot(peer, slot), sizeof sent);
+        const bool asked_nothing =
+            sent.kind == FrameKind::credits || sent.kind == FrameKind::goodbye;
+        if (!p.failed) suspects_.push_back({peer, c.status, Clock::now(), asked_nothing});
         return;
       }
       return flush(peer);
+    }
     case Work::write: {
       auto announced = book_.written(index_of(c.wr_id));
       if (!announced) return;

@@ -144,6 +144,9 @@ class VerbsTransport final : public Transport {
     int peer;
     Status status;
     Clock::time_point since;
+    // A frame that asked nothing of the peer (credits, goodbye): no failure where the peer has
+    // said goodbye, as it may leave before such a frame lands.
+    bool asked_nothing = false;
   };
   std::vector<Suspect> suspects_;
   std::vector<RequestPtr> pending_failures_;

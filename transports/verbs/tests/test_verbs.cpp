@@ -1,11 +1,15 @@
 // The verbs transport's own tests, on its run (verbs., over the emulated device: no RDMA
 // hardware here), beside the whole suite that run also passes: error completions of each kind
 // named on every rank, a peer dying in the middle of large transfers, registered buffers freed
-// and allocated again; and, on any run, that without a device --transport verbs fails at once
-// saying so.
+// and allocated again, credits returned to a rank that has left; and, on any run, that without
+// a device --transport verbs fails at once saying so.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -15,6 +19,7 @@
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 #include "transports/verbs/device.hpp"
+#include "transports/verbs/verbs_transport.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -117,6 +122,58 @@ TEST_F(Verbs, BuffersFreedAndAllocatedAgainAreRegisteredAnew) {
       mem_free(all);
     }
   });
+}
+
+// A rank that leaves right after its last message: the credits its peer returns for those
+// messages then find no one, and that is no failure. Rank 1 sends half its credits' worth and
+// leaves; rank 0 takes the messages only once rank 1's process has ended (its pid through a
+// scratch file), so the credits it owes go out to a peer gone, then it goes on with rank 2.
+TEST_F(Verbs, CreditsReturnedToARankThatHasLeftAreNoFailure) {
+  char folder[] = "/tmp/arcoll-verbs-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder), nullptr);
+  const std::string pid_file = std::string(folder) + "/rank1.pid";
+  auto exits = launch(options(3), [&] {
+    auto comm = Communicator::from_env();
+    int value = 0;
+    if (comm->rank() == 1) {
+      for (int i = 0; i < verbs::kSlots / 2; ++i) comm->send(&i, sizeof i, 0, 7);
+      comm.reset();  // says goodbye, then the process ends
+      std::FILE* f = std::fopen(pid_file.c_str(), "w");
+      if (f == nullptr) return 4;
+      std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
+      std::fclose(f);
+      return 0;
+    }
+    if (comm->rank() == 0) {
+      int pid = 0;
+      for (int tries = 0; pid == 0 && tries < 2000; ++tries) {
+        if (std::FILE* f = std::fopen(pid_file.c_str(), "r")) {
+          if (std::fscanf(f, "%d", &pid) != 1) pid = 0;
+          std::fclose(f);
+        }
+        if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      pollfd ended{pidfd, POLLIN, 0};
+      if (pid == 0 || pidfd < 0 || ::poll(&ended, 1, 10'000) != 1) return 5;
+      ::close(pidfd);
+      for (int i = 0; i < verbs::kSlots / 2; ++i) {
+        comm->recv(&value, sizeof value, 1, 7);
+        if (value != i) return 6;
+      }
+    }
+    // Ranks 0 and 2 go on together.
+    const int peer = 2 - comm->rank();
+    for (int i = 0; i < 3; ++i) {
+      int sent = comm->rank() * 10 + i;
+      comm->sendrecv(&sent, sizeof sent, peer, &value, sizeof value, peer, 9);
+      if (value != peer * 10 + i) return 7;
+    }
+    return 0;
+  });
+  std::remove(pid_file.c_str());
+  ::rmdir(folder);
+  for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
 // Where the host has no RDMA device, --transport verbs fails at once on every rank, saying so.
