@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "src/base/crc32c.hpp"
 #include "src/base/env.hpp"
@@ -190,7 +191,9 @@ void Engine::begin(const Call& call, std::chrono::milliseconds timeout) {
   root_check_open_ = false;
   if (in_collective_) last_collective_ = call.sequence;
   deadline_ = Clock::time_point::max();  // set by the call's first wait that must block
-  staged_.clear();  // what a failed call left; the communicator is broken then anyway
+  // What a failed call left; the communicator is broken then anyway. Cleared only when not
+  // empty: clearing an empty map still wipes its buckets, a memset on every small call.
+  if (!staged_.empty()) staged_.clear();
   unforwarded_.clear();
   if (boards_ && call.sequence != 0) boards_->enter(call.sequence, call.signature, call.root);
 }
@@ -318,9 +321,12 @@ RequestPtr Engine::fresh_request() {
   constexpr std::size_t kPoolLimit = 256;
   for (std::size_t look = 0; look < std::min(kLooks, requests_.size()); ++look) {
     RequestPtr& pooled = requests_[request_cursor_];
-    request_cursor_ = (request_cursor_ + 1) % requests_.size();
+    if (++request_cursor_ == requests_.size()) request_cursor_ = 0;
     if (pooled.use_count() == 1) {
-      *pooled = Request{};
+      // Made anew where it lies: assigning a fresh Request went through a zeroed temporary,
+      // whose copy stalled on the stores that had just zeroed it.
+      std::destroy_at(pooled.get());
+      std::construct_at(pooled.get());
       return pooled;
     }
   }
