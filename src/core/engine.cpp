@@ -161,10 +161,10 @@ void Engine::apply_tuning(const Tuning& tuning) {
     return LinkCost{};
   };
   // One transport within hosts and across them: its figures within them, where measured.
-  const auto within = tuning.transports.find(within_hosts_key(within_host_->name));
-  layout_.intra = within_host_ == across_hosts_ && within != tuning.transports.end()
-                      ? link_cost(within->second)
-                      : costs_of(within_host_->name);
+  const std::string within = within_hosts_key(within_host_->name);
+  layout_.intra = costs_of(within_host_ == across_hosts_ && tuning.transports.contains(within)
+                               ? within
+                               : within_host_->name);
   layout_.inter = costs_of(across_hosts_->name);
   // Priced for f32 calls on the communicator's wire, as irecv_reduce_send decides.
   const bool forwarded = unstaged(options_.wire);

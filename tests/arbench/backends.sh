@@ -106,10 +106,12 @@ assert [b["name"] for b in doc["metadata"]["backends"]][0] == "arcoll"
 # The table's two ratios are the rows' busbw ratios, out of place and in place.
 busbw = {(r["backend"], r["size_bytes"]): r for r in rows}
 names = [b["name"] for b in doc["metadata"]["backends"]]
+checked = 0
 for line in open(sys.argv[3]).read().splitlines():
     parts = line.split("|")
     if len(parts) != len(names) + 1 or parts[0].split()[2:4] != ["f32", "sum"]:
         continue
+    checked += 1
     size = int(parts[0].split()[0])
     for name, part in zip(names[1:], parts[2:]):
         printed = part.split()[3:5]
@@ -117,6 +119,7 @@ for line in open(sys.argv[3]).read().splitlines():
             mine, theirs = busbw[("arcoll", size)][group], busbw[(name, size)][group]
             ratio = mine["busbw_gbs"] / theirs["busbw_gbs"]
             assert abs(float(text[1:]) - ratio) <= 0.006 * max(1, ratio), (line, group, ratio)
+assert checked == 3, f"{checked} table lines checked, not 3 (1K, 32K, 1M)"
 PY
 
 # Several collectives: a summary line per collective against each backend, then the lowest

@@ -24,6 +24,7 @@
 #include "arcoll/tuning.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -413,28 +414,6 @@ TEST(CostModel, ATransportWithinAndAcrossHostsKeepsBothFigures) {
             {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "tcp"}});
 }
 
-// A new folder for a test's calibration cache, removed with all it holds when the test ends,
-// however it ends.
-class CalibrationFolder {
- public:
-  CalibrationFolder() {
-    char name[] = "/tmp/arcoll-calibration-XXXXXX";
-    if (::mkdtemp(name) == nullptr)
-      throw std::runtime_error("cannot make a folder like " + std::string(name));
-    path_ = name;
-  }
-  ~CalibrationFolder() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  CalibrationFolder(const CalibrationFolder&) = delete;
-  CalibrationFolder& operator=(const CalibrationFolder&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 // Calibration on first use: the first job of a layout measures the link costs and keeps them
 // in the cache folder, the next job reuses them (every rank the same figures), "now" measures
 // again, "off" keeps the built-in figures, a damaged file is measured over, kept figures far
@@ -442,7 +421,7 @@ class CalibrationFolder {
 // or latency) are measured again, figures across hosts however slow are kept, and another value
 // of ARCOLL_CALIBRATE is a configuration error.
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
-  const CalibrationFolder scratch;
+  const ScratchFolder scratch("arcoll-calibration");
   const std::string& folder = scratch.path();
   // `layout`: variables beside this run's that place the ranks and choose their transports;
   // `because`: what the source must also say (why kept figures were measured again).
@@ -571,7 +550,7 @@ TEST(CostModel, CommunicatorsFromTheEnvironmentUseTheKeptCalibration) {
   if (forced_transport() != "shm")
     GTEST_SKIP() << "the shm. run's test: a communicator finds its figures as on every transport";
   namespace fs = std::filesystem;
-  const CalibrationFolder scratch;
+  const ScratchFolder scratch("arcoll-calibration");
   const std::string& folder = scratch.path();
   auto kept_files = [&] {
     std::vector<std::string> files;
@@ -635,7 +614,7 @@ TEST(CostModel, CalibrationCacheKeepsTheLastUsed) {
   if (forced_transport() != "shm")
     GTEST_SKIP() << "the shm. run's test: the folder is kept alike for every transport";
   namespace fs = std::filesystem;
-  const CalibrationFolder scratch;
+  const ScratchFolder scratch("arcoll-calibration");
   const std::string& folder = scratch.path();
   std::string host;  // as calibration files name it
   for (const char c : host_info().hostname)

@@ -3,7 +3,6 @@
 // themselves, renumbered in order, whose results match the reference for the survivors; a
 // stopped rank that comes back finds itself left out, with an error saying so.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -12,8 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -21,6 +18,7 @@
 #include "arcoll/error.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
+#include "tests/support/scratch.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -230,21 +228,6 @@ TEST(Shrink, ARankThatAbortedIsLeftOutAtOnce) {
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
-// Whether `path` came within `seconds`; async-signal-safe calls only, as a child forked from a
-// process with threads may make.
-bool came_within(const char* path, int seconds) {
-  for (int polls = 0; polls < seconds * 100; ++polls) {
-    if (::access(path, F_OK) == 0) return true;
-    ::poll(nullptr, 0, 10);
-  }
-  return false;
-}
-
-// A mark that cannot be made is never seen: the rank waiting for it fails at its deadline.
-void mark(const std::string& path) {
-  if (FILE* file = std::fopen(path.c_str(), "w")) std::fclose(file);
-}
-
 // A rank stopped past the deadline is left out; when it comes back, its shrink() says so
 // (it is never mixed in), while the others compute on without it.
 TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
@@ -256,9 +239,9 @@ TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
   // Marks between the ranks, instead of sleeps: the survivors' rank 0, once every survivor has
   // checked its shrunk communicator, lets the stopped rank go on, and the stopped rank's look
   // lets the survivors end.
-  std::string folder = (std::filesystem::temp_directory_path() / "arcoll-shrink-XXXXXX").string();
-  ASSERT_NE(::mkdtemp(folder.data()), nullptr);
-  const std::string survivors_shrunk = folder + "/shrunk", looked = folder + "/looked";
+  const ScratchFolder folder("arcoll-shrink");
+  const std::string survivors_shrunk = folder.path() + "/shrunk",
+                    looked = folder.path() + "/looked";
   auto exits = launch(options, [&] {
     auto comm = Communicator::from_env();
     comm->barrier();
@@ -306,7 +289,6 @@ TEST(Shrink, AStoppedRankThatComesBackFindsItselfLeftOut) {
     // Kept alive until the stopped rank has looked: its old peers still listen then.
     return came_within(looked.c_str(), 60) ? 0 : 7;
   });
-  std::filesystem::remove_all(folder);
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "arcoll/memory.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
+#include "tests/support/scratch.hpp"
 #include "transports/verbs/device.hpp"
 #include "transports/verbs/verbs_transport.hpp"
 
@@ -129,34 +131,34 @@ TEST_F(Verbs, BuffersFreedAndAllocatedAgainAreRegisteredAnew) {
 // leaves; rank 0 takes the messages only once rank 1's process has ended (its pid through a
 // scratch file), so the credits it owes go out to a peer gone, then it goes on with rank 2.
 TEST_F(Verbs, CreditsReturnedToARankThatHasLeftAreNoFailure) {
-  char folder[] = "/tmp/arcoll-verbs-XXXXXX";
-  ASSERT_NE(::mkdtemp(folder), nullptr);
-  const std::string pid_file = std::string(folder) + "/rank1.pid";
+  const ScratchFolder folder("arcoll-verbs");
+  const std::string pid_file = folder.path() + "/rank1.pid";
   auto exits = launch(options(3), [&] {
     auto comm = Communicator::from_env();
     int value = 0;
     if (comm->rank() == 1) {
       for (int i = 0; i < verbs::kSlots / 2; ++i) comm->send(&i, sizeof i, 0, 7);
       comm.reset();  // says goodbye, then the process ends
-      std::FILE* f = std::fopen(pid_file.c_str(), "w");
-      if (f == nullptr) return 4;
-      std::fprintf(f, "%d\n", static_cast<int>(::getpid()));
-      std::fclose(f);
+      mark(pid_file, std::to_string(::getpid()));
       return 0;
     }
     if (comm->rank() == 0) {
       int pid = 0;
-      for (int tries = 0; pid == 0 && tries < 2000; ++tries) {
+      if (came_within(pid_file.c_str(), 10))
         if (std::FILE* f = std::fopen(pid_file.c_str(), "r")) {
           if (std::fscanf(f, "%d", &pid) != 1) pid = 0;
           std::fclose(f);
         }
-        if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+      // Ended: reaped already (no such process), or its pidfd says so within 10 s.
+      if (pid <= 0) return 5;
       const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-      pollfd ended{pidfd, POLLIN, 0};
-      if (pid == 0 || pidfd < 0 || ::poll(&ended, 1, 10'000) != 1) return 5;
-      ::close(pidfd);
+      if (pidfd < 0 && errno != ESRCH) return 5;
+      if (pidfd >= 0) {
+        pollfd ended{pidfd, POLLIN, 0};
+        const bool gone = ::poll(&ended, 1, 10'000) == 1;
+        ::close(pidfd);
+        if (!gone) return 5;
+      }
       for (int i = 0; i < verbs::kSlots / 2; ++i) {
         comm->recv(&value, sizeof value, 1, 7);
         if (value != i) return 6;
@@ -171,8 +173,6 @@ TEST_F(Verbs, CreditsReturnedToARankThatHasLeftAreNoFailure) {
     }
     return 0;
   });
-  std::remove(pid_file.c_str());
-  ::rmdir(folder);
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
 }
 
