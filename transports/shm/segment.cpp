@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -168,6 +169,19 @@ SegmentHeader* header_of(void* segment) {
   return static_cast<SegmentHeader*>(segment);
 }
 
+bool join_remote_barriers() {
+  constexpr long kNeeded =
+      MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
+  // Asked each time: a registration is the process's memory's, which a fork does not pass on.
+  const long commands = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return commands >= 0 && (commands & kNeeded) == kNeeded &&
+         ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
+bool remote_barrier() {
+  return ::syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0;
+}
+
 Mapping::Mapping(Mapping&& other) noexcept
     : base_(std::exchange(other.base_, nullptr)), bytes_(other.bytes_) {}
 
@@ -213,6 +227,8 @@ void Segments::set_up(const TransportSetup& setup) {
   reserve(fd.get(), setup);
   own_ = map_shared(fd.get(), bytes, rank, Error::kNoRank);
   header_of(own())->owner = this_process();
+  header_of(own())->barriers_before_sleep.store(join_remote_barriers() ? 1 : 0,
+                                                std::memory_order_relaxed);
   bool reads = true;  // whether this rank may read every peer's memory (probed below)
   // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
   // our address space (to probe whether cross-memory reads are allowed).

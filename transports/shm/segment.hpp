@@ -54,13 +54,29 @@ struct SegmentHeader {
   std::atomic<std::uint32_t> doorbell;
   std::atomic<std::uint32_t> sleeping;
   SegmentOwner owner;
-  char pad[32];
+  // 1: the owner, once it has said it sleeps, runs a barrier on every process that joined
+  // (remote_barrier) before its last look; its writers that joined need no fence of their own.
+  // Set before the segment is announced.
+  std::atomic<std::uint32_t> barriers_before_sleep;
+  char pad[28];
   // The collective from which the owner failed (0: none), written once when it aborts: peers
   // read it at the end of every call, so it has a line of its own that nothing else writes.
   alignas(64) std::atomic<std::uint64_t> failed_call;
   char pad1[56];
 };
 static_assert(sizeof(SegmentHeader) == 128);
+
+// The doorbell rings only for an owner that said it sleeps: the writer looks at that word
+// after its entry, and the owner at the ring after saying so, each behind a fence, so that one
+// of them sees the other. The writer's fence stalls every message on its stores; the owner's
+// runs once per sleep. With membarrier(2) the owner pays for both: its global expedited
+// barrier makes every running thread of the processes that joined execute a full barrier
+// (a thread not running has passed one when it was switched out), which stands in for the
+// writers' fences. Joining: registering this process for those barriers; false where the
+// kernel lacks the commands or this process may not use them (seccomp).
+bool join_remote_barriers();
+// The barrier on every process that joined; false where it failed.
+bool remote_barrier();
 
 // The ring `writer` writes into, in a segment.
 Ring* ring_of(void* segment, int writer);

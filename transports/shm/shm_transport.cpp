@@ -61,13 +61,24 @@ void futex_wake(std::atomic<std::uint32_t>* word) {
 
 void ring_if_sleeping(void* segment) {
   // The doorbell rings only for a reader that said it sleeps. It says so before its last look
-  // at what it waits for, and the writer looks at its word after writing (with a fence before):
-  // one of the two sees the other.
+  // at what it waits for, and the writer looks at its word after writing (with a fence before,
+  // or the reader's remote barrier: segment.hpp): one of the two sees the other.
   SegmentHeader* h = header_of(segment);
   if (h->sleeping.load(std::memory_order_relaxed) != 0) {
     h->doorbell.fetch_add(1, std::memory_order_seq_cst);
     futex_wake(&h->doorbell);
   }
+}
+
+// Before a look at whether the peers sleep: a fence, or only the compiler's where their remote
+// barriers stand in for it (segment.hpp). Without the fence, calls of 8-32 B on 2 ranks took
+// less time: send/recv 2-9%, all-reduce 5-10%, broadcast 6-11% (Intel Xeon VM, medians of 11
+// interleaved rounds).
+void fence_unless(bool fence_free) {
+  if (fence_free)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+  else
+    std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 }  // namespace
@@ -84,9 +95,18 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       single_copy_relayed_bytes_(std::min(single_copy_pipelined_bytes_, kRelayedSingleCopyBytes)),
       huge_pages_unasked_(transport::huge_pages_unasked()),
       polling_(setup.polling) {
+  barriers_before_sleep_ = !peer_ranks_.empty() &&
+                           header_of(own())->barriers_before_sleep.load(std::memory_order_relaxed);
+  boards_fence_free_ = barriers_before_sleep_;
   for (int p : peer_ranks_) {
-    peers_[static_cast<std::size_t>(p)].segment = segments_.peer(p).segment.get();
-    peers_[static_cast<std::size_t>(p)].stores = RingStores(setup.options->shm_ring_stores);
+    Peer& peer = peers_[static_cast<std::size_t>(p)];
+    peer.segment = segments_.peer(p).segment.get();
+    peer.stores = RingStores(setup.options->shm_ring_stores);
+    // Announced before the peer's segment was, which we have mapped.
+    peer.fence_free =
+        barriers_before_sleep_ &&
+        header_of(peer.segment)->barriers_before_sleep.load(std::memory_order_relaxed);
+    boards_fence_free_ = boards_fence_free_ && peer.fence_free;
   }
 }
 
@@ -274,12 +294,12 @@ bool ShmTransport::has_room(Peer& p, Ring* ring, std::uint64_t tail, std::size_t
 
 void ShmTransport::publish(Peer& p, std::uint64_t tail) {
   p.tail = tail;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  fence_unless(p.fence_free);
   ring_if_sleeping(p.segment);
 }
 
 void ShmTransport::announce_board() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  fence_unless(boards_fence_free_);
   for (int p : peer_ranks_) ring_if_sleeping(peers_[static_cast<std::size_t>(p)].segment);
 }
 
@@ -354,7 +374,10 @@ bool ShmTransport::await(Done done, Clock::time_point until, Waiting waiting) {
   SegmentHeader* h = header_of(own());
   const std::uint32_t seen = h->doorbell.load(std::memory_order_seq_cst);
   h->sleeping.store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ring_if_sleeping()'s
+  // Pairs with the writers' fences before ring_if_sleeping(), or stands in for them. Should the
+  // barrier fail after joining worked, a writer's entry missed here waits a slice at most.
+  if (!barriers_before_sleep_ || !remote_barrier())
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   // A wake() before `seen` was read is in woken_; one after it changed the doorbell.
   bool held = done();
   if (!held && !woken_.exchange(false)) {

@@ -92,6 +92,9 @@ struct Peer {
   std::uint64_t tail = 0;  // where our next record in that ring goes
   bool goodbye = false;
   RingStores stores;  // of our larger fragments into that ring
+  // We and the peer joined the remote barriers (segment.hpp): what we write for it needs no
+  // fence before we look whether it sleeps.
+  bool fence_free = false;
 };
 
 class ShmTransport final : public Transport, public SharedBoards {
@@ -205,6 +208,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   PeerRegions peer_regions_;
   transport::OpenedDeviceMemory peer_devices_;
   Polling polling_;
+  // Our segment's barriers_before_sleep, and whether every peer is fence_free (boards).
+  bool barriers_before_sleep_ = false;
+  bool boards_fence_free_ = false;
   std::atomic<bool> woken_{false};  // see wake()
   // Fragments sent on as forwarding receives landed, by the way they took, and messages read
   // in place: reported when the transport closes (ARCOLL_LOG=debug), where a forwarded call
