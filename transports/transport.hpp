@@ -146,6 +146,11 @@ class Transport {
   // in parallel (UCX over cma, knem or xpmem). shm says no: it copies such a buffer into each
   // peer's ring, reading across only the chunks of a relayed broadcast.
   virtual bool fans_out() const { return false; }
+  // Whether large messages of a reduction (Request::Receivers::pipelined) are read by their
+  // receivers from the sender's buffer, the result of such a message, forwarded
+  // (Request::forward), being sent on whole and read back the same way: two copies by the
+  // kernel and a reduction (shm over cross-memory attach, which the ranks of a host agree on).
+  virtual bool reads_reductions_across() const { return false; }
   // Whether a small message costs neither end a system call (a store and a poll in shared
   // memory; UCX over shared memory or RDMA): the engine then sends one to every peer at once
   // where rounds of messages would wait on one another. TCP's cost one at each end.

@@ -262,6 +262,7 @@ void Segments::set_up(const TransportSetup& setup) {
     if (got != static_cast<ssize_t>(sizeof probe) || probe != mapped.pid) {
       const std::string why = got < 0 ? std::strerror(errno) : "read another process";
       reads = false;
+      every_rank_reads_ = false;
       if (cma_)
         log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
                   " is not allowed (" + why + "); large messages are copied through shared memory");
@@ -278,6 +279,7 @@ void Segments::set_up(const TransportSetup& setup) {
     if (!mapped)
       throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
                          rank, p);
+    if (*mapped != "reads") every_rank_reads_ = false;
     if (cma_ && *mapped != "reads") {
       cma_ = false;
       log::warn("shm transport: rank " + std::to_string(p) +

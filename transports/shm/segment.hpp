@@ -120,6 +120,9 @@ class Segments {
   PeerSegment& peer(int rank) { return peers_[static_cast<std::size_t>(rank)]; }
   const PeerSegment& peer(int rank) const { return peers_[static_cast<std::size_t>(rank)]; }
   bool cma() const { return cma_; }
+  // Whether every rank of the host may read every other, whatever each was asked (single_copy):
+  // the same on every rank.
+  bool every_rank_reads() const { return every_rank_reads_; }
 
  private:
   void set_up(const TransportSetup& setup);
@@ -127,6 +130,7 @@ class Segments {
   Mapping own_;
   std::vector<PeerSegment> peers_;  // by rank
   bool cma_;
+  bool every_rank_reads_ = true;
 };
 
 }  // namespace arcoll::shm

@@ -135,7 +135,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
                                  std::size_t n) {
   Request* receive = m.request.get();  // kept by the message after its last piece
-  if (receive && !m.holding && forwards_pieces(*receive)) {
+  if (receive && !m.holding && !m.read_across && forwards_pieces(*receive)) {
     land_and_forward(*receive, offset, src, n);
     matching_.delivered(m, n);
     return;
@@ -217,6 +217,7 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
     }
   }
   ++forwarded_.read_across;
+  m->read_across = true;
   const int pid = segments_.peer(peer).pid;
   char* straight = matching_.direct(*m, 0);
   const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;

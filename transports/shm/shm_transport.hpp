@@ -53,6 +53,7 @@ inline constexpr std::size_t kReducePieceBytes = 128 * 1024;
 // id to acknowledge.
 struct ShmMessage : transport::Incoming {
   bool remote = false;
+  bool read_across = false;  // a descriptor's, read with process_vm_readv
   std::uint64_t address = 0;
   std::uint64_t send_id = 0;
   std::optional<SharedRegion> region;  // a shared descriptor's: read in place
@@ -112,6 +113,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   PeerFailedCall peer_failed_call() override;
   std::string pending_state() const override;
   bool forwards() const override { return true; }
+  bool reads_reductions_across() const override { return segments_.every_rank_reads(); }
   bool small_messages_cheap() const override { return true; }
   SharedBoards* boards() override { return peer_ranks_.empty() ? nullptr : this; }
   // Device buffers travel as descriptors of their allocation, opened by the receiver, which
@@ -151,7 +153,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
   // `n` bytes of `m` at `offset` arrived at `src`. A receive that forwards (Request::forward)
   // lands and sends them on at once (forwards_pieces); a message held before its receive
-  // came, or one whose send is read in place, is sent on whole once it has landed.
+  // came, one whose send is read in place, or one read across (whose result, as large, the
+  // partner reads back across), is sent on whole once it has landed.
   void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
   // The region of shared memory `send` lies in where the receiver reads it there (a shared
   // descriptor, with no copy through the ring): sends of kSharedDescriptorBytes or more, of

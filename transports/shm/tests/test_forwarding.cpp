@@ -45,7 +45,7 @@ void check_counts(Communicator& comm, std::initializer_list<std::size_t> counts,
 
 // What the ranks' shm transports forwarded, summed as they report it on closing.
 struct Forwarded {
-  double written = 0, queued = 0, whole = 0, read_in_place = 0;
+  double written = 0, queued = 0, whole = 0, read_in_place = 0, read_across = 0;
   bool cross_memory_denied = false;  // then nothing is read in place (Yama ptrace_scope)
 };
 
@@ -78,6 +78,7 @@ Forwarded run_forwarding(int world, std::map<std::string, std::string> env, cons
     sum.queued += std::max(0.0, number_after(e.output, " written into the ring, "));
     sum.whole += std::max(0.0, number_after(e.output, "messages forwarded whole: "));
     sum.read_in_place += std::max(0.0, number_after(e.output, "messages read in place: "));
+    sum.read_across += std::max(0.0, number_after(e.output, "messages read across: "));
     sum.cross_memory_denied |= e.output.find("cross-memory attach to rank") != std::string::npos;
   }
   return sum;
@@ -138,6 +139,19 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
                        });
     EXPECT_GT(f.written, 0) << world << " ranks";
   }
+}
+
+// All-reduces of 2-16 MiB on 2 ranks go in whole halves (src/core/calls.cpp): each rank reads
+// its partner's half across processes, and the result it forwards, sent whole, is read back
+// across. The calls of 2.4 and 4 MiB here (f32, f64) do so; 1.2 MiB (bf16) goes in chunks.
+TEST_F(ShmForwarding, HalvesOfMiddleSizedAllReducesAreReadAcrossWhole) {
+  const Forwarded f = run_forwarding(2, {}, [](Communicator& comm) {
+    check_counts(comm, {600'011, 1'048'583});
+  });
+  if (f.cross_memory_denied) GTEST_SKIP() << "cross-memory attach is not allowed here";
+  // 8 calls in that band, each rank reading two messages a call, forwarding one.
+  EXPECT_GE(f.read_across, 2 * 2 * 8);
+  EXPECT_GE(f.whole, 2 * 8);
 }
 
 // Forwarded results of messages read in place from arcoll::mem_alloc: the partner reads them
