@@ -398,7 +398,8 @@ void Communicator::Impl::break_for_shrink() {
 }
 
 // On 2 ranks of one host whose transport reads large messages of a reduction across
-// (Transport::reads_reductions_across), an all-reduce of 2-16 MiB goes in whole halves: each
+// (Transport::reads_reductions_across), an all-reduce of 2-16 MiB by halving-doubling (auto's
+// choice there; its one round gives a half and takes the other back) goes in whole halves: each
 // rank reads its partner's half across (halves above ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES, 1
 // MiB), reduces it and forwards the result whole, which the partner reads back: two copies by
 // the kernel and a reduction, where chunks through the rings take three copies and a
@@ -411,11 +412,12 @@ void Communicator::Impl::break_for_shrink() {
 constexpr std::size_t kWholeHalvesAbove = std::size_t{2} << 20;
 constexpr std::size_t kWholeHalvesBelow = std::size_t{16} << 20;
 
-bool Communicator::Impl::whole_halves(Collective collective, std::size_t bytes,
+bool Communicator::Impl::whole_halves(Collective collective, const Plan& plan, std::size_t bytes,
                                       DataType wire) const {
   const Layout& layout = engine_->layout();
-  return collective == Collective::allreduce && wire == DataType::f32 && rendezvous_.size == 2 &&
-         layout.hosts == 1 && layout.intra.reads_reductions_across && bytes > kWholeHalvesAbove &&
+  return collective == Collective::allreduce && plan.algorithm == "halving_doubling" &&
+         wire == DataType::f32 && rendezvous_.size == 2 && layout.hosts == 1 &&
+         layout.intra.reads_reductions_across && bytes > kWholeHalvesAbove &&
          bytes < kWholeHalvesBelow;
 }
 
@@ -449,7 +451,7 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
   const bool beyond_caches = bytes >= options_.streaming_bytes;
   const bool in_place = reduces_in_place(collective, host, size);
   const std::size_t chunk_bytes =
-      whole_halves(collective, bytes, wire) ? bytes : chosen.plan.chunk_bytes;
+      whole_halves(collective, chosen.plan, bytes, wire) ? bytes : chosen.plan.chunk_bytes;
   // Calls of one chunk never pace: only larger ones ask (and are timed).
   ReturnPacing* pacing =
       beyond_caches || bytes <= chunk_bytes ? nullptr : &return_pacing_[{collective, in_place}];

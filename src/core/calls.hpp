@@ -116,7 +116,8 @@ class Communicator::Impl {
   PlannedCall planned(Collective collective, Plan plan) const;
   // Whether a call of `bytes` on `wire` goes in whole halves rather than the plan's chunks
   // (calls.cpp).
-  bool whole_halves(Collective collective, std::size_t bytes, DataType wire) const;
+  bool whole_halves(Collective collective, const Plan& plan, std::size_t bytes,
+                    DataType wire) const;
   // The device memory a collective runs on, its buffers being `memory`'s (null: host copies).
   const DeviceMemoryInfo* runs_on_device(Collective collective, const DeviceMemoryInfo* memory,
                                          const CollectiveArgs& args, const PlannedCall& chosen,

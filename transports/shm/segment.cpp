@@ -172,7 +172,8 @@ SegmentHeader* header_of(void* segment) {
 bool join_remote_barriers() {
   constexpr long kNeeded =
       MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-  // Asked each time: a registration is the process's memory's, which a fork does not pass on.
+  // Asked in each transport's setup: registering again costs a system call and nothing more,
+  // and a process need not know what the one it was forked from did.
   const long commands = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
   return commands >= 0 && (commands & kNeeded) == kNeeded &&
          ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) == 0;
@@ -230,6 +231,7 @@ void Segments::set_up(const TransportSetup& setup) {
   header_of(own())->barriers_before_sleep.store(join_remote_barriers() ? 1 : 0,
                                                 std::memory_order_relaxed);
   bool reads = true;  // whether this rank may read every peer's memory (probed below)
+  const bool sends_to_be_read = cma_;  // as asked (single_copy)
   // Peers learn our pid (for cross-memory reads and liveness) and where our segment sits in
   // our address space (to probe whether cross-memory reads are allowed).
   setup.store->set(
@@ -273,14 +275,17 @@ void Segments::set_up(const TransportSetup& setup) {
   // also says whether it reads its peers' memory. A large message is read by its receiver,
   // and permission can be one way (ptrace rules: capabilities, dumpable processes), so the
   // ranks send that way only if every rank reads every other.
-  setup.store->set("shm/mapped/" + std::to_string(rank), reads ? "reads" : "denied");
+  // "reads": and sends large messages to be read (single_copy); "reads, copies": does not.
+  setup.store->set("shm/mapped/" + std::to_string(rank),
+                   !reads ? "denied" : (sends_to_be_read ? "reads" : "reads, copies"));
+  if (!sends_to_be_read) every_rank_reads_ = false;
   for (int p : setup.peers) {
     auto mapped = setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline);
     if (!mapped)
       throw TimeoutError("shm setup", "rank " + std::to_string(p) + " did not map the segments",
                          rank, p);
     if (*mapped != "reads") every_rank_reads_ = false;
-    if (cma_ && *mapped != "reads") {
+    if (cma_ && mapped->rfind("reads", 0) != 0) {
       cma_ = false;
       log::warn("shm transport: rank " + std::to_string(p) +
                 " may not read its peers' memory across processes; large messages are copied "

@@ -120,8 +120,8 @@ class Segments {
   PeerSegment& peer(int rank) { return peers_[static_cast<std::size_t>(rank)]; }
   const PeerSegment& peer(int rank) const { return peers_[static_cast<std::size_t>(rank)]; }
   bool cma() const { return cma_; }
-  // Whether every rank of the host may read every other, whatever each was asked (single_copy):
-  // the same on every rank.
+  // Whether every rank of the host may read every other and was asked to send large messages
+  // to be read (single_copy): the same on every rank, unlike cma().
   bool every_rank_reads() const { return every_rank_reads_; }
 
  private:

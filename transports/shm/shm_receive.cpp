@@ -135,7 +135,7 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
 void ShmTransport::deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src,
                                  std::size_t n) {
   Request* receive = m.request.get();  // kept by the message after its last piece
-  if (receive && !m.holding && !m.read_across && forwards_pieces(*receive)) {
+  if (receive && !m.holding && !forwards_whole_across(m, *receive) && forwards_pieces(*receive)) {
     land_and_forward(*receive, offset, src, n);
     matching_.delivered(m, n);
     return;

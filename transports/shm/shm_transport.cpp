@@ -170,6 +170,11 @@ bool ShmTransport::forwards_pieces(const Request& receive) const {
   return receive.forward && !in_place_region(*receive.forward);
 }
 
+bool ShmTransport::forwards_whole_across(const ShmMessage& m, const Request& receive) const {
+  return m.read_across && receive.forward && !receive.streaming_stores && segments_.cma() &&
+         receive.forward->bytes > single_copy_above(*receive.forward);
+}
+
 void ShmTransport::enqueue(int peer, Outgoing out) {
   peers_[static_cast<std::size_t>(peer)].outgoing.push_back(std::move(out));
   push_outgoing(peer);

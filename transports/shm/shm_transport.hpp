@@ -153,8 +153,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   void deliver(int peer, const Entry& e, std::uint64_t payload_at);
   // `n` bytes of `m` at `offset` arrived at `src`. A receive that forwards (Request::forward)
   // lands and sends them on at once (forwards_pieces); a message held before its receive
-  // came, one whose send is read in place, or one read across (whose result, as large, the
-  // partner reads back across), is sent on whole once it has landed.
+  // came, one whose send is read in place, or one read across whose result the partner reads
+  // back across (forwards_whole_across), is sent on whole once it has landed.
   void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
   // The region of shared memory `send` lies in where the receiver reads it there (a shared
   // descriptor, with no copy through the ring): sends of kSharedDescriptorBytes or more, of
@@ -165,6 +165,10 @@ class ShmTransport final : public Transport, public SharedBoards {
   // pieces written into the ring, a 1 MiB all-reduce of shared buffers on 2 ranks took 76.7 us
   // at best, against 46.7 us landed and sent whole).
   bool forwards_pieces(const Request& receive) const;
+  // Whether the result of `m`, read across, is forwarded whole for the partner to read back
+  // across (its forward large enough to go so, the call within the caches): two copies by the
+  // kernel and a reduction, where pieces written into the ring take a copy more.
+  bool forwards_whole_across(const ShmMessage& m, const Request& receive) const;
   void forward_whole_once_landed(Request& receive);
   // Reduces pieces of a forwarding receive straight into its send's fragments in the ring to
   // the peer, then copies each from there into the receive's buffer (in this core's cache):
