@@ -30,7 +30,6 @@ LinkCost LinkCost::at(double bytes) const {
   LinkCost sized{alpha, sized_beta, blend(cached_gamma, gamma)};  // no cached or small ones
   sized.forwards = forwards;
   sized.fans_out = fans_out;
-  sized.reads_reductions_across = reads_reductions_across;
   return sized;
 }
 

@@ -414,11 +414,11 @@ constexpr std::size_t kWholeHalvesBelow = std::size_t{16} << 20;
 
 bool Communicator::Impl::whole_halves(Collective collective, const Plan& plan, std::size_t bytes,
                                       DataType wire) const {
-  const Layout& layout = engine_->layout();
-  return collective == Collective::allreduce && plan.algorithm == "halving_doubling" &&
-         wire == DataType::f32 && rendezvous_.size == 2 && layout.hosts == 1 &&
-         layout.intra.reads_reductions_across && bytes > kWholeHalvesAbove &&
-         bytes < kWholeHalvesBelow;
+  // The size first: every all-reduce asks, small ones should pay one comparison.
+  return bytes > kWholeHalvesAbove && bytes < kWholeHalvesBelow &&
+         collective == Collective::allreduce && rendezvous_.size == 2 && wire == DataType::f32 &&
+         engine_->layout().hosts == 1 && engine_->reads_reductions_across_within_hosts() &&
+         plan.algorithm == "halving_doubling";
 }
 
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {

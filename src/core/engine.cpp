@@ -172,7 +172,7 @@ void Engine::apply_tuning(const Tuning& tuning) {
     if (t->name() == within_host_->name) {
       layout_.intra.forwards = forwarded && t->forwards();
       layout_.intra.fans_out = t->fans_out();
-      layout_.intra.reads_reductions_across = t->reads_reductions_across();
+      reads_reductions_across_within_hosts_ = t->reads_reductions_across();
     }
     if (t->name() == across_hosts_->name) layout_.inter.forwards = forwarded && t->forwards();
   }

@@ -57,6 +57,10 @@ class Engine final : public PointToPoint {
   // Whether the call begun last asked pace_returns().
   bool pacing_asked() const { return pacing_asked_; }
   const Layout& layout() const override { return layout_; }
+  // The transport within hosts' Transport::reads_reductions_across.
+  bool reads_reductions_across_within_hosts() const {
+    return reads_reductions_across_within_hosts_;
+  }
   RequestPtr isend(int peer, const void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv(int peer, void* buffer, std::size_t bytes, int channel) override;
   RequestPtr irecv_reduce(int peer, void* buffer, const void* with, std::size_t count,
@@ -220,6 +224,7 @@ class Engine final : public PointToPoint {
   std::uint64_t last_collective_ = 0;  // the sequence of the last collective begun
   bool in_collective_ = false;         // begun and not ended
   bool pacing_asked_ = false;          // pace_returns() asked since begin()
+  bool reads_reductions_across_within_hosts_ = false;
   // Tags of collectives have the top bit set (user point-to-point tags must not), the channel
   // in the next bits and the call's sequence number in the low 24. Bit 30 marks the engine's
   // own messages of a collective (the root check), apart from every channel of its algorithm.

@@ -264,7 +264,6 @@ void Segments::set_up(const TransportSetup& setup) {
     if (got != static_cast<ssize_t>(sizeof probe) || probe != mapped.pid) {
       const std::string why = got < 0 ? std::strerror(errno) : "read another process";
       reads = false;
-      every_rank_reads_ = false;
       if (cma_)
         log::warn("shm transport: cross-memory attach to rank " + std::to_string(p) +
                   " is not allowed (" + why + "); large messages are copied through shared memory");
@@ -278,7 +277,7 @@ void Segments::set_up(const TransportSetup& setup) {
   // "reads": and sends large messages to be read (single_copy); "reads, copies": does not.
   setup.store->set("shm/mapped/" + std::to_string(rank),
                    !reads ? "denied" : (sends_to_be_read ? "reads" : "reads, copies"));
-  if (!sends_to_be_read) every_rank_reads_ = false;
+  every_rank_reads_ = reads && sends_to_be_read;
   for (int p : setup.peers) {
     auto mapped = setup.store->get("shm/mapped/" + std::to_string(p), setup.deadline);
     if (!mapped)

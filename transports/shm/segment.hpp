@@ -130,7 +130,7 @@ class Segments {
   Mapping own_;
   std::vector<PeerSegment> peers_;  // by rank
   bool cma_;
-  bool every_rank_reads_ = true;
+  bool every_rank_reads_ = false;
 };
 
 }  // namespace arcoll::shm

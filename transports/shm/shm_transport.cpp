@@ -170,9 +170,13 @@ bool ShmTransport::forwards_pieces(const Request& receive) const {
   return receive.forward && !in_place_region(*receive.forward);
 }
 
+bool ShmTransport::goes_across(const Request& send) const {
+  return send.bytes > single_copy_above(send) && segments_.cma();
+}
+
 bool ShmTransport::forwards_whole_across(const ShmMessage& m, const Request& receive) const {
-  return m.read_across && receive.forward && !receive.streaming_stores && segments_.cma() &&
-         receive.forward->bytes > single_copy_above(*receive.forward);
+  return m.read_across && receive.forward && !receive.streaming_stores &&
+         goes_across(*receive.forward);
 }
 
 void ShmTransport::enqueue(int peer, Outgoing out) {
@@ -209,7 +213,7 @@ void ShmTransport::post(const RequestPtr& request) {
     enqueue(request->peer, std::move(out));
     return;
   }
-  if (request->bytes > single_copy_above(*request) && segments_.cma()) {
+  if (goes_across(*request)) {
     enqueue(request->peer, Outgoing(descriptor(EntryKind::descriptor, p, request, 0)));
     return;
   }

@@ -196,6 +196,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   void* own() const { return segments_.own(); }
   // The size past which `send` is read across (by what its call's receivers do).
   std::size_t single_copy_above(const Request& send) const;
+  // Whether `send`, of neither shared nor device memory, goes as a descriptor its receiver reads
+  // across processes (above single_copy_above, where cross-memory attach is on).
+  bool goes_across(const Request& send) const;
 
   int rank_;
   int size_;
