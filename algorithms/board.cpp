@@ -48,17 +48,26 @@ const std::map<Collective, const char*> kByMessages = {
 constexpr std::size_t kDirectReduceBytes = 1536 * 1024;
 constexpr std::size_t kHalvingReduceBytes = 16 << 20;
 
+// A broadcast over shm on more than 2 ranks goes straight from the root up to this size. 2
+// cores of an Intel Xeon, medians of 5 interleaved runs, out of place / in place, chain ->
+// direct: 4 ranks 16 KiB -15%/-27%, 32 KiB -23%/-32%, 128 KiB -6%/-17%, 256 KiB +19%/+6%; 3
+// ranks -5% to -29% up to 512 KiB; 8 ranks 8-64 KiB -21% to -50%, 128 KiB +10%/-13%.
+constexpr std::size_t kDirectBroadcastBytes = 128 * 1024;
+
 // A broadcast on more than 2 ranks of one host goes straight from the root where the ranks read
 // it in parallel (LinkCost::fans_out): UCX on 4 ranks, 2 cores of an Intel Xeon, three runs
 // each, the chain against direct: 64 KiB 36-38 against 22-23 us, 1 MiB 411-495 against
 // 337-405, 16 MiB 13.3-14.5 against 12.1-12.5 ms; on 8 ranks, two runs, 1 MiB 808-867
 // against 608-687 us, 16 MiB alike; on 3, alike but at 4 MiB (1.1-1.8 against 1.5-2.0 ms).
-// Over shm the chain's hops cost less than the reads in parallel (4 ranks, 4 MiB: 1.1-1.5
-// against 2.3-2.5 ms).
+// Over shm (the ranks share boards) the chain's hops cost less than the reads in parallel from
+// 256 KiB (4 ranks, 4 MiB: 1.1-1.5 against 2.3-2.5 ms), and more up to kDirectBroadcastBytes,
+// where each hop adds a rank's wake-up to the call. Over tcp the chain wins at every size (4
+// ranks, chain -> direct: 128 KiB +28%, 512 KiB +46%).
 const char* by_messages(Collective collective, std::size_t posted, int ranks,
                         const Layout& layout) {
+  const bool shares_boards = layout.board_capacity > 0;
   if (collective == Collective::broadcast && layout.hosts == 1 && ranks > 2 &&
-      layout.intra.fans_out)
+      (layout.intra.fans_out || (shares_boards && posted <= kDirectBroadcastBytes)))
     return "direct";
   if (collective != Collective::reduce) return kByMessages.at(collective);
   if (ranks == 2 || static_cast<std::size_t>(ranks - 1) * posted <= kDirectReduceBytes)

@@ -102,9 +102,10 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, ReduceWorld,
                                   std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
-// The direct broadcast, which the board picks only where ranks read the root's buffer in
-// parallel (UCX), named on every transport: every root, types and counts of nothing, one, a
-// prime, and one past UCX's eager limits and shm's single-copy one, on odd and even worlds.
+// The direct broadcast, which the board picks where ranks read the root's buffer in parallel
+// (UCX) or share the boards (shm, small calls), named on every transport: every root, types and
+// counts of nothing, one, a prime, and one past UCX's eager limits and shm's single-copy one, on
+// odd and even worlds.
 TEST(DirectBroadcast, EveryRootTypeAndCountMatchesTheRoots) {
   for (int world : {1, 2, 3, 5, 8}) {
     SCOPED_TRACE(std::to_string(world) + " ranks");
@@ -156,28 +157,31 @@ TEST(DirectAlltoall, InPlaceMatchesEveryRanksBlocks) {
   }
 }
 
-// The board sends a broadcast of 3 ranks straight from the root only over UCX with a lane by
-// which receivers read the sender's memory (cma here); without one (UCX's shared memory
-// alone), and over every other transport, down the chain.
-TEST(DirectBroadcast, ChosenOnlyWhereRanksReadTheRootsBufferInParallel) {
-  const char* transport = std::getenv("ARCOLL_TRANSPORT");
-  const bool ucx = transport != nullptr && std::string(transport) == "ucx";
-  auto expect_broadcast_by = [](const std::string& algorithm,
+// The board sends a broadcast of 3 ranks straight from the root over UCX with a lane by which
+// receivers read the sender's memory (cma here), and over shm while it is small (ranks that
+// share the boards on one host: 64 KiB); without such a lane (UCX's shared memory alone), at
+// 64 MiB over shm, between emulated hosts, and over every other transport, down the chain.
+TEST(DirectBroadcast, ChosenWhereRanksReadTheRootsBufferInParallelOrShareBoards) {
+  const char* named = std::getenv("ARCOLL_TRANSPORT");
+  const std::string transport = named != nullptr ? named : "shm";
+  auto expect_broadcast_by = [](const std::string& algorithm, std::size_t bytes,
                                 const std::map<std::string, std::string>& env) {
     run_ranks(
         3,
         [&](Communicator& comm) {
-          const std::size_t bytes = std::size_t{64} << 20;  // where the two differ
           EXPECT_EQ(comm.predict("broadcast", bytes).seconds,
                     comm.predict("broadcast", bytes, algorithm).seconds)
-              << "a broadcast by " << algorithm << " expected";
+              << "a broadcast of " << bytes << " B by " << algorithm << " expected";
           EXPECT_NE(comm.predict("broadcast", bytes, "direct").seconds,
                     comm.predict("broadcast", bytes, "ring").seconds);
         },
         env);
   };
-  expect_broadcast_by(ucx ? "direct" : "ring", {});
-  if (ucx) expect_broadcast_by("ring", {{"UCX_TLS", "posix,self"}});
+  const bool ucx = transport == "ucx";
+  expect_broadcast_by(ucx ? "direct" : "ring", std::size_t{64} << 20, {});
+  const bool shares_boards = transport == "shm" && std::getenv("ARCOLL_EMULATED_HOSTS") == nullptr;
+  expect_broadcast_by(ucx || shares_boards ? "direct" : "ring", 64 * 1024, {});
+  if (ucx) expect_broadcast_by("ring", std::size_t{64} << 20, {{"UCX_TLS", "posix,self"}});
 }
 
 // Mixed precision: f32 carried as f16 or bf16, accumulated in f32. Inputs are not

@@ -277,7 +277,7 @@ TEST(CostModel, CollectivesMoveWhatTheirAlgorithmsMove) {
 
 // The boards' prediction of a collective is theirs while a call fits there, else that of the
 // algorithm it then goes by: a reduce direct (on 2 ranks at every size), on 4 then the ring,
-// and halving-doubling from 16 MiB.
+// and halving-doubling from 16 MiB; a broadcast direct up to 128 KiB, then down the chain.
 TEST(CostModel, BoardsPredictWhatTheCallRuns) {
   Layout l = one_host(4);
   l.board_capacity = 64 * 1024;
@@ -297,7 +297,10 @@ TEST(CostModel, BoardsPredictWhatTheCallRuns) {
   same("direct", l, without, 64 * 1024, Collective::reduce);
   same("ring", l, without, 4 << 20, Collective::reduce);
   same("halving_doubling", l, without, 32 << 20, Collective::reduce);
-  same("ring", l, without, 64 * 1024, Collective::broadcast);
+  // A broadcast among ranks that share boards goes straight from the root while small, then
+  // down the chain.
+  same("direct", l, without, 64 * 1024, Collective::broadcast);
+  same("ring", l, without, 256 * 1024, Collective::broadcast);
   same("direct", l, without, 64 * 1024, Collective::alltoall);
   Layout pair = one_host(2);
   pair.board_capacity = 64 * 1024;
