@@ -149,7 +149,8 @@ class Transport {
   // Whether large messages of a reduction (Request::Receivers::pipelined) are read by their
   // receivers from the sender's buffer, the result of such a message, forwarded
   // (Request::forward), being sent on whole and read back the same way: two copies by the
-  // kernel and a reduction (shm over cross-memory attach, which the ranks of a host agree on).
+  // kernel and a reduction (shm over cross-memory attach, which the ranks of a host agree on;
+  // UCX where every peer reads across, by its rendezvous).
   virtual bool reads_reductions_across() const { return false; }
   // Whether a small message costs neither end a system call (a store and a poll in shared
   // memory; UCX over shared memory or RDMA): the engine then sends one to every peer at once

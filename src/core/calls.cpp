@@ -400,15 +400,16 @@ void Communicator::Impl::break_for_shrink() {
 // On 2 ranks of one host whose transport reads large messages of a reduction across
 // (Transport::reads_reductions_across), an all-reduce of 2-16 MiB by halving-doubling (auto's
 // choice there; its one round gives a half and takes the other back) goes in whole halves: each
-// rank reads its partner's half across (halves above ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES, 1
-// MiB), reduces it and forwards the result whole, which the partner reads back: two copies by
-// the kernel and a reduction, where chunks through the rings take three copies and a
-// reduction. Decided on what every rank shares (the messages' shape must agree), not on a
-// rank's own settings or buffers. 2 ranks of an Intel Xeon VM (260 MiB L3), medians of 3
-// interleaved runs, us, chunks -> whole halves, out of place / in place: 4 MiB 882 / 768 ->
-// 663 / 570, 8 MiB 1702 / 1442 -> 1335 / 1169, 16 MiB 3837 / 2899 -> 4485 / 2412, 32 MiB
-// 7832 / 6512 -> 10973 / 12886 (Open MPI in place, reading across too: 728, 1463 and 2844 us
-// at 4, 8 and 16 MiB). On 4 ranks of 2 cores whole messages lost out of place from 8 MiB.
+// rank reads its partner's half across (shm: halves above
+// ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES, 1 MiB; UCX: by its rendezvous), reduces it and
+// forwards the result whole, which the partner reads back: two copies by the kernel and a
+// reduction, where chunks through the rings take three copies and a reduction. Decided on what
+// every rank shares (the messages' shape must agree), not on a rank's own settings or buffers. 2
+// ranks of an Intel Xeon VM (260 MiB L3), medians of 3 interleaved runs, us, chunks -> whole
+// halves, out of place / in place: 4 MiB 882 / 768 -> 663 / 570, 8 MiB 1702 / 1442 -> 1335 / 1169,
+// 16 MiB 3837 / 2899 -> 4485 / 2412, 32 MiB 7832 / 6512 -> 10973 / 12886 (Open MPI in place,
+// reading across too: 728, 1463 and 2844 us at 4, 8 and 16 MiB). On 4 ranks of 2 cores whole
+// messages lost out of place from 8 MiB.
 constexpr std::size_t kWholeHalvesAbove = std::size_t{2} << 20;
 constexpr std::size_t kWholeHalvesBelow = std::size_t{16} << 20;
 

@@ -263,6 +263,25 @@ TEST(Wire, ErrorFeedbackRemovesTheBiasOfRepeatedCalls) {
   }
 }
 
+// All-reduces of more than 2 and less than 16 MiB on 2 ranks go in whole halves where the
+// transport reads reductions across (shm and UCX over cma: src/core/calls.cpp), each message
+// one half, its reduced result sent back whole: f32 of 2.4 and 4 MiB, f64 of 4.8 and 8 MiB,
+// bf16 of 2 MiB, in and out of place, on every transport (the others go in chunks).
+TEST(WholeHalves, MiddleSizedAllReducesOnTwoRanksMatchTheReference) {
+  run_ranks(2,
+            [](Communicator& comm) {
+              std::size_t salt = 0;
+              for (std::size_t count : {600'011, 1'048'583})
+                for (bool in_place : {false, true})
+                  for (auto [type, op] : {std::pair{DataType::f32, ReduceOp::sum},
+                                          std::pair{DataType::f64, ReduceOp::max},
+                                          std::pair{DataType::bf16, ReduceOp::sum}})
+                    EXPECT_EQ(allreduce_wrong(comm, type, op, count, ++salt, in_place), 0u)
+                        << label(type, op, count, in_place);
+            },
+            {{"ARCOLL_ALGO", "halving_doubling"}});
+}
+
 // Chunks larger than what is held when it comes early: such a message waits where it is
 // (in the ring, in the socket) until its receive is posted. multi_ring waits for its channels
 // in another order than the peer sends them, so a chunk of one channel must never stand in

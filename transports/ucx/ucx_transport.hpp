@@ -87,7 +87,8 @@ struct Header {
 // same run, all-reduce 1 MiB x0.84 -> x1.71, 4 MiB x0.87 -> x1.54. The peak memory of 256 MiB
 // broadcasts and reductions did not change (549 against 555 MB). A gather's senders only send,
 // and an eager sender is done without waiting for the root to fetch. Messages whose receivers
-// only copy them are another matter (kCopyEagerBytes).
+// only copy them are another matter (kCopyEagerBytes), and so are the whole halves of 2-rank
+// all-reduces of 2-16 MiB (kReductionRendezvousBytes).
 // Eager messages to a peer of this machine go in pieces of this size, each of which fits one
 // segment of UCX's shared-memory fifo (kFifoSegmentBytes: room for a piece, our header and
 // UCX's 8 B). UCX hands a message of one segment over where it lies in the fifo, and copies
@@ -199,6 +200,9 @@ class UcxTransport final : public Transport {
   bool park() override;
   void take_back() override { parking_.take_back(); }
   bool fans_out() const override { return fans_out_; }
+  // Every peer reads across and none is reached through TCP: whole halves by rendezvous
+  // (kReductionRendezvousBytes).
+  bool reads_reductions_across() const override { return fans_out_ && !parks_; }
   bool small_messages_cheap() const override { return !parks_; }
   // CUDA's device memory, where UCX was built to move it.
   bool takes(const DeviceMemoryInfo& memory) const override;
