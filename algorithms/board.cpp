@@ -51,7 +51,7 @@ constexpr std::size_t kHalvingReduceBytes = 16 << 20;
 // A broadcast over shm on more than 2 ranks goes straight from the root up to this size. 2
 // cores of an Intel Xeon, medians of 5 interleaved runs, out of place / in place, chain ->
 // direct: 4 ranks 16 KiB -15%/-27%, 32 KiB -23%/-32%, 128 KiB -6%/-17%, 256 KiB +19%/+6%; 3
-// ranks -5% to -29% up to 512 KiB; 8 ranks 8-64 KiB -21% to -50%, 128 KiB +10%/-13%.
+// ranks 8-512 KiB -29% to +1%; 8 ranks 8-64 KiB -21% to -50%, 128 KiB +10%/-13%.
 constexpr std::size_t kDirectBroadcastBytes = 128 * 1024;
 
 // A broadcast on more than 2 ranks of one host goes straight from the root where the ranks read
@@ -61,8 +61,8 @@ constexpr std::size_t kDirectBroadcastBytes = 128 * 1024;
 // against 608-687 us, 16 MiB alike; on 3, alike but at 4 MiB (1.1-1.8 against 1.5-2.0 ms).
 // Over shm (the ranks share boards) the chain's hops cost less than the reads in parallel from
 // 256 KiB (4 ranks, 4 MiB: 1.1-1.5 against 2.3-2.5 ms), and more up to kDirectBroadcastBytes,
-// where each hop adds a rank's wake-up to the call. Over tcp the chain wins at every size (4
-// ranks, chain -> direct: 128 KiB +28%, 512 KiB +46%).
+// where each hop adds a rank's wake-up to the call. Over tcp the chain wins (4 ranks, 3 runs,
+// chain -> direct: 8 KiB +22%/+38%, 32 KiB -30%/+12%, 128 KiB +28%/+44%, 512 KiB +46%/+48%).
 const char* by_messages(Collective collective, std::size_t posted, int ranks,
                         const Layout& layout) {
   const bool shares_boards = layout.board_capacity > 0;

@@ -114,14 +114,25 @@ constexpr std::size_t kQueuedSendBytes = 8192;
 constexpr std::size_t kHelloBytes = 256;
 // A sleep on the event fd lasts this long at most, so that a dead peer's pidfd is looked at.
 constexpr auto kSleepSlice = std::chrono::milliseconds(5);
+// A reduction's message larger than this to a peer of this machine, where every peer reads
+// across (reads_reductions_across), goes by rendezvous in calls within the caches: fetched by
+// the kernel into a staging buffer and reduced, its result sent back the same way straight
+// into the partner's buffer, two copies and a reduction where eager pieces take three. With
+// the default chunk (512 KiB) only the whole halves of a 2-rank all-reduce of 2-16 MiB are so
+// large. 2 ranks on 2 cores of an Intel Xeon, medians of 6 interleaved runs, out of place / in
+// place: 4 MiB -8%/-2%, 8 MiB -9%/-8%.
+constexpr std::size_t kReductionRendezvousBytes = 1 << 20;
 // The largest message to a peer of this machine that goes eager, by what its receivers do with
-// it (kCopyEagerBytes; the others at every size: see ucx_transport.hpp).
-std::size_t eager_limit(Request::Receivers receivers) {
-  switch (receivers) {
+// it (kCopyEagerBytes; reductions read across up to kReductionRendezvousBytes, within the
+// caches; the others at every size: see ucx_transport.hpp).
+std::size_t eager_limit(const Request& send, bool reads_reductions_across) {
+  switch (send.receivers) {
     case Request::Receivers::copy:
       return kCopyEagerBytes;
-    case Request::Receivers::gathered:
     case Request::Receivers::pipelined:
+      if (reads_reductions_across && !send.streaming_stores) return kReductionRendezvousBytes;
+      [[fallthrough]];
+    case Request::Receivers::gathered:
     case Request::Receivers::relayed:
       return std::numeric_limits<std::size_t>::max();
   }
@@ -136,14 +147,6 @@ std::size_t eager_limit(Request::Receivers receivers) {
 // at every size (UCX_RNDV_THRESH=inf), all-gathers of 128 and 256 KiB lost: 1.3-1.5 and
 // 5.8-7.1 ms against 1.1 and 2.3 by rendezvous (why was not found).
 constexpr std::size_t kTcpEagerBytes = 1 << 20;
-// A reduction's message larger than this to a peer of this machine, where every peer reads
-// this rank's messages across (fans_out), goes by rendezvous: such messages are the whole
-// halves of a 2-rank all-reduce of 2-16 MiB (reads_reductions_across), each fetched by the
-// kernel into a staging buffer and reduced, its result sent back the same way straight into
-// the partner's buffer: two copies and a reduction, where eager pieces take three copies. 2
-// ranks on 2 cores of an Intel Xeon, medians of 6 interleaved runs, out of place / in place:
-// 4 MiB -8%/-2%, 8 MiB -9%/-8%.
-constexpr std::size_t kReductionRendezvousBytes = 1 << 20;
 bool rendezvous_threshold_set() {
   static const bool set = std::getenv("UCX_RNDV_THRESH") != nullptr;
   return set;
@@ -347,11 +350,7 @@ void UcxTransport::post(const RequestPtr& request) {
   if (local && announces_large_copies_ && request->receivers == Request::Receivers::copy &&
       request->streaming_stores && request->bytes > kCopyEagerBytes)
     return announce(request);
-  const bool reduction_read_across =
-      fans_out_ && request->receivers == Request::Receivers::pipelined &&
-      !request->streaming_stores && request->bytes > kReductionRendezvousBytes;
-  const bool eager =
-      local && !reduction_read_across && request->bytes <= eager_limit(request->receivers);
+  const bool eager = local && request->bytes <= eager_limit(*request, reads_reductions_across());
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).
