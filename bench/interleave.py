@@ -2,10 +2,11 @@
 """Times two arbench builds against each other fairly: size by size, each build runs the
 same arguments in turn (which goes first alternates from round to round), so that a machine
 that drifts (other jobs, clock frequency, the page cache) treats both alike; each size's time
-is the median over the rounds, in-place and out-of-place apart. Prints one row per size with
-both medians and the change (the median of the rounds' B/A ratios, which pairs the two runs
-of a round), and flags the sizes where B is slower than A by more than --threshold. Running A
-against itself shows how much this machine's noise alone moves the figures.
+is the median over the rounds, in-place and out-of-place apart. Prints one row per
+collective and size with both medians and the change (the median of the rounds' B/A ratios,
+which pairs the two runs of a round), and flags the sizes where B is slower than A by more
+than --threshold. Running A against itself shows how much this machine's noise alone moves
+the figures.
 
     bench/interleave.py --runs 3 base/build/bench/arbench build/bench/arbench \\
         -- --np 2 -b 8 -e 128M -f 4 -n 200
@@ -25,7 +26,7 @@ def sweep(arbench, args, path):
     subprocess.run([arbench, *args, "--json", path], check=True, stdout=subprocess.DEVNULL)
     with open(path) as f:
         rows = json.load(f)["rows"]
-    return {(r["backend"], r["type"], r["op"], r["size_bytes"]): r for r in rows}
+    return {(r["backend"], r["collective"], r["type"], r["op"], r["size_bytes"]): r for r in rows}
 
 
 def sizes_of(arbench, args, work):
@@ -36,7 +37,7 @@ def sizes_of(arbench, args, work):
             i = quick.index(flag)
             del quick[i:i + 2]
     rows = sweep(arbench, [*quick, "-n", "1", "-w", "0", "-c", "0"], os.path.join(work, "sizes.json"))
-    return sorted({key[3] for key in rows})
+    return sorted({key[4] for key in rows})
 
 
 def without_range(args):
@@ -77,13 +78,14 @@ def main():
                                 row[group]["time_us"])
     print(f"# {options.runs} rounds, each size by A and B in turn; median time (us) per size; "
           f"A = {options.a}, B = {options.b}")
-    print(f"# {'size (B)':>12} {'type':>5} {'op':>4}  {'A oop':>10} {'B oop':>10} {'change':>8}"
+    print(f"# {'collective':>14} {'size (B)':>12} {'type':>5} {'op':>4}"
+          f"  {'A oop':>10} {'B oop':>10} {'change':>8}"
           f"  {'A ip':>10} {'B ip':>10} {'change':>8}")
     slower = []
-    for key in sorted(times["a"], key=lambda k: (k[0], k[1], k[2], k[3])):
+    for key in sorted(times["a"]):
         if key not in times["b"]:
             continue
-        line = f"  {key[3]:>12} {key[1]:>5} {key[2]:>4}"
+        line = f"  {key[1]:>14} {key[4]:>12} {key[2]:>5} {key[3]:>4}"
         for group in ("out_of_place", "in_place"):
             a_times, b_times = times["a"][key][group], times["b"][key][group]
             a, b = statistics.median(a_times), statistics.median(b_times)
@@ -91,7 +93,7 @@ def main():
             change = (statistics.median(ratios) - 1) * 100 if ratios else 0.0
             line += f"  {a:>10.2f} {b:>10.2f} {change:>+7.1f}%"
             if change > options.threshold:
-                slower.append(f"{key[3]} B {group}")
+                slower.append(f"{key[1]} {key[4]} B {group}")
         print(line)
     if slower:
         print(f"# slower than A by more than {options.threshold}%: " + ", ".join(slower))

@@ -1,5 +1,6 @@
 #include "arcoll/options.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -121,6 +122,18 @@ Options Options::from_env() {
     if (*v < 1 || *v > 64)
       throw ConfigurationError("environment", "ARCOLL_SOCKETS_PER_PEER must be within 1..64");
     options.sockets_per_peer = static_cast<int>(*v);
+  }
+  if (auto v = env::get("ARCOLL_TCP_CONGESTION")) {
+    // A kernel algorithm's name: at most 15 characters (TCP_CA_NAME_MAX), such as these.
+    const bool named = v->size() <= 15 && std::all_of(v->begin(), v->end(), [](char c) {
+                         return std::islower(static_cast<unsigned char>(c)) ||
+                                std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+                       });
+    if (!named)
+      throw ConfigurationError("environment", "ARCOLL_TCP_CONGESTION='" + *v +
+                                                  "' must be auto, system or the name of a "
+                                                  "congestion control (cubic, reno, bbr...)");
+    options.tcp_congestion = *v;
   }
   if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))
     options.busy_poll = std::chrono::microseconds(*v);

@@ -245,6 +245,29 @@ void set_nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+bool within_host(int fd) {
+  sockaddr_in local{}, peer{};
+  socklen_t local_len = sizeof local, peer_len = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+      local.sin_family != AF_INET || peer.sin_family != AF_INET)
+    return false;
+  const bool loopback = (ntohl(peer.sin_addr.s_addr) >> 24) == 127;
+  return loopback || local.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
+
+std::string congestion_control(int fd) {
+  char name[16] = {};  // the kernel's TCP_CA_NAME_MAX
+  socklen_t len = sizeof name;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return {};
+  return std::string(name, strnlen(name, len));
+}
+
+bool set_congestion_control(int fd, const std::string& name) {
+  return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(),
+                    static_cast<socklen_t>(name.size())) == 0;
+}
+
 namespace {
 
 // Waits until fd is ready for `events`; false on deadline, PeerError once `gone_fd` (when not

@@ -68,6 +68,14 @@ Fd connect_until(const Endpoint& endpoint, Clock::time_point deadline, std::stri
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);
+// Whether both ends of a connected socket have the same address (or the peer's is a loopback
+// one): its peer is a process of this host.
+bool within_host(int fd);
+// A TCP socket's congestion control ("cubic", "bbr"); empty when unknown.
+std::string congestion_control(int fd);
+// Sets it; false, errno saying why, where the kernel has no such algorithm (ENOENT) or does
+// not let this process choose it (EPERM: net.ipv4.tcp_allowed_congestion_control).
+bool set_congestion_control(int fd, const std::string& name);
 
 // Reads/writes exactly `bytes`, waiting with poll() until `deadline`. Return false on
 // timeout, throw SystemError/PeerError (with `what` in the message) on failure or EOF, and

@@ -20,6 +20,7 @@
 #include "arcoll/error.hpp"
 #include "src/base/log.hpp"
 #include "src/base/store.hpp"
+#include "transports/tcp/congestion.hpp"
 #include "transports/tcp/tcp_transport.hpp"
 
 namespace arcoll::tcp {
@@ -29,6 +30,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
       size_(setup.size),
       peer_ranks_(setup.peers),
       sockets_per_peer_(setup.options->sockets_per_peer),
+      congestion_setting_(setup.options->tcp_congestion),
       polling_(setup.polling),
       acceptor_(setup.job_token, {setup.job_id, setup.size, setup.options->sockets_per_peer}),
       peers_(static_cast<std::size_t>(setup.size)),
@@ -45,6 +47,9 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   if (peer_ranks_.empty()) return;
   listener_ = net::listen_on(setup.listen_address, 0);
   net::set_nonblocking(listener_.get());
+  // Accepted connections start with the listener's; a named one is refused here, on every
+  // rank alike, before any peer connects.
+  apply_congestion_control(listener_.get(), congestion_setting_);
   epoll_event ev{EPOLLIN, {.u64 = static_cast<std::uint64_t>(listener_.get())}};
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
   const net::Endpoint self = net::local_endpoint(listener_.get());
@@ -90,6 +95,10 @@ TcpTransport::~TcpTransport() {
 void TcpTransport::add_socket(net::Fd fd, int peer, int index) {
   net::set_nonblocking(fd.get());
   net::set_nodelay(fd.get());
+  const std::string congestion = apply_congestion_control(fd.get(), congestion_setting_);
+  if (index == 0)
+    log::debug("tcp transport: rank " + std::to_string(peer) + " under " + congestion +
+               " congestion control");
   // Buffer sizes are left to the kernel, which grows them with the traffic: in an A/B over
   // loopback (2 ranks, 64 KiB to 4 MiB), fixed ones of 256 KiB to 4 MiB were no faster.
   Socket& s = sockets_.emplace_back();

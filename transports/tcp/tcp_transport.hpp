@@ -153,6 +153,7 @@ class TcpTransport final : public Transport {
     return std::binary_search(peer_ranks_.begin(), peer_ranks_.end(), peer);
   }
   int sockets_per_peer_;
+  std::string congestion_setting_;  // Options::tcp_congestion
   Polling polling_;
   net::Fd listener_;
   Acceptor acceptor_;

@@ -1,0 +1,76 @@
+// ARCOLL_TCP_CONGESTION on a job over TCP: a named algorithm runs on every connection of the
+// transport, as the kernel reports it, with results unchanged; one the kernel lacks fails
+// every rank at once, naming the variable.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+#include "src/base/socket.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+// Connected TCP sockets of this process within the host, by congestion control.
+std::map<std::string, int> host_connections_by_congestion() {
+  std::map<std::string, int> found;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return found;
+  while (const dirent* entry = ::readdir(dir)) {
+    const int fd = std::atoi(entry->d_name);
+    struct stat st {};
+    if (entry->d_name[0] == '.' || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    const std::string algorithm = net::congestion_control(fd);
+    if (!algorithm.empty() && net::within_host(fd)) ++found[algorithm];
+  }
+  ::closedir(dir);
+  return found;
+}
+
+TEST(TcpCongestionJob, ANamedAlgorithmRunsOnEveryConnection) {
+  if (forced_transport() != "tcp") GTEST_SKIP() << "the tcp. run's test";
+  run_ranks(3,
+            [](Communicator& comm) {
+              // 2 sockets to each of 2 peers; the store's connections keep the system's algorithm.
+              EXPECT_GE(host_connections_by_congestion()["reno"], 4);
+              for (std::size_t count : {std::size_t{1}, std::size_t{100003}}) {
+                auto data = make_input(DataType::f32, ReduceOp::sum, comm.rank(), count, 5);
+                comm.allreduce(data.data(), count, DataType::f32, ReduceOp::sum);
+                EXPECT_EQ(
+                    count_wrong(data.data(), DataType::f32, ReduceOp::sum, comm.size(), count, 5),
+                    0u);
+              }
+            },
+            {{"ARCOLL_TCP_CONGESTION", "reno"}});
+}
+
+TEST(TcpCongestionJob, AnAlgorithmTheKernelLacksFailsEveryRankAtOnce) {
+  if (forced_transport() != "tcp") GTEST_SKIP() << "the tcp. run's test";
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.output = RankOutput::capture;
+  options.env = {{"ARCOLL_TCP_CONGESTION", "nosuchcc"}};
+  const auto start = std::chrono::steady_clock::now();
+  const auto exits = launch(options, [] {
+    try {
+      auto comm = Communicator::from_env();
+    } catch (const ConfigurationError& e) {
+      std::printf("refused: %s\n", e.what());
+      return 0;
+    }
+    return 1;
+  });
+  EXPECT_LT(seconds_since(start), 5.0);
+  for (const auto& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_NE(e.output.find("refused: "), std::string::npos) << e.output;
+    EXPECT_NE(e.output.find("ARCOLL_TCP_CONGESTION='nosuchcc'"), std::string::npos) << e.output;
+  }
+}
+
+}  // namespace
+}  // namespace arcoll::testing
