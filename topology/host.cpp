@@ -83,6 +83,14 @@ std::uint64_t memory_bytes() {
   return 0;
 }
 
+std::string tcp_congestion() {
+  std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string line;
+  std::getline(in, line);
+  line = trim(line);
+  return line.empty() ? kUnknown : line;
+}
+
 }  // namespace
 
 HostInfo host_info() {
@@ -93,6 +101,7 @@ HostInfo host_info() {
   info.os = os_name();
   info.cores = online_cores();
   info.memory_bytes = memory_bytes();
+  info.tcp_congestion = tcp_congestion();
   return info;
 }
 

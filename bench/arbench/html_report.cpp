@@ -44,11 +44,17 @@ std::string facts(const ResultsJson& object, const std::vector<const char*>& key
 std::string sweep_section(const ResultsFile& f) {
   const ResultsJson& meta = f.json["metadata"];
   std::string out = "<h2>Sweep: " + markup_escaped(f.path) + "</h2>\n";
-  out += facts(
-      meta, {"hostname",   "cpu_model",      "cores",          "memory_bytes", "kernel",
-             "os",         "arcoll_version", "git_commit",     "transport",    "algorithm",
-             "world_size", "nodes",          "ranks_per_node", "date",         "command_line",
-             "wire",       "iters",          "repeat",         "chunk_bytes",  "sockets_per_peer"});
+  out += facts(meta, {"hostname",       "cpu_model",
+                      "cores",          "memory_bytes",
+                      "kernel",         "os",
+                      "arcoll_version", "git_commit",
+                      "transport",      "algorithm",
+                      "world_size",     "nodes",
+                      "ranks_per_node", "date",
+                      "command_line",   "wire",
+                      "iters",          "repeat",
+                      "chunk_bytes",    "sockets_per_peer",
+                      "tcp_congestion", "tcp_congestion_system"});
   out += printf_string("<p>Average bus bandwidth %.3f GB/s; results out of bounds: %s.</p>\n",
                        f.json.value("avg_busbw_gbs", 0.0),
                        cell(f.json.value("out_of_bounds", ResultsJson(nullptr))).c_str());

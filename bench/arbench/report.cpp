@@ -300,6 +300,9 @@ std::string table_header(const RunInfo& info) {
       info.sweep.device != "host" ? ("arcoll's on " + info.sweep.device + " devices").c_str()
       : info.sweep.shared_buffers ? "arcoll's from mem_alloc"
                                   : "heap");
+  if (info.transport.find("tcp") != std::string::npos)
+    out += printf_string("# tcp congestion control %s (ARCOLL_TCP_CONGESTION), the system's %s\n",
+                         info.tcp_congestion.c_str(), info.host.tcp_congestion.c_str());
   if (!info.link_costs.empty()) out += "# cost model: " + info.link_costs + "\n";
   const bool wire = info.sweep.wire != arcoll::DataType::f32;
   if (wire)
@@ -554,6 +557,8 @@ std::string json_report(const RunInfo& info, const std::vector<Row>& rows, const
       {"check", info.sweep.check},
       {"chunk_bytes", info.chunk_bytes},
       {"sockets_per_peer", info.sockets_per_peer},
+      {"tcp_congestion", info.tcp_congestion},
+      {"tcp_congestion_system", info.host.tcp_congestion},
       {"timeout_s", info.timeout_s},
       {"link_costs", info.link_costs},
       {"wire", arcoll::to_string(info.sweep.wire)},

@@ -52,6 +52,7 @@ struct RunInfo {
   SweepSettings sweep;
   std::size_t chunk_bytes = 0;
   int sockets_per_peer = 0;
+  std::string tcp_congestion;  // Options::tcp_congestion
   double timeout_s = 0;
   std::string link_costs;  // where the cost model's link costs come from (calibration)
   std::vector<BackendInfo> backends;  // in table order; the first is the reference of --compare

@@ -108,6 +108,7 @@ RunInfo describe_run(arcoll::Communicator& comm, const SweepPlan& plan) {
   const arcoll::Options& options = comm.options();
   info.chunk_bytes = options.chunk_bytes;
   info.sockets_per_peer = options.sockets_per_peer;
+  info.tcp_congestion = options.tcp_congestion;
   info.timeout_s = std::chrono::duration<double>(options.timeout).count();
   info.compare = plan.compare;
   return info;

@@ -14,10 +14,11 @@ struct HostInfo {
   std::string os;         // PRETTY_NAME from /etc/os-release, e.g. "Debian GNU/Linux 12 (bookworm)"
   int cores = 0;          // online logical CPUs
   std::uint64_t memory_bytes = 0;  // physical memory (MemTotal)
+  std::string tcp_congestion;      // the kernel's default for TCP (net.ipv4.tcp_congestion_control)
 };
 
-// Reads /proc/cpuinfo, sysconf, uname, /proc/meminfo and /etc/os-release. Whatever cannot be
-// read is "unknown" (strings) or 0 (numbers); never throws for a missing or odd file.
+// Reads /proc/cpuinfo, sysconf, uname, /proc/meminfo, /etc/os-release and /proc/sys. Whatever
+// cannot be read is "unknown" (strings) or 0 (numbers); never throws for a missing or odd file.
 HostInfo host_info();
 
 }  // namespace arcoll

@@ -68,8 +68,10 @@ check(doc.get("schema") == "arcoll.arbench/1", f"schema is {doc.get('schema')!r}
 meta = doc["metadata"]
 for key in ["hostname", "cpu_model", "cores", "memory_bytes", "kernel", "os", "arcoll_version",
             "git_commit", "transport", "algorithm", "world_size", "nodes", "date",
-            "command_line", "iters", "warmup_iters", "check"]:
+            "command_line", "iters", "warmup_iters", "check", "tcp_congestion",
+            "tcp_congestion_system"]:
     check(key in meta, f"metadata.{key} missing")
+check(meta.get("tcp_congestion") == "auto", f"tcp_congestion {meta.get('tcp_congestion')!r}")
 check(meta.get("world_size") == 3, f"world_size {meta.get('world_size')}")
 check(meta.get("iters") == 3 and meta.get("warmup_iters") == 1 and meta.get("check") is True,
       "iters/warmup_iters/check do not match the command line")
