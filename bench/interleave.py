@@ -26,7 +26,9 @@ def sweep(arbench, args, path):
     subprocess.run([arbench, *args, "--json", path], check=True, stdout=subprocess.DEVNULL)
     with open(path) as f:
         rows = json.load(f)["rows"]
-    return {(r["backend"], r["collective"], r["type"], r["op"], r["size_bytes"]): r for r in rows}
+    # arbench's JSON before multi-collective runs had no "collective": all-reduce rows.
+    return {(r["backend"], r.get("collective", "allreduce"), r["type"], r["op"],
+             r["size_bytes"]): r for r in rows}
 
 
 def sizes_of(arbench, args, work):

@@ -38,7 +38,7 @@ struct Options {
   // the kernel's algorithms by name (cubic, reno, dctcp...), set on every connection. auto
   // keeps the system's, except on connections within a host, where an algorithm that paces
   // (bbr) gives way to cubic, else reno: nothing there needs pacing, which spaces each
-  // message's segments out at the rate it last estimated (transports/tcp/congestion.cpp).
+  // message's segments out at a rate it estimated early (transports/tcp/congestion.cpp).
   std::string tcp_congestion = "auto";
   // Pipeline chunk of ring algorithms (ARCOLL_CHUNK_BYTES, K/M suffixes allowed).
   std::size_t chunk_bytes = 512 * 1024;
@@ -121,6 +121,9 @@ inline constexpr std::chrono::milliseconds kMaxTimeout{7LL * 24 * 3600 * 1000};
 std::optional<std::chrono::milliseconds> parse_timeout(std::string_view seconds);
 // Why `timeout` cannot be one ("must be positive"), or empty when it can.
 std::string timeout_problem(std::chrono::milliseconds timeout);
+// Why `setting` cannot be Options::tcp_congestion, or empty when it can: auto, system, or what
+// may be a kernel algorithm's name (lower case, digits, '_'; 1 to 15 characters).
+std::string tcp_congestion_problem(const std::string& setting);
 
 // "512", "64K", "1M", "2G", "1T" (powers of 1024; an optional trailing "B"/"iB" is accepted).
 // nullopt when malformed or out of range.

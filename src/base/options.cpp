@@ -51,6 +51,18 @@ std::string timeout_problem(std::chrono::milliseconds timeout) {
   return {};
 }
 
+std::string tcp_congestion_problem(const std::string& setting) {
+  // TCP_CA_NAME_MAX is 16 with the terminating zero: longer names would be cut short.
+  const bool named = !setting.empty() && setting.size() <= 15 &&
+                     std::all_of(setting.begin(), setting.end(), [](char c) {
+                       return std::islower(static_cast<unsigned char>(c)) ||
+                              std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+                     });
+  if (named) return {};
+  return "the TCP congestion control '" + setting +
+         "' must be auto, system or the name of a kernel algorithm (cubic, reno, bbr...)";
+}
+
 std::optional<std::size_t> parse_byte_size(std::string_view text) {
   std::size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
@@ -124,15 +136,8 @@ Options Options::from_env() {
     options.sockets_per_peer = static_cast<int>(*v);
   }
   if (auto v = env::get("ARCOLL_TCP_CONGESTION")) {
-    // A kernel algorithm's name: at most 15 characters (TCP_CA_NAME_MAX), such as these.
-    const bool named = v->size() <= 15 && std::all_of(v->begin(), v->end(), [](char c) {
-                         return std::islower(static_cast<unsigned char>(c)) ||
-                                std::isdigit(static_cast<unsigned char>(c)) || c == '_';
-                       });
-    if (!named)
-      throw ConfigurationError("environment", "ARCOLL_TCP_CONGESTION='" + *v +
-                                                  "' must be auto, system or the name of a "
-                                                  "congestion control (cubic, reno, bbr...)");
+    if (std::string why = tcp_congestion_problem(*v); !why.empty())
+      throw ConfigurationError("environment", "ARCOLL_TCP_CONGESTION: " + why);
     options.tcp_congestion = *v;
   }
   if (auto v = env::get_int("ARCOLL_BUSY_POLL_US"))

@@ -44,6 +44,8 @@ Options checked(const Options& options, int rank) {
     throw InvalidArgument("communicator", why);
   if (options.sockets_per_peer < 1 || options.sockets_per_peer > 64)
     throw InvalidArgument("communicator", "sockets_per_peer must be within 1..64");
+  if (std::string why = tcp_congestion_problem(options.tcp_congestion); !why.empty())
+    throw InvalidArgument("communicator", why);
   if (options.channels < 1 || options.channels > kMaxChannels)
     throw InvalidArgument("communicator",
                           "channels must be within 1.." + std::to_string(kMaxChannels));

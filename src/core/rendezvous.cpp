@@ -53,14 +53,15 @@ const std::string kJoinedKey = "joined/all";
 // Two processes of one rank: who they are.
 const std::string kDuplicateKey = "joined/duplicate";
 
-// The settings that shape messages, and the world size, which every rank must share; rank 0's
-// are published and the others compare theirs.
+// The settings that shape messages or connections, and the world size, which every rank must
+// share; rank 0's are published and the others compare theirs.
 std::vector<std::pair<std::string, std::string>> shared_settings(const Options& o, int size) {
   return {{"world size", std::to_string(size)},
           {"ARCOLL_CHECKSUM", o.checksum ? "1" : "0"},
           {"ARCOLL_WIRE", std::string(to_string(o.wire))},
           {"ARCOLL_CHUNK_BYTES", std::to_string(o.chunk_bytes)},
-          {"ARCOLL_CHANNELS", std::to_string(o.channels)}};
+          {"ARCOLL_CHANNELS", std::to_string(o.channels)},
+          {"ARCOLL_TCP_CONGESTION", o.tcp_congestion}};
 }
 
 void check_shared_settings(StoreClient& store, const Options& options, int rank, int size,

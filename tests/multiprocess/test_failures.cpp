@@ -523,6 +523,8 @@ TEST(Settings, ARankWithOtherMessageSettingsFailsAtTheRendezvous) {
        {Differing{"ARCOLL_CHECKSUM", "1", "ARCOLL_CHECKSUM is 1 on this rank but 0 on rank 0"},
         Differing{"ARCOLL_CHUNK_BYTES", "1M",
                   "ARCOLL_CHUNK_BYTES is 1048576 on this rank but 524288 on rank 0"},
+        Differing{"ARCOLL_TCP_CONGESTION", "reno",
+                  "ARCOLL_TCP_CONGESTION is reno on this rank but auto on rank 0"},
         Differing{"ARCOLL_WORLD_SIZE", "4", "world size is 4 on this rank but 3 on rank 0"}}) {
     LocalLaunchOptions options;
     options.ranks = 3;

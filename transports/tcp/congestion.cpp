@@ -2,8 +2,12 @@
 // out at the rate it estimated from the connection's first exchanges, which varies from job to
 // job. 2 ranks over loopback, send/recv of 128 KiB: 39-100 us from one job to the next under
 // bbr, 28-58 under cubic. Nine collectives at 64 KiB-16 MiB (3 interleaved runs, bbr ->
-// cubic): most medians 10-58% lower, a few up to 26% higher; at 64 MiB (6 runs, five of them)
-// -10% to +6%. Across hosts the system's choice stands: the network is its business.
+// cubic): most medians 10-58% lower, a few up to 26% higher; at 64 MiB, five collectives over
+// 6 runs, -10% to +6%. Across hosts the system's choice stands: the network is its business.
+// A connection is switched once open, where both its ends are known: the kernel may keep the
+// internal pacing bbr turned on, at cubic's pace (1.2-2 times the window per round trip), which
+// over a host's round trips of microseconds holds little back; the figures are of such
+// connections.
 #include "transports/tcp/congestion.hpp"
 
 #include <cerrno>

@@ -47,8 +47,8 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
   if (peer_ranks_.empty()) return;
   listener_ = net::listen_on(setup.listen_address, 0);
   net::set_nonblocking(listener_.get());
-  // Accepted connections start with the listener's; a named one is refused here, on every
-  // rank alike, before any peer connects.
+  // Accepted connections start with the listener's; a named one the kernel lacks is refused
+  // here, before any peer connects.
   apply_congestion_control(listener_.get(), congestion_setting_);
   epoll_event ev{EPOLLIN, {.u64 = static_cast<std::uint64_t>(listener_.get())}};
   epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev);
