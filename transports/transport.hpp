@@ -63,6 +63,7 @@ struct TransportSetup {
   std::string job_token;                   // the job's secret (src/base/auth.hpp); may be empty
   net::Clock::time_point deadline;         // for connection setup
   Polling polling;                         // how waits poll before they sleep
+  bool oversubscribed = false;             // more ranks on this machine than cores to run on
 };
 
 // A peer's word that it failed, from collective `call` on (see Transport::abort).

@@ -36,9 +36,10 @@ struct Options {
   int sockets_per_peer = 2;
   // Congestion control of the TCP connections (ARCOLL_TCP_CONGESTION): auto, system, or one of
   // the kernel's algorithms by name (cubic, reno, dctcp...), set on every connection. auto
-  // keeps the system's, except on connections within a host, where an algorithm that paces
-  // (bbr) gives way to cubic, else reno: nothing there needs pacing, which spaces each
-  // message's segments out at a rate it estimated early (transports/tcp/congestion.cpp).
+  // keeps the system's, except on connections within a host whose ranks have a core each,
+  // where an algorithm that paces (bbr) gives way to cubic, else reno: nothing there needs
+  // pacing, which spaces each message's segments out at a rate it estimated early
+  // (transports/tcp/congestion.cpp).
   std::string tcp_congestion = "auto";
   // Pipeline chunk of ring algorithms (ARCOLL_CHUNK_BYTES, K/M suffixes allowed).
   std::size_t chunk_bytes = 512 * 1024;

@@ -85,6 +85,7 @@ Engine::Engine(const Rendezvous& rendezvous, const Options& options, std::uint64
   setup.store = store_;
   setup.listen_address = rendezvous.listen_address;
   setup.polling = Polling::for_host(options_.busy_poll, rendezvous.oversubscribed);
+  setup.oversubscribed = rendezvous.oversubscribed;
   quick_looks_ = !setup.polling.yields;
   // Per pair of ranks, the transport the registry picks; one transport object per kind used.
   route_.assign(static_cast<std::size_t>(size_), nullptr);

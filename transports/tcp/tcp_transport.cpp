@@ -30,7 +30,7 @@ TcpTransport::TcpTransport(const TransportSetup& setup)
       size_(setup.size),
       peer_ranks_(setup.peers),
       sockets_per_peer_(setup.options->sockets_per_peer),
-      congestion_setting_(setup.options->tcp_congestion),
+      congestion_setting_(congestion_setting(*setup.options, setup.oversubscribed)),
       polling_(setup.polling),
       acceptor_(setup.job_token, {setup.job_id, setup.size, setup.options->sockets_per_peer}),
       peers_(static_cast<std::size_t>(setup.size)),

@@ -1,8 +1,10 @@
-// ARCOLL_TCP_CONGESTION on a job over TCP: a named algorithm runs on every connection of the
-// transport, as the kernel reports it, with results unchanged; one the kernel lacks fails
-// every rank's set-up, naming the variable.
+// ARCOLL_TCP_CONGESTION on a job over TCP: auto leaves a pacing algorithm within a host where
+// every rank has a core; a named algorithm runs on every connection of the transport, as the
+// kernel reports it, with results unchanged; one the kernel lacks fails every rank's set-up,
+// naming the variable.
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include "src/base/socket.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
+#include "transports/tcp/congestion.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -35,11 +38,44 @@ std::map<std::string, int> host_connections_by_congestion() {
   return found;
 }
 
+std::string system_congestion() {
+  std::string system;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control"), system);
+  return system;
+}
+
+// Connections under an algorithm that does not pace.
+int unpaced(const std::map<std::string, int>& found) {
+  int count = 0;
+  for (const auto& [algorithm, connections] : found)
+    if (!tcp::paces(algorithm)) count += connections;
+  return count;
+}
+
+TEST(TcpCongestionJob, AutoLeavesPacingWhereEveryRankHasACore) {
+  if (forced_transport() != "tcp") GTEST_SKIP() << "the tcp. run's test";
+  if (!tcp::paces(system_congestion()))
+    GTEST_SKIP() << "the system's " << system_congestion() << " does not pace: auto keeps it";
+  cpu_set_t cpus;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof cpus, &cpus), 0);
+  const int cores = CPU_COUNT(&cpus);
+  // A core per rank: the 2 connections to the peer leave pacing (the store's keep it).
+  const std::map<std::string, std::string> automatic{{"ARCOLL_TCP_CONGESTION", "auto"}};
+  if (cores >= 2)
+    run_ranks(
+        2, [](Communicator&) { EXPECT_GE(unpaced(host_connections_by_congestion()), 2); },
+        automatic);
+  // More ranks than cores: every connection keeps the system's.
+  if (cores + 1 <= 8)
+    run_ranks(
+        cores + 1, [](Communicator&) { EXPECT_EQ(unpaced(host_connections_by_congestion()), 0); },
+        automatic);
+}
+
 TEST(TcpCongestionJob, ANamedAlgorithmRunsOnEveryConnection) {
   if (forced_transport() != "tcp") GTEST_SKIP() << "the tcp. run's test";
   // One the store's connections (the system's) do not run: reno is in every kernel.
-  std::string system;
-  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control"), system);
+  const std::string system = system_congestion();
   const std::string named = system == "reno" ? "cubic" : "reno";
   run_ranks(3,
             [named](Communicator& comm) {
