@@ -4,10 +4,10 @@
 // bbr, 28-58 under cubic. Nine collectives at 64 KiB-16 MiB (3 interleaved runs, bbr ->
 // cubic): most medians 10-58% lower, a few up to 26% higher; at 64 MiB, five collectives over
 // 6 runs, -10% to +6%. Across hosts the system's choice stands: the network is its business.
-// A connection is switched once open, where both its ends are known: the kernel may keep the
-// internal pacing bbr turned on, at cubic's pace (1.2-2 times the window per round trip), which
-// over a host's round trips of microseconds holds little back; the figures are of such
-// connections.
+// A connection is switched once open, where both its ends are known: the kernel keeps the
+// internal pacing bbr's start turned on (switching leaves sk_pacing_status alone), now at
+// cubic's pace of 1.2-2 times the window per round trip, which over a host's round trips of
+// microseconds holds little back; the figures are of such connections.
 #include "transports/tcp/congestion.hpp"
 
 #include <cerrno>
