@@ -10,10 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <string>
 
+#include "arcoll/host.hpp"
 #include "src/base/socket.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
@@ -38,12 +38,6 @@ std::map<std::string, int> host_connections_by_congestion() {
   return found;
 }
 
-std::string system_congestion() {
-  std::string system;
-  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control"), system);
-  return system;
-}
-
 // Connections under an algorithm that does not pace.
 int unpaced(const std::map<std::string, int>& found) {
   int count = 0;
@@ -54,8 +48,9 @@ int unpaced(const std::map<std::string, int>& found) {
 
 TEST(TcpCongestionJob, AutoLeavesPacingWhereEveryRankHasACore) {
   if (forced_transport() != "tcp") GTEST_SKIP() << "the tcp. run's test";
-  if (!tcp::paces(system_congestion()))
-    GTEST_SKIP() << "the system's " << system_congestion() << " does not pace: auto keeps it";
+  const std::string system = host_info().tcp_congestion;
+  if (!tcp::paces(system))
+    GTEST_SKIP() << "the system's " << system << " does not pace: auto keeps it";
   cpu_set_t cpus;
   ASSERT_EQ(::sched_getaffinity(0, sizeof cpus, &cpus), 0);
   const int cores = CPU_COUNT(&cpus);
@@ -75,7 +70,7 @@ TEST(TcpCongestionJob, AutoLeavesPacingWhereEveryRankHasACore) {
 TEST(TcpCongestionJob, ANamedAlgorithmRunsOnEveryConnection) {
   if (forced_transport() != "tcp") GTEST_SKIP() << "the tcp. run's test";
   // One the store's connections (the system's) do not run: reno is in every kernel.
-  const std::string system = system_congestion();
+  const std::string system = host_info().tcp_congestion;
   const std::string named = system == "reno" ? "cubic" : "reno";
   run_ranks(3,
             [named](Communicator& comm) {
