@@ -103,6 +103,12 @@ class Transport {
   // same tag match in posting order. A receive's bytes land as its Request::landing says
   // (transports/common/landing.hpp).
   virtual void post(const RequestPtr& request) = 0;
+  // Sends a whole small message of a point-to-point call now, where the transport can: true,
+  // with nothing left to wait for; false, touching nothing, where it must go through post().
+  virtual bool send_now(int /*peer*/, std::uint32_t /*tag*/, const void* /*data*/,
+                        std::size_t /*bytes*/) {
+    return false;
+  }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until, Waiting waiting) = 0;

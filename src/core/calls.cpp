@@ -582,7 +582,18 @@ void Communicator::Impl::run_transfers(const char* operation,
     // A send, a receive, or one of each: no allocation on a small call's path.
     std::array<RequestPtr, 2> posted;
     std::size_t count = 0;
-    for (const Transfer& t : transfers) {
+    // A receive is posted before a small send, unless it overwrites the send's buffer: a send
+    // written into shared memory leaves stores that wait for the peer's cache line, and a
+    // receive posted after them waits for them at its request's first atomic count. Larger
+    // sends go first, as their peer waits for them longer (2 ranks, 10 interleaved runs,
+    // receive first: 8 B and 128 B 13-16% faster, 8 KiB 18% slower).
+    constexpr std::size_t kReceiveFirstBytes = 256;
+    const bool receive_first =
+        transfers.size() == 2 && transfers[0].kind == Request::Kind::send &&
+        transfers[0].bytes <= kReceiveFirstBytes &&
+        !overlap(transfers[0].buffer, transfers[0].bytes, transfers[1].buffer, transfers[1].bytes);
+    for (std::size_t i = 0; i < transfers.size(); ++i) {
+      const Transfer& t = transfers[receive_first ? transfers.size() - 1 - i : i];
       const bool send = t.kind == Request::Kind::send;
       const bool overlapped =
           std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& o) {
@@ -605,6 +616,8 @@ void Communicator::Impl::run_transfers(const char* operation,
                           static_cast<const char*>(buffer) + t.bytes);
         buffer = send_copy_.data();
       }
+      if (send && engine_->send_now(t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag)))
+        continue;
       posted.at(count++) =
           engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag));
     }

@@ -38,6 +38,9 @@ Waiting polling_here() {
 // Messages up to this size take quick looks (Engine::wait): a longer one's wait is worth its
 // clock read.
 constexpr std::size_t kQuickLookBytes = 8192;
+// Point-to-point sends up to this size go whole at once where their transport can
+// (Engine::send_now).
+constexpr std::size_t kSendNowBytes = 8192;
 
 LinkCost link_cost(const TransportCosts& c) {
   auto per_byte = [](double gbs) { return gbs > 0 ? 1.0 / (gbs * 1e9) : 0.0; };
@@ -325,11 +328,12 @@ RequestPtr Engine::fresh_request() {
     RequestPtr& pooled = requests_[request_cursor_];
     if (++request_cursor_ == requests_.size()) request_cursor_ = 0;
     if (pooled.use_count() == 1) {
-      // Made anew where it lies: assigning a fresh Request went through a zeroed temporary,
-      // whose copy stalled on the stores that had just zeroed it.
-      std::destroy_at(pooled.get());
-      std::construct_at(pooled.get());
-      return pooled;
+      // Counted before it is made anew where it lies: the count's atomic add waits for every
+      // store before it, and after the stores that remake the request it stalled.
+      RequestPtr request = pooled;
+      std::destroy_at(request.get());
+      ::new (static_cast<void*>(request.get())) Request;
+      return request;
     }
   }
   auto request = std::make_shared<Request>();
@@ -345,6 +349,12 @@ std::vector<char> Engine::staging_buffer(std::size_t bytes) {
   }
   staging.resize(bytes);
   return staging;
+}
+
+bool Engine::send_now(int peer, const void* buffer, std::size_t bytes, std::uint32_t tag) {
+  // A checked send takes a trailer (post()).
+  if (options_.checksum || bytes > kSendNowBytes) return false;
+  return route_[static_cast<std::size_t>(peer)]->send_now(peer, tag, buffer, bytes);
 }
 
 RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,

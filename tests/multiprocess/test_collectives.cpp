@@ -341,6 +341,40 @@ TEST(PointToPoint, TagsMatchInOrderAndLargeMessagesArrive) {
   });
 }
 
+// Messages m = 0, 1, ... of `words` words each on tag 0, word i of message m being
+// m * 7919 + i: posted at once (where such a message is not eager, a blocking send would wait
+// for its receive), and kept until their sends end.
+class NumberedSends {
+ public:
+  NumberedSends(Communicator& comm, int count, std::size_t words, int peer)
+      : sent_(static_cast<std::size_t>(count), std::vector<std::uint32_t>(words)) {
+    for (std::size_t m = 0; m < sent_.size(); ++m) {
+      std::iota(sent_[m].begin(), sent_[m].end(), static_cast<std::uint32_t>(m) * 7919u);
+      sends_.push_back(comm.isend(sent_[m].data(), words * 4, peer, 0));
+    }
+  }
+  void wait() {
+    for (const WorkPtr& send : sends_) send->wait();
+  }
+
+ private:
+  std::vector<std::vector<std::uint32_t>> sent_;
+  std::vector<WorkPtr> sends_;
+};
+
+// Receives `count` NumberedSends messages from `peer`, in order, and checks each.
+void expect_numbered(Communicator& comm, int count, std::size_t words, int peer) {
+  std::vector<std::uint32_t> got(words);
+  for (int m = 0; m < count; ++m) {
+    comm.recv(got.data(), words * 4, peer, 0);
+    for (std::size_t i = 0; i < words; ++i)
+      if (got[i] != static_cast<std::uint32_t>(m) * 7919u + i) {
+        ADD_FAILURE() << "message " << m << " element " << i << " is " << got[i];
+        return;
+      }
+  }
+}
+
 // Many eager messages that all arrive before their receives (rank 0 first waits for a message
 // rank 1 sends after them, on another tag): more than a transport holds of them in its own
 // buffers (UCX: kHeldEagerBytes, 4 MiB, then copies), each one piece over UCX (messages of
@@ -350,29 +384,41 @@ TEST(PointToPoint, EagerMessagesBeyondWhatIsHeldArriveWhole) {
   run_ranks(2, [](Communicator& comm) {
     constexpr int kMessages = 400;
     constexpr std::size_t kWords = 32 * 1024 / 4;  // 32 KiB: eager over UCX (kCopyEagerBytes)
-    std::vector<std::uint32_t> words(kWords);
     int last = 0;
     if (comm.rank() == 1) {
-      // Posted at once (where 32 KiB is not eager, a blocking send would wait for its receive).
-      std::vector<std::vector<std::uint32_t>> sent(kMessages, words);
-      std::vector<WorkPtr> sends;
-      for (int m = 0; m < kMessages; ++m) {
-        std::iota(sent[m].begin(), sent[m].end(), static_cast<std::uint32_t>(m) * 7919u);
-        sends.push_back(comm.isend(sent[m].data(), kWords * 4, 0, 0));
-      }
+      NumberedSends sends(comm, kMessages, kWords, 0);
       last = kMessages;
       comm.send(&last, sizeof last, 0, 1);
-      for (const WorkPtr& send : sends) send->wait();
+      sends.wait();
     } else {
       comm.recv(&last, sizeof last, 1, 1);
       EXPECT_EQ(last, kMessages);
-      for (int m = 0; m < kMessages; ++m) {
-        comm.recv(words.data(), kWords * 4, 1, 0);
-        for (std::size_t i = 0; i < kWords; ++i)
-          if (words[i] != static_cast<std::uint32_t>(m) * 7919u + i) {
-            ADD_FAILURE() << "message " << m << " element " << i << " is " << words[i];
-            return;
-          }
+      expect_numbered(comm, kMessages, kWords, 1);
+    }
+    comm.barrier();
+  });
+}
+
+// Small blocking sends behind non-blocking ones of the same tag that wait for room (12 KiB
+// messages through the shared-memory rings, more than a ring holds): each small one keeps its
+// turn, though it would fit into the ring before the one queued ahead of it. The receiver
+// starts late, so that the queue builds; what it checks does not depend on that.
+TEST(PointToPoint, ASmallSendKeepsItsTurnBehindQueuedOnes) {
+  run_ranks(2, [](Communicator& comm) {
+    constexpr int kQueued = 160;
+    constexpr std::uint32_t kSmall = 3;
+    constexpr std::size_t kWords = 12 * 1024 / 4;
+    if (comm.rank() == 0) {
+      NumberedSends sends(comm, kQueued, kWords, 1);
+      for (std::uint32_t small = 0; small < kSmall; ++small) comm.send(&small, sizeof small, 1, 0);
+      sends.wait();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      expect_numbered(comm, kQueued, kWords, 0);
+      for (std::uint32_t small = 0; small < kSmall; ++small) {
+        std::uint32_t got = ~0u;
+        comm.recv(&got, sizeof got, 0, 0);
+        EXPECT_EQ(got, small);
       }
     }
     comm.barrier();

@@ -218,17 +218,10 @@ void ShmTransport::post(const RequestPtr& request) {
     return;
   }
   const auto* data = static_cast<const char*>(request->buffer);
-  if (request->bytes <= kFragmentBytes && p.outgoing.empty()) {
-    // Nothing queued before it: a one-fragment message goes straight into the ring.
-    Ring* ring = ring_of(p.segment, rank_);
-    const Entry entry{EntryKind::fragment, request->tag,  request->bytes, 0, 0,
-                      static_cast<std::uint32_t>(request->bytes), 0, request->signature};
-    if (has_room(p, ring, p.tail, record_bytes(entry.payload))) {
-      publish(p, timed_write(p, ring, p.tail, entry, data, false));
-      request->transferred = request->bytes;
-      request->done = true;
-      return;
-    }
+  if (write_whole(p, request->tag, request->signature, data, request->bytes)) {
+    request->transferred = request->bytes;
+    request->done = true;
+    return;
   }
   std::uint64_t offset = 0;
   do {
@@ -240,6 +233,24 @@ void ShmTransport::post(const RequestPtr& request) {
     offset += n;
   } while (offset < request->bytes);
   push_outgoing(request->peer);
+}
+
+bool ShmTransport::send_now(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
+  // What post() would send as a descriptor goes through it.
+  if (failure_ || (bytes > single_copy_bytes_ && segments_.cma())) return false;
+  return write_whole(peers_[static_cast<std::size_t>(peer)], tag, 0, data, bytes);
+}
+
+bool ShmTransport::write_whole(Peer& p, std::uint32_t tag, std::uint64_t signature,
+                               const void* data, std::size_t bytes) {
+  // Nothing queued before it: a one-fragment message goes straight into the ring.
+  if (bytes > kFragmentBytes || !p.outgoing.empty()) return false;
+  Ring* ring = ring_of(p.segment, rank_);
+  const Entry entry{
+      EntryKind::fragment, tag, bytes, 0, 0, static_cast<std::uint32_t>(bytes), 0, signature};
+  if (!has_room(p, ring, p.tail, record_bytes(entry.payload))) return false;
+  publish(p, timed_write(p, ring, p.tail, entry, data, false));
+  return true;
 }
 
 Entry ShmTransport::descriptor(EntryKind kind, Peer& p, const RequestPtr& request,
