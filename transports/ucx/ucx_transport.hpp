@@ -190,6 +190,7 @@ class UcxTransport final : public Transport {
 
   std::string_view name() const override { return "ucx"; }
   void post(const RequestPtr& request) override;
+  bool send_now(int peer, std::uint32_t tag, const void* data, std::size_t bytes) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (turn(), true); }
   void wake() noexcept override;
@@ -262,6 +263,10 @@ class UcxTransport final : public Transport {
   // `kept`: the handler holds UCX's buffer or descriptor (UCS_INPROGRESS).
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
               Arrived how, bool& kept);
+  // Sends an eager message of `id` to `p` where UCX sends it at once (its short protocol: into
+  // the peer's fifo, or a socket's buffer), with no record kept: false, sending nothing, where
+  // UCX would have to keep it. The header takes the peer's next sequence number.
+  bool send_at_once(Peer& p, AmId id, Header header, const void* data, std::size_t bytes);
   // Sends `bytes` of `request`'s from `offset` on, as one active message of `id`.
   void send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
                  std::uint32_t flags, AmId id = kData);
