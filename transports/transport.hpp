@@ -103,10 +103,11 @@ class Transport {
   // same tag match in posting order. A receive's bytes land as its Request::landing says
   // (transports/common/landing.hpp).
   virtual void post(const RequestPtr& request) = 0;
-  // Sends a whole small message of a point-to-point call now, where the transport can: true,
+  // Sends a whole small message of a point-to-point call (its receivers keep it, as
+  // Request::Receivers::copy, with no streaming stores) now, where the transport can: true,
   // with nothing left to wait for; false, touching nothing, where it must go through post().
-  virtual bool send_now(int /*peer*/, std::uint32_t /*tag*/, const void* /*data*/,
-                        std::size_t /*bytes*/) {
+  virtual bool send_now(int /*peer*/, std::uint32_t /*tag*/, std::uint64_t /*signature*/,
+                        const void* /*data*/, std::size_t /*bytes*/) {
     return false;
   }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning

@@ -16,6 +16,8 @@ namespace arcoll {
 
 struct DeviceMemoryInfo;
 
+// Every member has an initializer: requests are remade by default-initialisation
+// (Engine::fresh_request).
 struct Request {
   enum class Kind : std::uint8_t { send, recv };
 

@@ -590,7 +590,7 @@ void Communicator::Impl::run_transfers(const char* operation,
     constexpr std::size_t kReceiveFirstBytes = 256;
     const bool receive_first =
         transfers.size() == 2 && transfers[0].kind == Request::Kind::send &&
-        transfers[0].bytes <= kReceiveFirstBytes &&
+        transfers[1].kind == Request::Kind::recv && transfers[0].bytes <= kReceiveFirstBytes &&
         !overlap(transfers[0].buffer, transfers[0].bytes, transfers[1].buffer, transfers[1].bytes);
     for (std::size_t i = 0; i < transfers.size(); ++i) {
       const Transfer& t = transfers[receive_first ? transfers.size() - 1 - i : i];
@@ -616,7 +616,7 @@ void Communicator::Impl::run_transfers(const char* operation,
                           static_cast<const char*>(buffer) + t.bytes);
         buffer = send_copy_.data();
       }
-      if (send && engine_->send_now(t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag)))
+      if (send && engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes))
         continue;
       posted.at(count++) =
           engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag));

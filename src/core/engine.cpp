@@ -39,8 +39,9 @@ Waiting polling_here() {
 // clock read.
 constexpr std::size_t kQuickLookBytes = 8192;
 // Point-to-point sends up to this size go whole at once where their transport can
-// (Engine::send_now).
-constexpr std::size_t kSendNowBytes = 8192;
+// (Engine::send_now), as far as a wait takes quick looks: 2 ranks over shm, 6 interleaved
+// runs, 3-10% faster at 8 B-2 KiB, 1-5% at 4-8 KiB.
+constexpr std::size_t kSendNowBytes = kQuickLookBytes;
 
 LinkCost link_cost(const TransportCosts& c) {
   auto per_byte = [](double gbs) { return gbs > 0 ? 1.0 / (gbs * 1e9) : 0.0; };
@@ -329,7 +330,8 @@ RequestPtr Engine::fresh_request() {
     if (++request_cursor_ == requests_.size()) request_cursor_ = 0;
     if (pooled.use_count() == 1) {
       // Counted before it is made anew where it lies: the count's atomic add waits for every
-      // store before it, and after the stores that remake the request it stalled.
+      // store before it, and after the stores that remake the request it stalled. Made by
+      // default-initialisation, as every member has an initializer: not zeroed first.
       RequestPtr request = pooled;
       std::destroy_at(request.get());
       ::new (static_cast<void*>(request.get())) Request;
@@ -351,10 +353,11 @@ std::vector<char> Engine::staging_buffer(std::size_t bytes) {
   return staging;
 }
 
-bool Engine::send_now(int peer, const void* buffer, std::size_t bytes, std::uint32_t tag) {
+bool Engine::send_now(int peer, std::uint32_t tag, const void* buffer, std::size_t bytes) {
   // A checked send takes a trailer (post()).
   if (options_.checksum || bytes > kSendNowBytes) return false;
-  return route_[static_cast<std::size_t>(peer)]->send_now(peer, tag, buffer, bytes);
+  return route_[static_cast<std::size_t>(peer)]->send_now(peer, tag, call_.signature, buffer,
+                                                          bytes);
 }
 
 RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,

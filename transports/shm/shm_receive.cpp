@@ -234,9 +234,11 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
         const std::string why =
             "its buffer could not be read (" + std::string(std::strerror(error)) + ")";
         // Only a process that is gone makes the read fail with ESRCH; a refusal is not a death.
+        // A peer that gave up may have freed the buffer its descriptor named: its reason,
+        // behind the descriptor in the ring, is the news.
         if (error == ESRCH)
           fail_dead_peer(peer, why);
-        else
+        else if (!fail_with_last_word(peer))
           fail_peer(peer, ErrorCode::system, "rank " + std::to_string(peer) + ": " + why);
         return;
       }

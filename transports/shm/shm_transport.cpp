@@ -144,8 +144,9 @@ std::optional<shared_memory::Region> ShmTransport::in_place_region(const Request
   return shared_memory::find(send.buffer, send.bytes);
 }
 
-std::size_t ShmTransport::single_copy_above(const Request& send) const {
-  switch (send.receivers) {
+std::size_t ShmTransport::single_copy_above(Request::Receivers receivers,
+                                            bool streaming_stores) const {
+  switch (receivers) {
     case Request::Receivers::copy:
     case Request::Receivers::gathered:
       // Beyond the caches, through the rings at every size where buffers lie in 4 KiB pages:
@@ -156,12 +157,12 @@ std::size_t ShmTransport::single_copy_above(const Request& send) const {
       // 8305 -> 7233, scatter 6374 -> 4048; 4 ranks, gather 9275 -> 5526, all-gather 23111 ->
       // 17836). In huge pages reading across wins (all-to-all of 64 MiB, huge pages "always":
       // 5.7-6.3 ms read across, 8.2 through the rings; Open MPI 4.7-5.7).
-      return send.streaming_stores && !huge_pages_unasked_ ? std::numeric_limits<std::size_t>::max()
-                                                           : single_copy_bytes_;
+      return streaming_stores && !huge_pages_unasked_ ? std::numeric_limits<std::size_t>::max()
+                                                      : single_copy_bytes_;
     case Request::Receivers::pipelined:
       return single_copy_pipelined_bytes_;
     case Request::Receivers::relayed:
-      return send.streaming_stores ? single_copy_pipelined_bytes_ : single_copy_relayed_bytes_;
+      return streaming_stores ? single_copy_pipelined_bytes_ : single_copy_relayed_bytes_;
   }
   return single_copy_bytes_;
 }
@@ -170,8 +171,9 @@ bool ShmTransport::forwards_pieces(const Request& receive) const {
   return receive.forward && !in_place_region(*receive.forward);
 }
 
-bool ShmTransport::goes_across(const Request& send) const {
-  return send.bytes > single_copy_above(send) && segments_.cma();
+bool ShmTransport::goes_across(std::size_t bytes, Request::Receivers receivers,
+                               bool streaming_stores) const {
+  return bytes > single_copy_above(receivers, streaming_stores) && segments_.cma();
 }
 
 bool ShmTransport::forwards_whole_across(const ShmMessage& m, const Request& receive) const {
@@ -235,10 +237,11 @@ void ShmTransport::post(const RequestPtr& request) {
   push_outgoing(request->peer);
 }
 
-bool ShmTransport::send_now(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
+bool ShmTransport::send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
+                            std::size_t bytes) {
   // What post() would send as a descriptor goes through it.
-  if (failure_ || (bytes > single_copy_bytes_ && segments_.cma())) return false;
-  return write_whole(peers_[static_cast<std::size_t>(peer)], tag, 0, data, bytes);
+  if (failure_ || goes_across(bytes, Request::Receivers::copy, false)) return false;
+  return write_whole(peers_[static_cast<std::size_t>(peer)], tag, signature, data, bytes);
 }
 
 bool ShmTransport::write_whole(Peer& p, std::uint32_t tag, std::uint64_t signature,
@@ -465,13 +468,16 @@ std::string ShmTransport::last_word(int peer) const {
   return {};
 }
 
+bool ShmTransport::fail_with_last_word(int peer) {
+  std::string reason = last_word(peer);
+  if (reason.empty()) return false;
+  fail_peer(peer, ErrorCode::peer_failure, "rank " + std::to_string(peer) + " aborted: " + reason);
+  return true;
+}
+
 void ShmTransport::fail_dead_peer(int peer, const std::string& what) {
   // A peer that failed first and then exited said why in its abort entry: report that.
-  if (std::string reason = last_word(peer); !reason.empty()) {
-    fail_peer(peer, ErrorCode::peer_failure,
-              "rank " + std::to_string(peer) + " aborted: " + reason);
-    return;
-  }
+  if (fail_with_last_word(peer)) return;
   fail_peer(
       peer, ErrorCode::peer_failure,
       "rank " + std::to_string(peer) + " is gone: " + what + "; it exited, crashed or was killed");

@@ -105,7 +105,8 @@ class ShmTransport final : public Transport, public SharedBoards {
 
   std::string_view name() const override { return "shm"; }
   void post(const RequestPtr& request) override;
-  bool send_now(int peer, std::uint32_t tag, const void* data, std::size_t bytes) override;
+  bool send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
+                std::size_t bytes) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (poll_once(), true); }
   void wake() noexcept override;
@@ -196,14 +197,20 @@ class ShmTransport final : public Transport, public SharedBoards {
   bool goodbye_behind_parked(int peer) const;
   // A dead peer's last word: the reason in an abort entry still unread in its ring, if any.
   std::string last_word(int peer) const;
+  // Fails `peer` with its last word, where it left one (true).
+  bool fail_with_last_word(int peer);
   void fail_dead_peer(int peer, const std::string& what);
 
   void* own() const { return segments_.own(); }
-  // The size past which `send` is read across (by what its call's receivers do).
-  std::size_t single_copy_above(const Request& send) const;
-  // Whether `send`, of neither shared nor device memory, goes as a descriptor its receiver reads
-  // across processes (above single_copy_above, where cross-memory attach is on).
-  bool goes_across(const Request& send) const;
+  // The size past which a send is read across, by what its call's receivers do and whether
+  // the call streams its stores.
+  std::size_t single_copy_above(Request::Receivers receivers, bool streaming_stores) const;
+  // Whether a send of `bytes`, of neither shared nor device memory, goes as a descriptor its
+  // receiver reads across processes (above single_copy_above, where cross-memory attach is on).
+  bool goes_across(std::size_t bytes, Request::Receivers receivers, bool streaming_stores) const;
+  bool goes_across(const Request& send) const {
+    return goes_across(send.bytes, send.receivers, send.streaming_stores);
+  }
 
   int rank_;
   int size_;

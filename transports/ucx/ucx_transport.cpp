@@ -6,6 +6,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -403,14 +404,13 @@ void UcxTransport::announce(const RequestPtr& request) {
   send(std::move(record), kAnnounce, nullptr, 0, UCP_AM_SEND_FLAG_EAGER);
 }
 
-bool UcxTransport::send_now(int peer, std::uint32_t tag, const void* data, std::size_t bytes) {
+bool UcxTransport::send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
+                            std::size_t bytes) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
-  // What post() would send another way (by rendezvous, or flushed through TCP) goes through it.
-  const bool eager = p.same_machine && !p.queues_sends
-                         ? bytes <= kCopyEagerBytes
-                         : bytes < kQueuedSendBytes && !rendezvous_threshold_set();
-  if (failure_ || aborted_ || p.failed || !eager || bytes > kPieceBytes) return false;
-  return send_at_once(p, kData, {0, 0, 0, tag, rank_, 0, bytes}, data, bytes);
+  // Where UCX_RNDV_THRESH is set, post() lets UCX choose between eager and rendezvous.
+  const bool local = p.same_machine && !p.queues_sends;
+  if (failure_ || aborted_ || (!local && rendezvous_threshold_set())) return false;
+  return send_at_once(p, kData, {0, signature, 0, tag, rank_, 0, bytes}, data, bytes);
 }
 
 bool UcxTransport::send_at_once(Peer& p, AmId id, Header header, const void* data,
@@ -420,8 +420,13 @@ bool UcxTransport::send_at_once(Peer& p, AmId id, Header header, const void* dat
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   param.flags = UCP_AM_SEND_FLAG_EAGER;
   header.sequence = p.next_send;
-  if (ucp_am_send_nbx(p.ep, id, &header, sizeof header, data, bytes, &param) != nullptr)
-    return false;  // UCS_ERR_NO_RESOURCE, or an endpoint that failed: said by send()
+  const ucs_status_ptr_t status =
+      ucp_am_send_nbx(p.ep, id, &header, sizeof header, data, bytes, &param);
+  // Forced to complete at once, UCX never returns a request in flight (which would read the
+  // header on this stack later): UCS_ERR_NO_RESOURCE where it cannot, or an endpoint's failure,
+  // both said again by send().
+  assert(!UCS_PTR_IS_PTR(status));
+  if (status != nullptr) return false;
   ++p.next_send;
   return true;
 }
@@ -429,24 +434,24 @@ bool UcxTransport::send_at_once(Peer& p, AmId id, Header header, const void* dat
 void UcxTransport::send_data(const RequestPtr& request, std::size_t offset, std::size_t bytes,
                              std::uint32_t flags, AmId id) {
   Peer& p = peers_[static_cast<std::size_t>(request->peer)];
+  const Header header{0, request->signature, 0, request->tag, rank_, offset, request->bytes};
+  const char* data = static_cast<const char*>(request->buffer) + offset;
   // A whole small message sent at once is done with no record, which would keep a count of its
   // request: the count's atomic release, after UCX's stores into the peer's fifo, waited for
   // them (2 ranks, 8 B sendrecv: a fifth of the time in that release).
-  const bool flushed = p.queues_sends && request->bytes >= kQueuedSendBytes;
-  if (flags == UCP_AM_SEND_FLAG_EAGER && request->memory == nullptr && !flushed &&
-      send_at_once(p, id, {0, request->signature, 0, request->tag, rank_, offset, request->bytes},
-                   static_cast<const char*>(request->buffer) + offset, bytes)) {
+  if (flags == UCP_AM_SEND_FLAG_EAGER && request->memory == nullptr &&
+      !flushed_after_sending(p, request->bytes) && send_at_once(p, id, header, data, bytes)) {
     request->transferred += bytes;
     if (request->transferred == request->bytes) request->done = true;
     return;
   }
   auto record = std::make_unique<Sending>();
-  record->header = {p.next_send++, request->signature, 0, request->tag, rank_,
-                    offset,        request->bytes};
+  record->header = header;
+  record->header.sequence = p.next_send++;
   record->request = request;
   record->piece_bytes = bytes;
   record->peer = request->peer;
-  send(std::move(record), id, static_cast<const char*>(request->buffer) + offset, bytes, flags);
+  send(std::move(record), id, data, bytes, flags);
 }
 
 void UcxTransport::send(std::unique_ptr<Sending> record, AmId id, const void* buffer,
@@ -503,10 +508,14 @@ void UcxTransport::send_done(void* record, ucs_status_t status) {
 // another communicator's calls may not do for long, while the peer waits for it there. A send
 // through such an endpoint is done once the endpoint is flushed (a round trip), when it is
 // large enough that TCP may have taken only part of it.
+bool UcxTransport::flushed_after_sending(const Peer& p, std::size_t bytes) {
+  return p.queues_sends && bytes >= kQueuedSendBytes;
+}
+
 void UcxTransport::sent(std::unique_ptr<Sending> record) {
   if (!record->request || record->request->done) return;
-  if (!record->flushing && record->request->bytes >= kQueuedSendBytes &&
-      peers_[static_cast<std::size_t>(record->peer)].queues_sends) {
+  if (!record->flushing && flushed_after_sending(peers_[static_cast<std::size_t>(record->peer)],
+                                                 record->request->bytes)) {
     record->flushing = true;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;

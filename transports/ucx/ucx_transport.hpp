@@ -190,7 +190,8 @@ class UcxTransport final : public Transport {
 
   std::string_view name() const override { return "ucx"; }
   void post(const RequestPtr& request) override;
-  bool send_now(int peer, std::uint32_t tag, const void* data, std::size_t bytes) override;
+  bool send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
+                std::size_t bytes) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (turn(), true); }
   void wake() noexcept override;
@@ -259,6 +260,9 @@ class UcxTransport final : public Transport {
     bool flushing = false;   // sent; now until nothing of it waits here (see sent())
   };
   void sent(std::unique_ptr<Sending> record);
+  // Whether a send of a message of `bytes` to `p` is done only once the endpoint is flushed
+  // (see sent()).
+  static bool flushed_after_sending(const Peer& p, std::size_t bytes);
 
   // `kept`: the handler holds UCX's buffer or descriptor (UCS_INPROGRESS).
   void handle(int peer, AmId id, const Header& header, void* data, std::size_t length,
