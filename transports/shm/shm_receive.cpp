@@ -271,9 +271,10 @@ bool ShmTransport::read_device(int peer, ShmMessage& m) {
   } catch (const Error& e) {
     const std::string why = "its device buffer could not be opened (" + e.message() + ")";
     pollfd exited{segment.pidfd.get(), POLLIN, 0};
+    // As for a read across: a peer that gave up may have freed the buffer.
     if (segment.pidfd && ::poll(&exited, 1, 0) > 0)
       fail_dead_peer(peer, why);
-    else
+    else if (!fail_with_last_word(peer))
       fail_peer(peer, ErrorCode::system, "rank " + std::to_string(peer) + ": " + why);
     return false;
   }
