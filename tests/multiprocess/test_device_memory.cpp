@@ -440,47 +440,18 @@ TEST(DeviceSends, ASenderThatDiesBeforeItsBufferIsReadIsNamed) {
 }
 
 // A sender that gave up and freed the device buffer of a send it had posted, while its receiver
-// had not opened it yet: the opening fails, and the receiver names the abort and its reason,
-// which follow the send in the ring, not the failed opening. Pipes order the ranks; the sender
-// stays alive until the receiver is done (a process that is gone is the case above).
+// had not opened it yet, alive still: the opening fails, and the receiver names the abort and
+// its reason, which follow the send in the ring, not the failed opening (a process that is gone
+// is the case above).
 TEST(DeviceSends, AReaderOfAnAbortedRanksFreedBufferReportsTheAbort) {
   if (forced_transport() != "shm") GTEST_SKIP() << "shared device buffers are read over shm";
-  int freed[2], done[2];
-  ASSERT_EQ(::pipe(freed), 0);
-  ASSERT_EQ(::pipe(done), 0);
-  LocalLaunchOptions options;
-  options.ranks = 2;
-  options.output = RankOutput::capture;
-  const auto exits = launch(options, [&] {
-    auto comm = Communicator::from_env();
-    constexpr std::size_t kBytes = 64 * 1024;
-    void* buffer = emulated_device_alloc(kBytes);
-    char byte = 0;
-    if (comm->rank() == 0) {
-      WorkPtr sent = comm->isend(buffer, kBytes, 1, 3);
-      comm->abort("rank 0 gave up before its device buffer was read");
-      try {
-        sent->wait();
-      } catch (const Error&) {
-      }
-      emulated_device_free(buffer);
-      if (::write(freed[1], "x", 1) != 1 || ::read(done[0], &byte, 1) != 1) return 5;
-      return 0;
-    }
-    if (::read(freed[0], &byte, 1) != 1) return 5;
-    try {
-      comm->recv(buffer, kBytes, 0, 3);
-      std::printf("the receive completed\n");
-    } catch (const Error& e) {
-      std::printf("error: %s\n", e.what());
-    }
-    emulated_device_free(buffer);
-    return ::write(done[1], "x", 1) == 1 ? 0 : 5;
-  });
-  for (int fd : {freed[0], freed[1], done[0], done[1]}) ::close(fd);
+  const std::string reason = "rank 0 gave up before its device buffer was read";
+  const auto exits = abort_then_free_before_the_read(
+      64 * 1024, reason,
+      {emulated_device_alloc, [](void* buffer, std::size_t) { emulated_device_free(buffer); }});
   ASSERT_EQ(exits.size(), 2u);
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
-  for (const char* said : {"rank 0 aborted", "rank 0 gave up before its device buffer was read"})
+  for (const std::string& said : {std::string("rank 0 aborted"), reason})
     EXPECT_NE(exits[1].output.find(said), std::string::npos) << exits[1].output;
 }
 

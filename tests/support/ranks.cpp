@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -59,6 +61,44 @@ void say_where_when_terminated() {
 }
 
 }  // namespace
+
+std::vector<RankExit> abort_then_free_before_the_read(std::size_t bytes, const std::string& reason,
+                                                      const TestBuffers& buffers) {
+  int freed[2], done[2];
+  if (::pipe(freed) != 0 || ::pipe(done) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return {};
+  }
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  auto exits = launch(options, [&] {
+    auto comm = Communicator::from_env();
+    void* buffer = buffers.alloc(bytes);
+    if (buffer == nullptr) return 4;
+    char byte = 0;
+    if (comm->rank() == 0) {
+      WorkPtr send = comm->isend(buffer, bytes, 1);
+      comm->abort(reason);
+      try {
+        send->wait();
+      } catch (const Error&) {
+      }
+      buffers.release(buffer, bytes);
+      return ::write(freed[1], "x", 1) == 1 && ::read(done[0], &byte, 1) == 1 ? 0 : 5;
+    }
+    if (::read(freed[0], &byte, 1) != 1) return 5;
+    try {
+      comm->recv(buffer, bytes, 0);
+      std::printf("the message arrived\n");
+    } catch (const Error& e) {
+      std::printf("error: %s\n", e.what());
+    }
+    buffers.release(buffer, bytes);
+    return ::write(done[1], "x", 1) == 1 ? 0 : 5;
+  });
+  for (int fd : {freed[0], freed[1], done[0], done[1]}) ::close(fd);
+  return exits;
+}
 
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body) {
   LocalLaunchOptions o = options;

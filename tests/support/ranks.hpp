@@ -26,6 +26,18 @@ void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std:
 // rank's exit code; a gtest failure inside the rank turns a 0 into 1.
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body);
 
+// Memory a test hands the library: how to get `bytes` of it, and how to give it back.
+struct TestBuffers {
+  std::function<void*(std::size_t)> alloc;
+  std::function<void(void*, std::size_t)> release;
+};
+// 2 ranks: rank 0 sends `bytes` from a buffer of `buffers` to rank 1, aborts saying `reason`,
+// gives the buffer back, and only then lets rank 1 receive into a buffer of its own, staying
+// alive until rank 1 is done (pipes order them, not sleeps). Rank 1 prints "error: <what>", or
+// "the message arrived".
+std::vector<RankExit> abort_then_free_before_the_read(std::size_t bytes, const std::string& reason,
+                                                      const TestBuffers& buffers);
+
 // The transport(s) `comm` should run over: ARCOLL_TRANSPORT when set (ctest runs the
 // multi-process tests once per transport), else the registry's choice within a host and across
 // hosts (ARCOLL_EMULATED_HOSTS splits this machine into several), joined by '+' when both.

@@ -197,50 +197,24 @@ TEST_F(ShmCrossMemory, PermissionLostAfterSetupFailsTheCallSayingWhy) {
 }
 
 // A rank that gave up and then unmapped the buffer of a send it had posted (a large heap
-// buffer is, when freed) while its receiver had not read it yet: the receiver's read fails
-// (EFAULT), and it reports the abort's reason, which follows the send in the ring, not the
-// failed read. Pipes order the ranks: rank 1 receives only once the buffer is gone, and rank 0
-// stays alive until then (a process that is gone is another case: ESRCH).
+// buffer is, when freed) while its receiver had not read it yet, alive still: the receiver's
+// read fails (EFAULT), and it reports the abort's reason, which follows the send in the ring,
+// not the failed read (a process that is gone is another case: ESRCH).
 TEST_F(ShmCrossMemory, AReaderOfAnAbortedRanksFreedBufferReportsTheAbort) {
-  constexpr std::size_t kBytes = 4 << 20;  // read across processes
-  int unmapped[2], done[2];
-  ASSERT_EQ(::pipe(unmapped), 0);
-  ASSERT_EQ(::pipe(done), 0);
-  LocalLaunchOptions options;
-  options.ranks = 2;
-  const auto exits = launch(options, [&] {
-    auto comm = Communicator::from_env();
-    char byte = 0;
-    if (comm->rank() == 0) {
-      void* buffer =
-          ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (buffer == MAP_FAILED) return 4;
-      auto send = comm->isend(buffer, kBytes, 1);
-      comm->abort("rank 0 gave up before its message was read");
-      try {
-        send->wait();
-      } catch (const Error&) {
-      }
-      ::munmap(buffer, kBytes);
-      if (::write(unmapped[1], "x", 1) != 1 || ::read(done[0], &byte, 1) != 1) return 5;
-      return 0;
-    }
-    std::vector<char> buffer(kBytes);
-    if (::read(unmapped[0], &byte, 1) != 1) return 5;
-    try {
-      comm->recv(buffer.data(), kBytes, 0);
-      std::printf("the message arrived\n");
-    } catch (const Error& e) {
-      std::printf("error: %s\n", e.what());
-    }
-    return ::write(done[1], "x", 1) == 1 ? 0 : 5;
-  });
-  for (int fd : {unmapped[0], unmapped[1], done[0], done[1]}) ::close(fd);
+  const std::string reason = "rank 0 gave up before its message was read";
+  const auto exits = abort_then_free_before_the_read(
+      4 << 20, reason,  // read across processes
+      {[](std::size_t bytes) -> void* {
+         void* buffer =
+             ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+         return buffer == MAP_FAILED ? nullptr : buffer;
+       },
+       [](void* buffer, std::size_t bytes) { ::munmap(buffer, bytes); }});
   ASSERT_EQ(exits.size(), 2u);
   if (denied_between_siblings(exits, false))
     GTEST_SKIP() << "this host denies cross-memory attach between ranks";
   for (const auto& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
-  for (const char* said : {"rank 0 aborted", "rank 0 gave up before its message was read"})
+  for (const std::string& said : {std::string("rank 0 aborted"), reason})
     EXPECT_NE(exits[1].output.find(said), std::string::npos) << exits[1].output;
 }
 
