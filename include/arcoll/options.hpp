@@ -82,10 +82,9 @@ struct Options {
   // The same for calls whose receivers reduce what lands, or pass it on as it lands
   // (all-reduce, reduce-scatter, reduce, broadcast; ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES):
   // they take it straight out of the ring in one pass, where a message read across processes
-  // is read whole into a buffer first (broadcast of 32-512 KiB: 1.7-3.1 times Open MPI's busbw
-  // through the rings, 1.0 read across). A broadcast on more than 2 ranks within the caches,
-  // whose receivers pass each message on, reads messages above 256 KiB (or above this, when
-  // lower) across.
+  // is read whole into a buffer first. A broadcast within the caches reads messages across
+  // from 128 KiB on 2 ranks (its root shares the copy), above 256 KiB on more, whose receivers
+  // pass each message on (or above this, when lower).
   std::size_t shm_single_copy_pipelined_bytes = 1024 * 1024;
   // ARCOLL_SHM_RING_STORES=auto|cached|streaming. Where the peer's core is far (another die or
   // socket, or a VM's vCPUs placed apart), a cached store first takes back every line of the

@@ -48,12 +48,13 @@ struct Request {
   // What the receivers of a send's call do with what lands, by which a transport chooses how
   // to move it.
   enum class Receivers : std::uint8_t {
-    copy,       // keep it (all-gather, all-to-all, scatter, sends)
-    gathered,   // keep it, where every sender only sends in the call (gather): a sender that
-                // is done at once goes on while its receiver takes the messages in turn
-    pipelined,  // reduce it as it lands (the reductions; broadcast on 2 ranks, moved alike)
-    relayed,    // broadcast on more than 2 ranks: passed on down a chain, each but the last
-                // (kept where it comes straight from the root: LinkCost::fans_out)
+    copy,         // keep it (all-gather, all-to-all, scatter, sends)
+    gathered,     // keep it, where every sender only sends in the call (gather): a sender that
+                  // is done at once goes on while its receiver takes the messages in turn
+    pipelined,    // reduce it as it lands (the reductions)
+    kept_by_one,  // broadcast on 2 ranks: the root's one message, which its receiver keeps
+    relayed,      // broadcast on more than 2 ranks: passed on down a chain, each but the last
+                  // (kept where it comes straight from the root: LinkCost::fans_out)
   };
   Receivers receivers = Receivers::copy;
   // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):

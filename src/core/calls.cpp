@@ -71,7 +71,7 @@ bool reduces(Collective collective) {
 // What a collective's receivers do with what lands (Request::receivers).
 Request::Receivers receivers_of(Collective collective, int size) {
   if (collective == Collective::broadcast)
-    return size > 2 ? Request::Receivers::relayed : Request::Receivers::pipelined;
+    return size > 2 ? Request::Receivers::relayed : Request::Receivers::kept_by_one;
   if (collective == Collective::gather) return Request::Receivers::gathered;
   return reduces(collective) ? Request::Receivers::pipelined : Request::Receivers::copy;
 }

@@ -22,6 +22,7 @@ enum class EntryKind : std::uint32_t {
   abort = 5,
   shared_descriptor = 6,  // a descriptor whose payload is the SharedRegion holding the buffer
   device_descriptor = 7,  // a descriptor whose payload is the DeviceMemoryShare of the buffer
+  copy_offer = 8,         // the receiver of a descriptor (its send id in `offset`) shares the copy
 };
 
 // The writer writes an entry's kind last, and clears the kind where its next entry will go

@@ -26,11 +26,26 @@ namespace arcoll::shm {
 inline constexpr std::size_t kRingBytes = (1024 + 64) * 1024;
 inline constexpr std::size_t kBoardBytes = 64 * 1024;
 
+// A large message read across, copied by both its ranks: the receiver (the ring's owner)
+// reads chunks from the front, and the sender, idle until it is acknowledged, writes chunks
+// from the back (shared_copy.cpp). Each claims a chunk before copying it.
+struct alignas(64) SharedCopy {
+  // The message's send id (low 16 bits), chunks claimed from the front and from the back (24
+  // bits each): a claim is one compare-exchange, which fails for a message the receiver left.
+  std::atomic<std::uint64_t> claims;
+  // Chunks the sender has written; kFailed once a write of its failed.
+  std::atomic<std::uint64_t> written;
+  std::atomic<std::uint64_t> destination;  // the receive buffer, in the receiver's memory
+  std::atomic<std::uint64_t> bytes;
+  static constexpr std::uint64_t kFailed = std::uint64_t{1} << 63;
+};
+
 struct alignas(64) Ring {
   std::atomic<std::uint64_t> head;  // consumed bytes, written by the owner (reader)
   char pad0[56];
   std::atomic<std::uint32_t> writer_waiting;  // the writer sleeps until space frees
   char pad1[60];
+  SharedCopy shared_copy;
   char data[kRingBytes];
 };
 

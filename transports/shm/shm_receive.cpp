@@ -2,10 +2,8 @@
 // ring, delivered to their receives as they arrive; pieces of a forwarding receive reduced and
 // written on into the ring back; messages read from the sender's memory (a descriptor).
 #include <poll.h>
-#include <sys/uio.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
@@ -39,6 +37,9 @@ void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
       p.awaiting_ack.erase(it);
       return;
     }
+    case EntryKind::copy_offer:
+      help_receiver(peer, e.offset);
+      return;
     case EntryKind::descriptor:
     case EntryKind::shared_descriptor:
     case EntryKind::device_descriptor:
@@ -218,32 +219,19 @@ void ShmTransport::complete_remote(int peer, const std::shared_ptr<ShmMessage>& 
   }
   ++forwarded_.read_across;
   m->read_across = true;
-  const int pid = segments_.peer(peer).pid;
   char* straight = matching_.direct(*m, 0);
+  if (straight != nullptr && shares_copy(peer, *m)) {
+    if (!read_with_sender(peer, *m, straight)) return;
+    matching_.delivered(*m, m->bytes);
+    enqueue(peer, Outgoing(control_entry(EntryKind::ack, m->send_id)));
+    return;
+  }
   const std::uint64_t piece = straight != nullptr ? m->bytes : kReducePieceBytes;
   if (straight == nullptr) bounce_.resize(kReducePieceBytes);
   for (std::uint64_t at = 0; at < m->bytes; at += piece) {
     const std::uint64_t n = std::min(piece, m->bytes - at);
     char* into = straight != nullptr ? straight + at : bounce_.data();
-    for (std::uint64_t done = 0; done < n;) {
-      iovec local{into + done, n - done};
-      iovec remote{reinterpret_cast<void*>(m->address + at + done), n - done};
-      ssize_t got = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      if (got <= 0) {
-        const int error = errno;
-        const std::string why =
-            "its buffer could not be read (" + std::string(std::strerror(error)) + ")";
-        // Only a process that is gone makes the read fail with ESRCH; a refusal is not a death.
-        // A peer that gave up may have freed the buffer its descriptor named: its reason,
-        // behind the descriptor in the ring, is the news.
-        if (error == ESRCH)
-          fail_dead_peer(peer, why);
-        else if (!fail_with_last_word(peer))
-          fail_peer(peer, ErrorCode::system, "rank " + std::to_string(peer) + ": " + why);
-        return;
-      }
-      done += static_cast<std::uint64_t>(got);
-    }
+    if (!read_across(peer, into, m->address + at, n)) return;
     if (straight != nullptr)
       matching_.delivered(*m, n);
     else

@@ -3,19 +3,20 @@
 // Each peer writes into a single-producer/single-consumer byte ring in our segment
 // (segment.hpp; its records: ring.hpp), and we into one in its. Messages up to
 // Options::shm_single_copy_bytes (shm_single_copy_pipelined_bytes for a reduction's or a
-// broadcast's, at most 256 KiB for a broadcast passed on down a chain within the caches)
-// travel through the ring as fragments (two copies, but no system call, in cache; written with
-// streaming stores while the peer's core is far: ring_stores.hpp); larger ones travel as a
-// descriptor of the sender's buffer, which the receiver reads straight into its destination
-// with process_vm_readv (one copy) and acknowledges. A send from memory of arcoll::mem_alloc
-// travels as a descriptor of its region: the receiver maps the region once (pidfd_getfd) and
-// reads, or reduces, the message in place, with no copy and no system call.
-// Where cross-memory attach is denied between any two ranks of the host, either way, every
-// rank sends large messages as fragments (segment.hpp); a read refused later fails the call.
-// A wait polls for the time its Waiting says (transport.hpp's Polling), then sleeps on the
-// doorbell futex in short slices so that a peer's death (seen through its pidfd) is noticed.
-// This header: its peers, messages and the transport's class, shared by shm_transport.cpp
-// (sending, waiting, peers' liveness) and shm_receive.cpp (delivering what the rings bring).
+// broadcast's, at most 256 KiB for a broadcast passed on down a chain and below 128 KiB for one
+// of 2 ranks, within the caches) travel through the ring as fragments (two copies, but no
+// system call, in cache; written with streaming stores while the peer's core is far:
+// ring_stores.hpp); larger ones travel as a descriptor of the sender's buffer, which the
+// receiver reads straight into its destination with process_vm_readv (one copy), sharing the
+// copy with the waiting sender where it can (shared_copy.cpp), and acknowledges. A send from memory
+// of arcoll::mem_alloc travels as a descriptor of its region: the receiver maps the region once
+// (pidfd_getfd) and reads, or reduces, the message in place, with no copy and no system call. Where
+// cross-memory attach is denied between any two ranks of the host, either way, every rank sends
+// large messages as fragments (segment.hpp); a read refused later fails the call. A wait polls for
+// the time its Waiting says (transport.hpp's Polling), then sleeps on the doorbell futex in short
+// slices so that a peer's death (seen through its pidfd) is noticed. This header: its peers,
+// messages and the transport's class, shared by shm_transport.cpp (sending, waiting, peers'
+// liveness) and shm_receive.cpp (delivering what the rings bring).
 #pragma once
 
 #include <atomic>
@@ -38,6 +39,7 @@
 #include "transports/shm/ring.hpp"
 #include "transports/shm/ring_stores.hpp"
 #include "transports/shm/segment.hpp"
+#include "transports/shm/shared_copy.hpp"
 #include "transports/transport.hpp"
 
 namespace arcoll::shm {
@@ -183,6 +185,17 @@ class ShmTransport final : public Transport, public SharedBoards {
   void land_and_forward(Request& receive, std::uint64_t offset, const char* src, std::size_t n);
   void post_recv(const RequestPtr& request);
   void complete_remote(int peer, const std::shared_ptr<ShmMessage>& m);
+  // Reads `n` bytes at `from` in `peer`'s memory into `into`: false, with the peer failed,
+  // where they cannot be read.
+  bool read_across(int peer, char* into, std::uint64_t from, std::uint64_t n);
+  // Whether descriptor message `m`, read straight into its receive buffer, is copied by both
+  // ranks (large enough to share).
+  bool shares_copy(int peer, const ShmMessage& m) const;
+  // Reads `m` into `into` with its sender's help (shared_copy.cpp): false where the peer failed.
+  bool read_with_sender(int peer, const ShmMessage& m, char* into);
+  // The sender's side: copies chunks of send `send_id`, from the back, into the buffer of the
+  // receiver that offered them, while it has any left to claim.
+  void help_receiver(int peer, std::uint64_t send_id);
   // complete_remote() of a device descriptor's message; false where the peer failed.
   bool read_device(int peer, ShmMessage& m);
   // A descriptor entry of `request`'s buffer, which awaits the receiver's acknowledgement.
@@ -230,6 +243,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   PeerRegions peer_regions_;
   transport::OpenedDeviceMemory peer_devices_;
   Polling polling_;
+  std::chrono::milliseconds timeout_;  // the longest wait for a sender's share of a copy
   // Our segment's barriers_before_sleep, and whether every peer is fence_free (boards).
   bool barriers_before_sleep_ = false;
   bool boards_fence_free_ = false;
@@ -244,6 +258,8 @@ class ShmTransport final : public Transport, public SharedBoards {
     std::size_t whole = 0;
     std::size_t read_in_place = 0;  // messages read out of a peer's shared memory
     std::size_t read_across = 0;    // messages read from a peer's memory (process_vm_readv)
+    // Of those, copied with their senders (shared_copy.cpp), and the chunks each side took.
+    std::size_t shared = 0, chunks_read = 0, chunks_by_senders = 0;
   } forwarded_;
   std::exception_ptr failure_;
   bool aborted_ = false;

@@ -135,6 +135,7 @@ std::size_t eager_limit(const Request& send, bool reads_reductions_across) {
     case Request::Receivers::copy:
       return kCopyEagerBytes;
     case Request::Receivers::pipelined:
+    case Request::Receivers::kept_by_one:  // moved as a reduction's
       if (reads_reductions_across && !send.streaming_stores) return kReductionRendezvousBytes;
       [[fallthrough]];
     case Request::Receivers::gathered:
@@ -360,7 +361,8 @@ void UcxTransport::post(const RequestPtr& request) {
   // kFifoSegmentBytes UCX's own threshold left it at 32 KiB (all-to-all of 64 KiB on 2 ranks:
   // 5.0-5.3 us, 4.4-4.6 by rendezvous, as with UCX_RNDV_THRESH=16384).
   if (!eager) {
-    const bool reduced = request->receivers == Request::Receivers::pipelined;
+    const bool reduced = request->receivers == Request::Receivers::pipelined ||
+                         request->receivers == Request::Receivers::kept_by_one;  // moved alike
     const bool eager_through_tcp = p.queues_sends && !rendezvous_threshold_set() &&
                                    request->bytes <= (reduced ? kTcpEagerBytes : kCopyEagerBytes);
     return send_data(request, 0, request->bytes,

@@ -1,0 +1,24 @@
+// How a large message read across processes is cut for the copy both its ranks share
+// (shared_copy.cpp): chunks that each side claims before copying.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace arcoll::shm {
+
+// Messages read straight into their receive buffer from this size are copied by both ranks,
+// in chunks of kSharedCopyChunkBytes, or of a sixteenth of larger messages (in whole pages),
+// so that a rank that copies alone pays few calls.
+inline constexpr std::size_t kSharedCopyChunkBytes = 64 * 1024;
+inline constexpr std::size_t kSharedCopyBytes = 2 * kSharedCopyChunkBytes;
+
+inline std::uint64_t shared_copy_chunk_bytes(std::uint64_t bytes) {
+  return std::max<std::uint64_t>(kSharedCopyChunkBytes, (bytes / 16 + 4095) & ~std::uint64_t{4095});
+}
+inline std::uint64_t shared_copy_chunks(std::uint64_t bytes) {
+  return (bytes + shared_copy_chunk_bytes(bytes) - 1) / shared_copy_chunk_bytes(bytes);
+}
+
+}  // namespace arcoll::shm

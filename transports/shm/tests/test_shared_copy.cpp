@@ -1,0 +1,147 @@
+// Large messages read across processes are copied by both ranks (transports/shm/
+// shared_copy.cpp): the receiver from the front, the waiting sender from the back. Every byte
+// arrives, whichever side took which chunk; a sender that computes holds nothing up; a sender
+// killed while it copies fails its receiver naming it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arcoll/error.hpp"
+#include "tests/support/ranks.hpp"
+#include "tests/support/reference.hpp"
+#include "transports/shm/shared_copy.hpp"
+
+namespace arcoll::testing {
+namespace {
+
+class ShmSharedCopy : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (forced_transport() != "shm") GTEST_SKIP() << "the shm. run's test";
+  }
+};
+
+bool shared_copy_denied(const std::vector<RankExit>& exits) {
+  for (const RankExit& e : exits)
+    if (e.output.find("cross-memory attach to rank") != std::string::npos) return true;
+  return false;
+}
+
+// Sizes around the chunks: the smallest shared message, one byte more, and odd sizes whose
+// last chunk is short.
+const std::vector<std::size_t> kSharedCopySizes = {128 << 10, (128 << 10) + 1, (1 << 20) + 4097,
+                                                   (3 << 20) + 5, (8 << 20) - 3};
+constexpr int kSharedCopyRounds = 4;
+
+TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env["ARCOLL_LOG"] = "debug";
+  const auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    for (int round = 0; round < kSharedCopyRounds; ++round) {
+      for (std::size_t bytes : kSharedCopySizes) {
+        // Rank 1 receives first in even rounds, so that either side may be the one waiting.
+        auto expected = make_input(DataType::u8, ReduceOp::sum, round, bytes, 7);
+        if (comm->rank() == 0) {
+          if (round % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          comm->send(expected.data(), bytes, 1);
+        } else {
+          std::vector<unsigned char> got(bytes, 0);
+          comm->recv(got.data(), bytes, 0);
+          if (got != expected) {
+            std::printf("round %d, %zu B: wrong bytes\n", round, bytes);
+            return 3;
+          }
+        }
+      }
+    }
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  if (shared_copy_denied(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
+  for (const RankExit& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+  const std::string& receiver = exits[1].output;
+  EXPECT_EQ(number_after(receiver, "copied with their senders: "),
+            kSharedCopyRounds * kSharedCopySizes.size())
+      << receiver;
+  // Each message's chunks are taken once, by one side or the other.
+  std::uint64_t chunks = 0;
+  for (std::size_t bytes : kSharedCopySizes) chunks += shm::shared_copy_chunks(bytes);
+  const double read_here = number_after(receiver, "chunks read here: ");
+  const double by_senders = number_after(receiver, "written by the senders: ");
+  EXPECT_EQ(read_here + by_senders, kSharedCopyRounds * chunks) << receiver;
+  // Waiting in its send, the sender shares some: not a promise for every message.
+  EXPECT_GT(by_senders, 0) << receiver;
+}
+
+// A sender that posts an isend and computes takes no share: its receive completes on the
+// receiver's copies alone, long before the sender comes back to wait.
+TEST_F(ShmSharedCopy, AReceiveCompletesWhileItsSenderComputes) {
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  const auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    constexpr std::size_t kBytes = 6 << 20;
+    auto expected = make_input(DataType::u8, ReduceOp::sum, 0, kBytes, 11);
+    if (comm->rank() == 0) {
+      auto work = comm->isend(expected.data(), kBytes, 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      work->wait();
+      return 0;
+    }
+    std::vector<unsigned char> got(kBytes, 0);
+    const auto start = std::chrono::steady_clock::now();
+    comm->recv(got.data(), kBytes, 0);
+    const double seconds = seconds_since(start);
+    std::printf("received after %.3f s\n", seconds);
+    return got != expected ? 3 : seconds < 0.5 ? 0 : 4;
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  for (const RankExit& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+}
+
+// Rank 0 sends 8 MiB messages until a thread of its own kills it, at a moment of no relation
+// to the copies (most of its time is spent sharing them): rank 1 fails within the timeout
+// naming it, whichever copy it was in.
+TEST_F(ShmSharedCopy, ASenderKilledWhileItCopiesFailsItsReceiverNamingIt) {
+  for (int delay_ms : {15, 40}) {
+    LocalLaunchOptions options;
+    options.ranks = 2;
+    options.env = {{"ARCOLL_TIMEOUT", "10"}};
+    options.failure_grace = std::chrono::seconds(30);
+    const auto exits = launch(options, [delay_ms] {
+      auto comm = Communicator::from_env();
+      constexpr std::size_t kBytes = 8 << 20;
+      std::vector<unsigned char> buffer(kBytes, 1);
+      comm->barrier();
+      if (comm->rank() == 0) {
+        std::thread([delay_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          ::raise(SIGKILL);
+        }).detach();
+        for (;;) comm->send(buffer.data(), kBytes, 1);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        for (;;) {
+          comm->recv(buffer.data(), kBytes, 0);
+          if (buffer[kBytes / 2] != 1) return 5;
+        }
+      } catch (const Error& e) {
+        std::printf("detected after %.2f s: %s\n", seconds_since(start), e.what());
+        return 0;
+      }
+    });
+    ASSERT_EQ(exits.size(), 2u);
+    expect_survivors_named(exits, 0, 10.0 + 5.0);
+  }
+}
+
+}  // namespace
+}  // namespace arcoll::testing
