@@ -95,7 +95,8 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       single_copy_relayed_bytes_(std::min(single_copy_pipelined_bytes_, kRelayedSingleCopyBytes)),
       huge_pages_unasked_(transport::huge_pages_unasked()),
       polling_(setup.polling),
-      timeout_(setup.options->timeout) {
+      timeout_(setup.options->timeout),
+      oversubscribed_(setup.oversubscribed) {
   barriers_before_sleep_ = !peer_ranks_.empty() &&
                            header_of(own())->barriers_before_sleep.load(std::memory_order_relaxed);
   boards_fence_free_ = barriers_before_sleep_;

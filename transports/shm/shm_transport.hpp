@@ -244,6 +244,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   transport::OpenedDeviceMemory peer_devices_;
   Polling polling_;
   std::chrono::milliseconds timeout_;  // the longest wait for a sender's share of a copy
+  bool oversubscribed_;                // more ranks on this host than cores (shares_copy)
   // Our segment's barriers_before_sleep, and whether every peer is fence_free (boards).
   bool barriers_before_sleep_ = false;
   bool boards_fence_free_ = false;

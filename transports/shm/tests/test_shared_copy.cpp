@@ -3,6 +3,7 @@
 // arrives, whichever side took which chunk; a sender that computes holds nothing up; a sender
 // killed while it copies fails its receiver naming it.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <chrono>
@@ -39,6 +40,9 @@ const std::vector<std::size_t> kSharedCopySizes = {128 << 10, (128 << 10) + 1, (
 constexpr int kSharedCopyRounds = 4;
 
 TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
+  cpu_set_t cpus;
+  if (::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2)
+    GTEST_SKIP() << "one CPU: 2 ranks share copies only where every sender only sends";
   LocalLaunchOptions options;
   options.ranks = 2;
   options.env["ARCOLL_LOG"] = "debug";
@@ -78,6 +82,40 @@ TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
   EXPECT_EQ(read_here + by_senders, kSharedCopyRounds * chunks) << receiver;
   // Waiting in its send, the sender shares some: not a promise for every message.
   EXPECT_GT(by_senders, 0) << receiver;
+}
+
+// With more ranks than cores (all three on one CPU), a receiver offers a share only where every
+// sender of the call only sends: the root of a gather does, the receivers of a scatter do not.
+TEST_F(ShmSharedCopy, OnFewerCoresThanRanksOnlyCallsWhoseSendersOnlySendShare) {
+  LocalLaunchOptions options;
+  options.ranks = 3;
+  options.env["ARCOLL_LOG"] = "debug";
+  const auto exits = launch(options, [] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    if (::sched_setaffinity(0, sizeof one, &one) != 0) return 2;
+    auto comm = Communicator::from_env();
+    constexpr std::size_t kBlock = 1 << 20;
+    std::vector<unsigned char> all(3 * kBlock), mine(kBlock);
+    for (int q = 0; q < 3; ++q) std::memset(all.data() + q * kBlock, 10 + q, kBlock);
+    comm->scatter(all.data(), mine.data(), kBlock, DataType::u8, 0);
+    if (mine != std::vector<unsigned char>(kBlock, 10 + comm->rank())) return 3;
+    std::memset(mine.data(), 20 + comm->rank(), kBlock);
+    comm->gather(mine.data(), all.data(), kBlock, DataType::u8, 0);
+    for (int q = 0; comm->rank() == 0 && q < 3; ++q)
+      if (all[q * kBlock] != 20 + q || all[(q + 1) * kBlock - 1] != 20 + q) return 4;
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 3u);
+  if (exits[0].exit_code == 2) GTEST_SKIP() << "could not confine the ranks to one CPU";
+  if (shared_copy_denied(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
+  for (const RankExit& e : exits) {
+    EXPECT_TRUE(e.ok()) << describe(exits);
+    EXPECT_EQ(number_after(e.output, "copied with their senders: "), e.rank == 0 ? 2 : 0)
+        << "rank " << e.rank << ":\n"
+        << e.output;
+  }
 }
 
 // A sender that posts an isend and computes takes no share: its receive completes on the
