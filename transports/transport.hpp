@@ -106,8 +106,10 @@ class Transport {
   // Sends a whole small message of a point-to-point call (its receivers keep it, as
   // Request::Receivers::copy, with no streaming stores) now, where the transport can: true,
   // with nothing left to wait for; false, touching nothing, where it must go through post().
+  // `overwritten`: the call's receive overwrites `data`, which its caller would otherwise copy
+  // before post(): a transport may then send larger messages whole now too.
   virtual bool send_now(int /*peer*/, std::uint32_t /*tag*/, std::uint64_t /*signature*/,
-                        const void* /*data*/, std::size_t /*bytes*/) {
+                        const void* /*data*/, std::size_t /*bytes*/, bool /*overwritten*/) {
     return false;
   }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning

@@ -610,7 +610,11 @@ void Communicator::Impl::run_transfers(const char* operation,
         continue;
       }
       void* buffer = staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
-      // A send whose bytes a receive of the same call overwrites goes from a copy.
+      // A send whose bytes a receive of the same call overwrites goes from a copy, unless its
+      // transport takes all of it at once.
+      if (send && overlapped &&
+          engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes, true))
+        continue;
       if (send && overlapped) {
         send_copy_.assign(static_cast<const char*>(buffer),
                           static_cast<const char*>(buffer) + t.bytes);

@@ -349,11 +349,12 @@ std::vector<char> Engine::staging_buffer(std::size_t bytes) {
   return staging;
 }
 
-bool Engine::send_now(int peer, std::uint32_t tag, const void* buffer, std::size_t bytes) {
+bool Engine::send_now(int peer, std::uint32_t tag, const void* buffer, std::size_t bytes,
+                      bool overwritten) {
   // A checked send takes a trailer (post()); which sizes go at once is the transport's call.
   if (options_.checksum) return false;
-  return route_[static_cast<std::size_t>(peer)]->send_now(peer, tag, call_.signature, buffer,
-                                                          bytes);
+  return route_[static_cast<std::size_t>(peer)]->send_now(peer, tag, call_.signature, buffer, bytes,
+                                                          overwritten);
 }
 
 RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,

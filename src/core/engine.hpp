@@ -118,9 +118,10 @@ class Engine final : public PointToPoint {
   RequestPtr post_tagged(Request::Kind kind, int peer, void* buffer, std::size_t bytes,
                          std::uint32_t tag, const DeviceMemoryInfo* memory = nullptr);
   // A send of a point-to-point call from host memory, sent whole at once where its transport
-  // can (Transport::send_now): true, with no request to wait for; false where it must be
-  // posted.
-  bool send_now(int peer, std::uint32_t tag, const void* buffer, std::size_t bytes);
+  // can (Transport::send_now; `overwritten`: by the call's receive): true, with no request to
+  // wait for; false where it must be posted.
+  bool send_now(int peer, std::uint32_t tag, const void* buffer, std::size_t bytes,
+                bool overwritten = false);
   // Whether a point-to-point message to or from `peer` may stay in `buffer`, `memory`'s device
   // memory: its transport reads such buffers from the device, the buffer can be shared with
   // other processes, and no checksum reads it here.

@@ -478,6 +478,59 @@ TEST(PointToPoint, SendrecvShiftsRoundARing) {
   }
 }
 
+// In place (one buffer sent from and received into): what goes out is what the buffer held
+// before the call, sent whole into a shared-memory ring where it fits, else from a copy (a
+// message larger than a ring: 1.2 MB).
+TEST(PointToPoint, SendrecvInPlaceShiftsRoundARing) {
+  for (int world : {2, 3}) {
+    run_ranks(world, [](Communicator& comm) {
+      const int next = (comm.rank() + 1) % comm.size();
+      const int previous = (comm.rank() + comm.size() - 1) % comm.size();
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{4097},
+                                std::size_t{262'147}, std::size_t{300'007}}) {
+        std::vector<std::uint32_t> buffer(count);
+        std::iota(buffer.begin(), buffer.end(), static_cast<std::uint32_t>(comm.rank()) * 7u);
+        comm.sendrecv(buffer.data(), count * 4, next, buffer.data(), count * 4, previous, 5);
+        for (std::size_t i = 0; i < count; ++i)
+          if (buffer[i] != static_cast<std::uint32_t>(previous) * 7u + i) {
+            ADD_FAILURE() << "rank " << comm.rank() << ", count " << count << ": element " << i
+                          << " is " << buffer[i];
+            break;
+          }
+      }
+      comm.barrier();
+    });
+  }
+}
+
+// An in-place send/recv behind non-blocking sends of its tag still queued (rank 1 starts
+// late): it keeps its turn, and goes from a copy of what the buffer held.
+TEST(PointToPoint, AnInPlaceSendrecvKeepsItsTurnBehindQueuedSends) {
+  run_ranks(2, [](Communicator& comm) {
+    constexpr int kQueued = 40;
+    constexpr std::size_t kWords = 48 * 1024 / 4;
+    constexpr std::size_t kCount = 100'003;
+    std::vector<std::uint32_t> buffer(kCount);
+    std::iota(buffer.begin(), buffer.end(), static_cast<std::uint32_t>(comm.rank()) * 11u);
+    const int peer = 1 - comm.rank();
+    if (comm.rank() == 0) {
+      NumberedSends sends(comm, kQueued, kWords, 1);
+      comm.sendrecv(buffer.data(), kCount * 4, peer, buffer.data(), kCount * 4, peer, 0);
+      sends.wait();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      expect_numbered(comm, kQueued, kWords, 0);
+      comm.sendrecv(buffer.data(), kCount * 4, peer, buffer.data(), kCount * 4, peer, 0);
+    }
+    for (std::size_t i = 0; i < kCount; ++i)
+      if (buffer[i] != static_cast<std::uint32_t>(peer) * 11u + i) {
+        ADD_FAILURE() << "rank " << comm.rank() << ": element " << i << " is " << buffer[i];
+        break;
+      }
+    comm.barrier();
+  });
+}
+
 TEST(Errors, BadCallsAreRejectedAndTheCommunicatorStaysUsable) {
   run_ranks(2, [](Communicator& comm) {
     std::int32_t v[4] = {1, 2, 3, 4};

@@ -251,21 +251,38 @@ void ShmTransport::post(const RequestPtr& request) {
 }
 
 bool ShmTransport::send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
-                            std::size_t bytes) {
-  // What post() would send as a descriptor goes through it.
-  if (failure_ || goes_across(bytes, Request::Receivers::copy, false)) return false;
-  return write_whole(peers_[static_cast<std::size_t>(peer)], tag, signature, data, bytes);
+                            std::size_t bytes, bool overwritten) {
+  // What post() would send as a descriptor goes through it, but for a buffer that the call's
+  // receive overwrites, where the whole message fits in the ring: its caller would copy it
+  // first, and the peer read the copy across, lines just written on another core (send/recv in
+  // place on 2 ranks, medians of 6 interleaved runs, through the ring: 32 KiB -44%, 128 KiB
+  // -26%, 512 KiB -32%, 1 MiB -29%).
+  if (failure_ || (!overwritten && goes_across(bytes, Request::Receivers::copy, false)))
+    return false;
+  return write_whole(peers_[static_cast<std::size_t>(peer)], tag, signature, data, bytes,
+                     overwritten ? kRingBytes : kFragmentBytes);
 }
 
 bool ShmTransport::write_whole(Peer& p, std::uint32_t tag, std::uint64_t signature,
-                               const void* data, std::size_t bytes) {
-  // Nothing queued before it: a one-fragment message goes straight into the ring.
-  if (bytes > kFragmentBytes || !p.outgoing.empty()) return false;
+                               const void* data, std::size_t bytes, std::size_t most) {
+  // Nothing queued before it: a message that fits goes straight into the ring.
+  if (bytes > most || !p.outgoing.empty()) return false;
   Ring* ring = ring_of(p.segment, rank_);
-  const Entry entry{
-      EntryKind::fragment, tag, bytes, 0, 0, static_cast<std::uint32_t>(bytes), 0, signature};
-  if (!has_room(p, ring, p.tail, record_bytes(entry.payload))) return false;
-  publish(p, timed_write(p, ring, p.tail, entry, data, false));
+  const std::size_t pieces =
+      std::max<std::size_t>(1, (bytes + kFragmentBytes - 1) / kFragmentBytes);
+  const std::size_t last = bytes - (pieces - 1) * kFragmentBytes;
+  if (!has_room(p, ring, p.tail, (pieces - 1) * record_bytes(kFragmentBytes) + record_bytes(last)))
+    return false;
+  const auto* from = static_cast<const char*>(data);
+  std::uint64_t tail = p.tail;
+  for (std::size_t piece = 0; piece < pieces; ++piece) {
+    const std::size_t at = piece * kFragmentBytes;
+    const auto n = static_cast<std::uint32_t>(piece + 1 == pieces ? last : kFragmentBytes);
+    tail =
+        timed_write(p, ring, tail, Entry{EntryKind::fragment, tag, bytes, at, 0, n, 0, signature},
+                    from + at, false);
+  }
+  publish(p, tail);
   return true;
 }
 

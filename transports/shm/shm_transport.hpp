@@ -108,7 +108,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   std::string_view name() const override { return "shm"; }
   void post(const RequestPtr& request) override;
   bool send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
-                std::size_t bytes) override;
+                std::size_t bytes, bool overwritten) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (poll_once(), true); }
   void wake() noexcept override;
@@ -144,10 +144,10 @@ class ShmTransport final : public Transport, public SharedBoards {
   bool poll_once();
   bool drain_ring(int peer);
   bool push_outgoing(int peer);
-  // Writes a message of one fragment into the ring to `p`, where nothing is queued before it
-  // and it fits: false, touching nothing, where not.
+  // Writes a message of at most `most` bytes into the ring to `p`, where nothing is queued
+  // before it and all of it fits: false, touching nothing, where not.
   bool write_whole(Peer& p, std::uint32_t tag, std::uint64_t signature, const void* data,
-                   std::size_t bytes);
+                   std::size_t bytes, std::size_t most = kFragmentBytes);
   // Whether a record of `record` bytes fits in our ring to `p` at `tail`, with the line after
   // it (which write_entry() clears); when not, the reader is asked to ring our doorbell once
   // it frees space.

@@ -407,7 +407,7 @@ void UcxTransport::announce(const RequestPtr& request) {
 }
 
 bool UcxTransport::send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
-                            std::size_t bytes) {
+                            std::size_t bytes, bool /*overwritten*/) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];
   // Where UCX_RNDV_THRESH is set, post() lets UCX choose between eager and rendezvous.
   const bool local = p.same_machine && !p.queues_sends;

@@ -191,7 +191,7 @@ class UcxTransport final : public Transport {
   std::string_view name() const override { return "ucx"; }
   void post(const RequestPtr& request) override;
   bool send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
-                std::size_t bytes) override;
+                std::size_t bytes, bool overwritten) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (turn(), true); }
   void wake() noexcept override;
