@@ -20,12 +20,14 @@
 namespace arcoll::shm {
 namespace {
 
-constexpr std::uint64_t kCountBits = 24;
+// A message has at most 17 chunks (shared_copy.hpp): the send id takes the other 48 bits, so
+// that an offer seen late never matches a later message of the same size.
+constexpr std::uint64_t kCountBits = 8;
 constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
 constexpr std::uint64_t kIdShift = 2 * kCountBits;
 
 std::uint64_t id_of(std::uint64_t send_id) {
-  return send_id & 0xffff;
+  return send_id & ((std::uint64_t{1} << (64 - kIdShift)) - 1);
 }
 std::uint64_t front_of(std::uint64_t claims) {
   return (claims >> kCountBits) & kCountMask;
@@ -85,6 +87,37 @@ bool ShmTransport::read_across(int peer, char* into, std::uint64_t from, std::ui
 bool ShmTransport::read_with_sender(int peer, const ShmMessage& m, char* into) {
   SharedCopy& s = ring_of(own(), peer)->shared_copy;
   const std::uint64_t chunks = shared_copy_chunks(m.bytes);
+  // Until the sender has written the `theirs` chunks it claimed: a copy of one chunk at most,
+  // or it has died. False where it failed a write, died or took longer than the timeout,
+  // reported where `report`.
+  auto await_theirs = [&](std::uint64_t theirs, bool report) {
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    for (unsigned spins = 1;; ++spins) {
+      const std::uint64_t written = s.written.load(std::memory_order_acquire);
+      if (written & SharedCopy::kFailed) {
+        if (report)
+          fail_peer(peer, ErrorCode::system,
+                    "rank " + std::to_string(peer) +
+                        " could not write its share of a message into this rank's buffer");
+        return false;
+      }
+      if (written == theirs) return true;
+      if (spins % 1024 != 0) continue;
+      if (polling_.yields) std::this_thread::yield();
+      pollfd ended{segments_.peer(peer).pidfd.get(), POLLIN, 0};
+      if (segments_.peer(peer).pidfd && ::poll(&ended, 1, 0) > 0) {
+        if (report) fail_dead_peer(peer, "it ended while copying its share of a message");
+        return false;
+      }
+      if (Clock::now() > deadline) {
+        if (report)
+          fail_peer(peer, ErrorCode::timeout,
+                    "rank " + std::to_string(peer) +
+                        " did not finish copying its share of a message within the timeout");
+        return false;
+      }
+    }
+  };
   s.written.store(0, std::memory_order_relaxed);
   s.destination.store(reinterpret_cast<std::uint64_t>(into), std::memory_order_relaxed);
   s.bytes.store(m.bytes, std::memory_order_relaxed);
@@ -101,11 +134,13 @@ bool ShmTransport::read_with_sender(int peer, const ShmMessage& m, char* into) {
     if (!read_across(
             peer, into + at, m.address + at,
             std::min<std::uint64_t>(take * shared_copy_chunk_bytes(m.bytes), m.bytes - at))) {
-      // Nothing more for the sender to take: the buffer is the caller's again after the error.
+      // Nothing more for the sender to take, and what it took is waited for: the buffer is the
+      // caller's again after the error (but for a sender stopped past the timeout mid-chunk).
       std::uint64_t closed;
       do {
         closed = claims + ((chunks - front_of(claims) - back_of(claims)) << kCountBits);
       } while (!s.claims.compare_exchange_weak(claims, closed));
+      await_theirs(back_of(closed), false);
       return false;
     }
     claims = s.claims.load(std::memory_order_acquire);
@@ -117,37 +152,12 @@ bool ShmTransport::read_with_sender(int peer, const ShmMessage& m, char* into) {
                                                           std::memory_order_acq_rel));
     if (left == 0) break;
   }
-  // The sender finishes the chunks it claimed: a copy of one chunk at most, or it has died.
   const std::uint64_t theirs = back_of(claims);
-  const Clock::time_point deadline = Clock::now() + timeout_;
-  for (unsigned spins = 1;; ++spins) {
-    const std::uint64_t written = s.written.load(std::memory_order_acquire);
-    if (written & SharedCopy::kFailed) {
-      fail_peer(peer, ErrorCode::system,
-                "rank " + std::to_string(peer) +
-                    " could not write its share of a message into this rank's buffer");
-      return false;
-    }
-    if (written == theirs) {
-      ++forwarded_.shared;
-      forwarded_.chunks_by_senders += theirs;
-      forwarded_.chunks_read += chunks - theirs;
-      return true;
-    }
-    if (spins % 1024 != 0) continue;
-    if (polling_.yields) std::this_thread::yield();
-    pollfd ended{segments_.peer(peer).pidfd.get(), POLLIN, 0};
-    if (segments_.peer(peer).pidfd && ::poll(&ended, 1, 0) > 0) {
-      fail_dead_peer(peer, "it ended while copying its share of a message");
-      return false;
-    }
-    if (Clock::now() > deadline) {
-      fail_peer(peer, ErrorCode::timeout,
-                "rank " + std::to_string(peer) +
-                    " did not finish copying its share of a message within the timeout");
-      return false;
-    }
-  }
+  if (!await_theirs(theirs, true)) return false;
+  ++forwarded_.shared;
+  forwarded_.chunks_by_senders += theirs;
+  forwarded_.chunks_read += chunks - theirs;
+  return true;
 }
 
 void ShmTransport::help_receiver(int peer, std::uint64_t send_id) {
