@@ -218,6 +218,15 @@ double number_after(const std::string& output, const std::string& label) {
   return at == std::string::npos ? -1 : std::atof(output.c_str() + at + label.size());
 }
 
+bool denied_cross_memory(const RankExit& e) {
+  return e.output.find("cross-memory attach to rank") != std::string::npos;
+}
+
+bool denied_cross_memory(const std::vector<RankExit>& exits) {
+  return std::any_of(exits.begin(), exits.end(),
+                     [](const RankExit& e) { return denied_cross_memory(e); });
+}
+
 int allreduces_with_a_late_rank(Communicator& comm, int late) {
   comm.barrier();  // #1
   std::int64_t value = comm.rank() + 1;

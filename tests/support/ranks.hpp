@@ -63,6 +63,11 @@ std::set<std::string> leaked_segments(const std::set<std::string>& before,
 double seconds_since(std::chrono::steady_clock::time_point start);
 // The number printed after `label` in a rank's output, -1 when the label is missing.
 double number_after(const std::string& output, const std::string& label);
+// Whether a rank found at setup that it may not read a shm peer's memory (its own probe's
+// warning): where the host denies cross-memory attach between sibling processes (Yama
+// ptrace_scope, some containers), large messages go through the rings.
+bool denied_cross_memory(const RankExit& e);
+bool denied_cross_memory(const std::vector<RankExit>& exits);
 
 // A barrier (#1), then all-reduces of one i64 with rank `late` coming late: 0.6 s to #2,
 // within its 5 s deadline, and 1.5 s to #3, past its 0.4 s. Prints "after <s> s: <error>"

@@ -53,13 +53,6 @@ OneWay deny_one_way() {
   return {};
 }
 
-// Whether a rank found at setup that it may not read a peer (its own probe's warning): where
-// the host denies cross-memory attach between sibling processes (Yama ptrace_scope, some
-// containers), whatever a test denies on top.
-bool denied_its_own_probe(const RankExit& e) {
-  return e.output.find("cross-memory attach to rank") != std::string::npos;
-}
-
 // Runs `world` ranks after `prepare` ran on rank 1 before its communicator was made (it
 // returns 2 when it could not do its part). Point-to-point messages above the size read
 // across processes, and all-reduces of buffers from arcoll::mem_alloc large enough to be read
@@ -100,8 +93,9 @@ std::vector<RankExit> exchange_large_messages(int world, const std::function<int
 // Whether the probes of `exits` found denials that the test did not make: then no rank may
 // read its peers whatever rank 1 does, and nothing one-way is tested.
 bool denied_between_siblings(const std::vector<RankExit>& exits, bool rank1_denied) {
-  if (!rank1_denied) return std::any_of(exits.begin(), exits.end(), denied_its_own_probe);
-  return std::all_of(exits.begin(), exits.end(), denied_its_own_probe);
+  if (!rank1_denied) return denied_cross_memory(exits);
+  return std::all_of(exits.begin(), exits.end(),
+                     [](const RankExit& e) { return denied_cross_memory(e); });
 }
 
 // Messages a rank's transport read in place from its peers' shared memory (0 when none).

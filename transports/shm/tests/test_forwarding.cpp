@@ -79,7 +79,7 @@ Forwarded run_forwarding(int world, std::map<std::string, std::string> env, cons
     sum.whole += std::max(0.0, number_after(e.output, "messages forwarded whole: "));
     sum.read_in_place += std::max(0.0, number_after(e.output, "messages read in place: "));
     sum.read_across += std::max(0.0, number_after(e.output, "messages read across: "));
-    sum.cross_memory_denied |= e.output.find("cross-memory attach to rank") != std::string::npos;
+    sum.cross_memory_denied |= denied_cross_memory(e);
   }
   return sum;
 }

