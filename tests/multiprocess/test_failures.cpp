@@ -158,7 +158,7 @@ TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
         // (rank 0 had one descriptor more before: the launcher's listening socket it took).
         std::printf("detected after %.4f s: %s\n", seconds_since(start), e.what());
         if (killer.joinable()) killer.detach();  // the victim failing before its kill
-        if (open_descriptors() > descriptors || thread_count() > threads) {
+        if (!back_to(descriptors, threads)) {
           std::printf("kept %d descriptors and %d threads\n", open_descriptors() - descriptors,
                       thread_count() - threads);
           return 6;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -156,6 +157,15 @@ int open_descriptors() {
 
 int thread_count() {
   return directory_entries("/proc/self/task");
+}
+
+bool back_to(int descriptors, int threads) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (open_descriptors() > descriptors || thread_count() > threads) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 std::set<std::string> arcoll_segments() {

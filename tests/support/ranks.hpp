@@ -50,6 +50,10 @@ std::optional<std::string> forced_transport();
 // it is destroyed, after a failure too.
 int open_descriptors();
 int thread_count();
+// Whether this process is back to at most `descriptors` and `threads`, waiting up to a second
+// for it: a joined thread stays listed in /proc/self/task until the kernel has reaped it, a
+// moment after pthread_join returned.
+bool back_to(int descriptors, int threads);
 
 // Shared-memory segments of arcoll jobs in /dev/shm now (their names).
 std::set<std::string> arcoll_segments();
