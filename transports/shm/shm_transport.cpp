@@ -81,6 +81,18 @@ void fence_unless(bool fence_free) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+// Calls `piece(offset, size)` for each fragment of a message of `bytes` in order: one, empty, for
+// an empty message.
+template <class Piece>
+void for_each_fragment(std::uint64_t bytes, Piece&& piece) {
+  std::uint64_t at = 0;
+  do {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kFragmentBytes, bytes - at));
+    piece(at, n);
+    at += n;
+  } while (at < bytes);
+}
+
 }  // namespace
 
 ShmTransport::ShmTransport(const TransportSetup& setup)
@@ -238,15 +250,11 @@ void ShmTransport::post(const RequestPtr& request) {
     request->done = true;
     return;
   }
-  std::uint64_t offset = 0;
-  do {
-    const auto n = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(kFragmentBytes, request->bytes - offset));
-    p.outgoing.emplace_back(Entry{EntryKind::fragment, request->tag, request->bytes, offset, 0, n,
-                                  0, request->signature},
-                            data + offset, request, offset + n == request->bytes);
-    offset += n;
-  } while (offset < request->bytes);
+  for_each_fragment(request->bytes, [&](std::uint64_t at, std::uint32_t n) {
+    p.outgoing.emplace_back(
+        Entry{EntryKind::fragment, request->tag, request->bytes, at, 0, n, 0, request->signature},
+        data + at, request, at + n == request->bytes);
+  });
   push_outgoing(request->peer);
 }
 
@@ -268,20 +276,16 @@ bool ShmTransport::write_whole(Peer& p, std::uint32_t tag, std::uint64_t signatu
   // Nothing queued before it: a message that fits goes straight into the ring.
   if (bytes > most || !p.outgoing.empty()) return false;
   Ring* ring = ring_of(p.segment, rank_);
-  const std::size_t pieces =
-      std::max<std::size_t>(1, (bytes + kFragmentBytes - 1) / kFragmentBytes);
-  const std::size_t last = bytes - (pieces - 1) * kFragmentBytes;
-  if (!has_room(p, ring, p.tail, (pieces - 1) * record_bytes(kFragmentBytes) + record_bytes(last)))
-    return false;
+  std::size_t records = 0;
+  for_each_fragment(bytes, [&](std::uint64_t, std::uint32_t n) { records += record_bytes(n); });
+  if (!has_room(p, ring, p.tail, records)) return false;
   const auto* from = static_cast<const char*>(data);
   std::uint64_t tail = p.tail;
-  for (std::size_t piece = 0; piece < pieces; ++piece) {
-    const std::size_t at = piece * kFragmentBytes;
-    const auto n = static_cast<std::uint32_t>(piece + 1 == pieces ? last : kFragmentBytes);
+  for_each_fragment(bytes, [&](std::uint64_t at, std::uint32_t n) {
     tail =
         timed_write(p, ring, tail, Entry{EntryKind::fragment, tag, bytes, at, 0, n, 0, signature},
                     from + at, false);
-  }
+  });
   publish(p, tail);
   return true;
 }
