@@ -1,11 +1,14 @@
 // Large messages read across processes are copied by both ranks (transports/shm/
 // shared_copy.cpp): the receiver from the front, the waiting sender from the back. Every byte
 // arrives, whichever side took which chunk; a sender that computes holds nothing up; a sender
-// killed while it copies fails its receiver naming it.
+// killed while it copies fails its receiver naming it, and one stopped while it copies is
+// ended before its receiver's call fails.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -26,6 +29,22 @@ class ShmSharedCopy : public ::testing::Test {
   }
 };
 
+// Whether this process may run on one CPU only: 2 ranks then share copies only where every
+// sender only sends.
+bool on_one_cpu() {
+  cpu_set_t cpus;
+  return ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2;
+}
+
+// 2 ranks whose waits last `timeout` seconds, one of which is to fail.
+LocalLaunchOptions two_ranks_one_failing(const char* timeout) {
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env = {{"ARCOLL_TIMEOUT", timeout}};
+  options.failure_grace = std::chrono::seconds(30);
+  return options;
+}
+
 // Sizes around the chunks: the smallest shared message, one byte more, and odd sizes whose
 // last chunk is short.
 const std::vector<std::size_t> kSharedCopySizes = {128 << 10, (128 << 10) + 1, (1 << 20) + 4097,
@@ -33,8 +52,7 @@ const std::vector<std::size_t> kSharedCopySizes = {128 << 10, (128 << 10) + 1, (
 constexpr int kSharedCopyRounds = 4;
 
 TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
-  cpu_set_t cpus;
-  if (::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2)
+  if (on_one_cpu())
     GTEST_SKIP() << "one CPU: 2 ranks share copies only where every sender only sends";
   LocalLaunchOptions options;
   options.ranks = 2;
@@ -136,11 +154,7 @@ TEST_F(ShmSharedCopy, AReceiveCompletesWhileItsSenderComputes) {
 // naming it, whichever copy it was in.
 TEST_F(ShmSharedCopy, ASenderKilledWhileItCopiesFailsItsReceiverNamingIt) {
   for (int delay_ms : {15, 40}) {
-    LocalLaunchOptions options;
-    options.ranks = 2;
-    options.env = {{"ARCOLL_TIMEOUT", "10"}};
-    options.failure_grace = std::chrono::seconds(30);
-    const auto exits = launch(options, [delay_ms] {
+    const auto exits = launch(two_ranks_one_failing("10"), [delay_ms] {
       auto comm = Communicator::from_env();
       constexpr std::size_t kBytes = 8 << 20;
       std::vector<unsigned char> buffer(kBytes, 1);
@@ -166,6 +180,57 @@ TEST_F(ShmSharedCopy, ASenderKilledWhileItCopiesFailsItsReceiverNamingIt) {
     ASSERT_EQ(exits.size(), 2u);
     expect_survivors_named(exits, 0, 10.0 + 5.0);
   }
+}
+
+// A sender stopped between a chunk's claim and its count may not have written the chunk yet:
+// it would write it once it ran again, into a buffer that its receiver's failed call has given
+// back. The receiver cannot tell, and ends it first. Rank 0 stops itself at a moment of a
+// stream of 32 MiB sends (most moments fall in its share: its writes take most of its time);
+// once its receive has failed, rank 1 fills its buffer, lets rank 0 run again and checks that
+// nothing wrote into the buffer. Trials until two stops fell in a share.
+TEST_F(ShmSharedCopy, ASenderStoppedInItsShareIsEndedBeforeItsReceiverFails) {
+  if (on_one_cpu())
+    GTEST_SKIP() << "one CPU: 2 ranks share copies only where every sender only sends";
+  constexpr char kEnded[] = "stopped in its copy, it was ended";
+  int stopped_in_a_write = 0;
+  for (int trial = 0; trial < 12 && stopped_in_a_write < 2; ++trial) {
+    const auto exits = launch(two_ranks_one_failing("1"), [trial] {
+      auto comm = Communicator::from_env();
+      constexpr std::size_t kBytes = 32 << 20;
+      std::vector<unsigned char> buffer(kBytes, 1);
+      const int peer = 1 - comm->rank();
+      pid_t mine = ::getpid(), theirs = 0;
+      comm->sendrecv(&mine, sizeof mine, peer, &theirs, sizeof theirs, peer);
+      if (comm->rank() == 0) {
+        std::thread([trial] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20 + 7 * trial));
+          ::raise(SIGSTOP);
+        }).detach();
+        for (;;) comm->send(buffer.data(), kBytes, 1);
+      }
+      try {
+        for (;;) comm->recv(buffer.data(), kBytes, 0);
+      } catch (const Error& e) {
+        std::printf("%s\n", e.what());
+        std::fill(buffer.begin(), buffer.end(), 7);
+        ::kill(theirs, SIGCONT);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        const bool untouched =
+            std::all_of(buffer.begin(), buffer.end(), [](unsigned char b) { return b == 7; });
+        ::kill(theirs, SIGKILL);  // stopped elsewhere, it would send on
+        return untouched ? 0 : 5;
+      }
+    });
+    ASSERT_EQ(exits.size(), 2u);
+    if (denied_cross_memory(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
+    EXPECT_EQ(exits[1].exit_code, 0) << "written into after the call failed:\n" << describe(exits);
+    EXPECT_NE(exits[1].output.find("rank 0"), std::string::npos) << describe(exits);
+    std::printf("trial %d: %s", trial, exits[1].output.c_str());
+    if (exits[1].output.find(kEnded) == std::string::npos) continue;
+    ++stopped_in_a_write;
+    EXPECT_EQ(exits[0].signal, SIGKILL) << describe(exits);
+  }
+  EXPECT_EQ(stopped_in_a_write, 2) << "too few stops fell in a write to check";
 }
 
 }  // namespace
