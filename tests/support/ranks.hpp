@@ -55,6 +55,12 @@ int thread_count();
 // moment after pthread_join returned.
 bool back_to(int descriptors, int threads);
 
+// Whether this process may run on one CPU only.
+bool on_one_cpu();
+// Confines this process to CPU 0, as a rank of a host with fewer cores than ranks: false where
+// it may not.
+bool confine_to_cpu0();
+
 // Shared-memory segments of arcoll jobs in /dev/shm now (their names).
 std::set<std::string> arcoll_segments();
 // Segments present now but not `before` that stay for 2 s and were left by `ranks` (owned by one

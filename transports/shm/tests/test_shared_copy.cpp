@@ -4,7 +4,6 @@
 // killed while it copies fails its receiver naming it, and one stopped while it copies is
 // ended before its receiver's call fails.
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -28,13 +27,6 @@ class ShmSharedCopy : public ::testing::Test {
     if (forced_transport() != "shm") GTEST_SKIP() << "the shm. run's test";
   }
 };
-
-// Whether this process may run on one CPU only: 2 ranks then share copies only where every
-// sender only sends.
-bool on_one_cpu() {
-  cpu_set_t cpus;
-  return ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < 2;
-}
 
 // 2 ranks whose waits last `timeout` seconds, one of which is to fail.
 LocalLaunchOptions two_ranks_one_failing(const char* timeout) {
@@ -96,10 +88,7 @@ TEST_F(ShmSharedCopy, OnFewerCoresThanRanksOnlyCallsWhoseSendersOnlySendShare) {
   options.ranks = 3;
   options.env["ARCOLL_LOG"] = "debug";
   const auto exits = launch(options, [] {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(0, &one);
-    if (::sched_setaffinity(0, sizeof one, &one) != 0) return 2;
+    if (!confine_to_cpu0()) return 2;
     auto comm = Communicator::from_env();
     constexpr std::size_t kBlock = 1 << 20;
     std::vector<unsigned char> all(3 * kBlock), mine(kBlock);
