@@ -97,6 +97,16 @@ struct Options {
   // and is not read again soon, and a cached store would first read every line it writes.
   // Not reductions in place: there each line written was just read as the rank's own operand.
   std::size_t streaming_bytes = std::size_t{16} << 20;
+  // The same for collectives that only copy (all-gather, all-to-all, gather, scatter, broadcast;
+  // ARCOLL_COPY_STREAMING_BYTES). Unset (`auto`): from streaming_bytes, or from a quarter of
+  // the last-level cache where that is more and every rank of the host has a core. A large
+  // cache holds such results where it would not a reduction's three buffers: 2 ranks of an
+  // Intel Xeon with 260 MiB of L3, medians of 3 interleaved runs, streaming -> cached, out of
+  // place / in place: 32 MiB all-to-all -24% / -55%, gather -36% / -51%, scatter -52% / -48%,
+  // all-gather +9% / -36%, 16 MiB broadcast -29% / -41%; but all-reduce +28% and
+  // reduce-scatter +54% at 32 MiB out of place. With more ranks than cores, the streaming
+  // stores win (4 ranks on those 2 cores, 32 MiB broadcast +17% / +48% cached).
+  std::optional<std::size_t> copy_streaming_bytes;
 
   // Collectives on device memory of at least this size (ARCOLL_DEVICE_PIPELINE_BYTES) run on the
   // device also where a peer's transport cannot read device buffers (another host's): each

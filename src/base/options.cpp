@@ -160,6 +160,8 @@ Options Options::from_env() {
   }
   if (auto bytes = env_byte_size("ARCOLL_STREAMING_BYTES", "4K or 16M"))
     options.streaming_bytes = *bytes;
+  if (auto v = env::get("ARCOLL_COPY_STREAMING_BYTES"); v && *v != "auto")
+    options.copy_streaming_bytes = env_byte_size("ARCOLL_COPY_STREAMING_BYTES", "auto or 64M");
   if (auto bytes = env_byte_size("ARCOLL_DEVICE_PIPELINE_BYTES", "0 or 4M"))
     options.device_pipeline_bytes = *bytes;
   if (auto bytes = env_byte_size("ARCOLL_CHUNK_BYTES", "512K or 1M", 1))

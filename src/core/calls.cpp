@@ -1,5 +1,7 @@
 #include "src/core/calls.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
+#include "src/base/cpu_location.hpp"
 #include "src/base/log.hpp"
 #include "src/base/reduce.hpp"
 #include "src/core/call_signature.hpp"
@@ -68,6 +71,20 @@ bool reduces(Collective collective) {
          collective == Collective::reduce;
 }
 
+// The size from which collectives that only copy write with streaming stores
+// (Options::copy_streaming_bytes).
+std::size_t copy_streaming_from(const Options& options, bool oversubscribed) {
+  if (options.copy_streaming_bytes) return *options.copy_streaming_bytes;
+  const double cache = oversubscribed ? 0 : last_level_cache_bytes(::sched_getcpu());
+  const std::size_t from = std::max(options.streaming_bytes, static_cast<std::size_t>(cache / 4));
+  log::debug(
+      "collectives that only copy write with streaming stores from " + std::to_string(from) + " B" +
+      (oversubscribed
+           ? " (more ranks than cores on this host)"
+           : " (last-level cache " + std::to_string(static_cast<std::size_t>(cache)) + " B)"));
+  return from;
+}
+
 // What a collective's receivers do with what lands (Request::receivers).
 Request::Receivers receivers_of(Collective collective, int size) {
   if (collective == Collective::broadcast)
@@ -125,7 +142,8 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
       survivors_(launch.rank, launch.world_size, listen_address(launch, options_)),
       rendezvous_(arcoll::join(launch, options_, host_name_of(launch.rank, launch.world_size),
                                survivors_.endpoint(), Clock::now() + options_.timeout)),
-      engine_(set_up_engine(rendezvous_, options_, corrupt_at_)) {
+      engine_(set_up_engine(rendezvous_, options_, corrupt_at_)),
+      copy_streaming_bytes_(copy_streaming_from(options_, rendezvous_.oversubscribed)) {
   survivors_.meet(rendezvous_.survivors_endpoints, rendezvous_.job_id, rendezvous_.job_token);
   engine_->apply_tuning(tuning_);
   finish_join(rendezvous_, Clock::now() + options_.timeout);
@@ -451,7 +469,8 @@ void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) 
     }
   }
   ++sequence_;
-  const bool beyond_caches = bytes >= options_.streaming_bytes;
+  const bool beyond_caches =
+      bytes >= (reduces(collective) ? options_.streaming_bytes : copy_streaming_bytes_);
   const bool in_place = reduces_in_place(collective, host, size);
   const std::size_t chunk_bytes =
       whole_halves(collective, chosen.plan, bytes, wire) ? bytes : chosen.plan.chunk_bytes;

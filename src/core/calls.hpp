@@ -93,6 +93,7 @@ class Communicator::Impl {
   Survivors survivors_;
   Rendezvous rendezvous_;
   std::unique_ptr<Engine> engine_;
+  std::size_t copy_streaming_bytes_;  // copy_streaming_from(): this host's
   std::int64_t admitted_ = 0;  // newcomers admitted by grow() (src/core/membership.cpp)
 
  private:

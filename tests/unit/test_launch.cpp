@@ -43,7 +43,8 @@ const char* const kAllVariables[] = {"ARCOLL_RANK",
                                      "ARCOLL_CHUNK_BYTES",
                                      "ARCOLL_SOCKETS_PER_PEER",
                                      "ARCOLL_SHM_SINGLE_COPY_BYTES",
-                                     "ARCOLL_STREAMING_BYTES"};
+                                     "ARCOLL_STREAMING_BYTES",
+                                     "ARCOLL_COPY_STREAMING_BYTES"};
 
 struct CleanEnvironment : ::testing::Test {
   void SetUp() override {
@@ -163,6 +164,16 @@ TEST_F(CleanEnvironment, OptionsFromEnvironment) {
   EXPECT_THROW(Options::from_env(), ConfigurationError);
   set("ARCOLL_STREAMING_BYTES", "4M");
   EXPECT_EQ(Options::from_env().streaming_bytes, std::size_t{4} << 20);
+  EXPECT_FALSE(Options::from_env().copy_streaming_bytes);  // the default: auto
+  set("ARCOLL_COPY_STREAMING_BYTES", "0");
+  EXPECT_EQ(Options::from_env().copy_streaming_bytes, 0u);
+  set("ARCOLL_COPY_STREAMING_BYTES", "64M");
+  EXPECT_EQ(Options::from_env().copy_streaming_bytes, std::size_t{64} << 20);
+  set("ARCOLL_COPY_STREAMING_BYTES", "auto");
+  EXPECT_FALSE(Options::from_env().copy_streaming_bytes);
+  set("ARCOLL_COPY_STREAMING_BYTES", "most");
+  EXPECT_THROW(Options::from_env(), ConfigurationError);
+  set("ARCOLL_COPY_STREAMING_BYTES", "auto");
   EXPECT_EQ(Options::from_env().shm_ring_stores, ShmRingStores::automatic);  // the default
   set("ARCOLL_SHM_RING_STORES", "streaming");
   EXPECT_EQ(Options::from_env().shm_ring_stores, ShmRingStores::streaming);

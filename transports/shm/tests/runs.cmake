@@ -5,9 +5,9 @@
 gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "shm-staged." DISCOVERY_TIMEOUT 60
                      TEST_FILTER "*AlgorithmWorld*/ring_*:*AlgorithmWorld*/tree_*:*CollectiveWorld*:*PointToPoint*-*_1ranks:*_4ranks:*_6ranks:*_7ranks"
                      PROPERTIES TIMEOUT 300
-                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=shm ARCOLL_SHM_SINGLE_COPY=0 ARCOLL_SHM_RING_STORES=streaming ARCOLL_STREAMING_BYTES=0")
+                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=shm ARCOLL_SHM_SINGLE_COPY=0 ARCOLL_SHM_RING_STORES=streaming ARCOLL_STREAMING_BYTES=0 ARCOLL_COPY_STREAMING_BYTES=0")
 # Every message but the smallest read across processes, as only the largest are by default.
 gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "shm-single-copy." DISCOVERY_TIMEOUT 60
                      TEST_FILTER "*AlgorithmWorld*/ring_*:*AlgorithmWorld*/halving_doubling_*:*CollectiveWorld*:*PointToPoint*-*_1ranks:*_4ranks:*_6ranks:*_7ranks"
                      PROPERTIES TIMEOUT 300
-                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=shm ARCOLL_SHM_SINGLE_COPY_BYTES=4K ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES=4K ARCOLL_STREAMING_BYTES=0")
+                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=shm ARCOLL_SHM_SINGLE_COPY_BYTES=4K ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES=4K ARCOLL_STREAMING_BYTES=0 ARCOLL_COPY_STREAMING_BYTES=0")

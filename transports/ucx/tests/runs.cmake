@@ -18,4 +18,4 @@ set_tests_properties(cluster.ucx_beside_tcp_2x2 PROPERTIES TIMEOUT 120 SKIP_RETU
 gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "ucx-streaming." DISCOVERY_TIMEOUT 60
                      TEST_FILTER "*CollectiveWorld.Reduce*/2:*CollectiveWorld.Reduce*/3:*AlgorithmWorld*/ring_2ranks"
                      PROPERTIES TIMEOUT 300
-                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=ucx ARCOLL_STREAMING_BYTES=0")
+                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=ucx ARCOLL_STREAMING_BYTES=0 ARCOLL_COPY_STREAMING_BYTES=0")
