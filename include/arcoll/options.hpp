@@ -98,8 +98,9 @@ struct Options {
   // Not reductions in place: there each line written was just read as the rank's own operand.
   std::size_t streaming_bytes = std::size_t{16} << 20;
   // The same for collectives that only copy (all-gather, all-to-all, gather, scatter, broadcast;
-  // ARCOLL_COPY_STREAMING_BYTES). Unset (`auto`): from streaming_bytes, or from a quarter of
-  // the last-level cache where that is more and every rank of the host has a core. A large
+  // ARCOLL_COPY_STREAMING_BYTES). Unset (`auto`): from streaming_bytes, or where that is less
+  // and every rank of the host has a core, from the size whose send and receive buffers on every
+  // rank of the host fill the last-level cache (a quarter of it on 2 ranks). A large
   // cache holds such results where it would not a reduction's three buffers: 2 ranks of an
   // Intel Xeon with 260 MiB of L3, medians of 3 interleaved runs, streaming -> cached, out of
   // place / in place: 32 MiB all-to-all -24% / -55%, gather -36% / -51%, scatter -52% / -48%,

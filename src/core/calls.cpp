@@ -73,16 +73,12 @@ bool reduces(Collective collective) {
 
 // The size from which collectives that only copy write with streaming stores
 // (Options::copy_streaming_bytes).
-std::size_t copy_streaming_from(const Options& options, bool oversubscribed) {
+std::size_t copy_streaming_from(const Options& options, const Rendezvous& rendezvous) {
   if (options.copy_streaming_bytes) return *options.copy_streaming_bytes;
-  const double cache = oversubscribed ? 0 : last_level_cache_bytes(::sched_getcpu());
-  const std::size_t from = std::max(options.streaming_bytes, static_cast<std::size_t>(cache / 4));
-  log::debug(
-      "collectives that only copy write with streaming stores from " + std::to_string(from) + " B" +
-      (oversubscribed
-           ? " (more ranks than cores on this host)"
-           : " (last-level cache " + std::to_string(static_cast<std::size_t>(cache)) + " B)"));
-  return from;
+  // Where the send and receive buffers of every rank of the host fit in the cache.
+  const double cache = rendezvous.oversubscribed ? 0 : last_level_cache_bytes(::sched_getcpu());
+  return std::max(options.streaming_bytes,
+                  static_cast<std::size_t>(cache / (2 * std::max(1, rendezvous.local_size))));
 }
 
 // What a collective's receivers do with what lands (Request::receivers).
@@ -143,7 +139,12 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
       rendezvous_(arcoll::join(launch, options_, host_name_of(launch.rank, launch.world_size),
                                survivors_.endpoint(), Clock::now() + options_.timeout)),
       engine_(set_up_engine(rendezvous_, options_, corrupt_at_)),
-      copy_streaming_bytes_(copy_streaming_from(options_, rendezvous_.oversubscribed)) {
+      copy_streaming_bytes_(copy_streaming_from(options_, rendezvous_)) {
+  log::debug("collectives that only copy write with streaming stores from " +
+             std::to_string(copy_streaming_bytes_) + " B" +
+             (options_.copy_streaming_bytes ? " (ARCOLL_COPY_STREAMING_BYTES)"
+              : rendezvous_.oversubscribed  ? " (more ranks than cores on this host)"
+                                            : " (this host's last-level cache)"));
   survivors_.meet(rendezvous_.survivors_endpoints, rendezvous_.job_id, rendezvous_.job_token);
   engine_->apply_tuning(tuning_);
   finish_join(rendezvous_, Clock::now() + options_.timeout);
