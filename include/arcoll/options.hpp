@@ -76,8 +76,9 @@ struct Options {
   // read from a buffer unchanged since the last call go faster across (send/recv of 16 KiB on
   // 2 ranks, 2.9-3.0 us through the rings, 2.0 read across), but from one just written,
   // as a real sender's is, slower (in place, 5.3-5.6 GB/s through the rings, 3.1-3.3 across).
-  // Calls larger than the caches (streaming_bytes) go through the rings at every size, unless
-  // transparent huge pages are "always" (a read across then pins few pages).
+  // Calls larger than the caches (streaming_bytes; copy_streaming_bytes for collectives that
+  // only copy) go through the rings at every size, unless transparent huge pages are "always"
+  // (a read across then pins few pages).
   std::size_t shm_single_copy_bytes = 16 * 1024;
   // The same for calls whose receivers reduce what lands, or pass it on as it lands
   // (all-reduce, reduce-scatter, reduce, broadcast; ARCOLL_SHM_SINGLE_COPY_PIPELINED_BYTES):

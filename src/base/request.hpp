@@ -57,7 +57,8 @@ struct Request {
                   // (kept where it comes straight from the root: LinkCost::fans_out)
   };
   Receivers receivers = Receivers::copy;
-  // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes):
+  // A receive of a collective on a buffer larger than the caches (Options::streaming_bytes,
+  // copy_streaming_bytes for collectives that only copy):
   // its message lands with streaming stores (kernels::Stores::streaming).
   bool streaming_stores = false;
   // A receive whose landed result is sent on (PointToPoint::irecv_reduce_send): this send of
