@@ -33,13 +33,17 @@ LinkCost LinkCost::at(double bytes) const {
   return sized;
 }
 
+double cache_per_buffer(double cache_bytes, int ranks_per_host) {
+  return cache_bytes <= 0 || ranks_per_host <= 0 ? 0 : cache_bytes / (2.0 * ranks_per_host);
+}
+
 void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host) {
-  if (cache_bytes <= 0 || ranks_per_host <= 0) {
+  const double per_buffer = cache_per_buffer(cache_bytes, ranks_per_host);
+  if (per_buffer == 0) {
     link.cached_until = kCachedBytes;
     link.uncached_from = kUncachedBytes;
     return;
   }
-  const double per_buffer = cache_bytes / (2.0 * ranks_per_host);
   link.cached_until = per_buffer / 2;
   link.uncached_from = per_buffer * 2;
 }

@@ -40,10 +40,14 @@ struct LinkCost {
   LinkCost at(double bytes) const;
 };
 
+// The size of buffer whose `ranks_per_host` ranks, each holding a send and a receive buffer of
+// it, fill a host's last-level cache of `cache_bytes` (0 where either is unknown).
+double cache_per_buffer(double cache_bytes, int ranks_per_host);
+
 // Where an all-reduce's buffers leave a host's last-level cache of `cache_bytes` (0: unknown,
-// the sizes the figures were measured at), its `ranks_per_host` ranks each holding a send
-// and a receive buffer: in cache while they fill at most half of it, out once they fill
-// twice it. Sets `link`'s cached_until and uncached_from.
+// the sizes the figures were measured at): in cache while they fill at most half of it
+// (cache_per_buffer), out once they fill twice it. Sets `link`'s cached_until and
+// uncached_from.
 void set_cache_window(LinkCost& link, double cache_bytes, int ranks_per_host);
 
 // What the model knows of the ranks of a call.

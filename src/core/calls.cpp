@@ -75,10 +75,9 @@ bool reduces(Collective collective) {
 // (Options::copy_streaming_bytes).
 std::size_t copy_streaming_from(const Options& options, const Rendezvous& rendezvous) {
   if (options.copy_streaming_bytes) return *options.copy_streaming_bytes;
-  // Where the send and receive buffers of every rank of the host fit in the cache.
   const double cache = rendezvous.oversubscribed ? 0 : last_level_cache_bytes(::sched_getcpu());
   return std::max(options.streaming_bytes,
-                  static_cast<std::size_t>(cache / (2 * std::max(1, rendezvous.local_size))));
+                  static_cast<std::size_t>(cache_per_buffer(cache, rendezvous.local_size)));
 }
 
 // What a collective's receivers do with what lands (Request::receivers).
@@ -630,18 +629,16 @@ void Communicator::Impl::run_transfers(const char* operation,
         continue;
       }
       void* buffer = staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
-      // A send whose bytes a receive of the same call overwrites goes from a copy, unless its
-      // transport takes all of it at once.
-      if (send && overlapped &&
-          engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes, true))
+      if (send &&
+          engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes, overlapped))
         continue;
+      // A send whose bytes a receive of the same call overwrites, and that its transport did
+      // not take all at once, goes from a copy.
       if (send && overlapped) {
         send_copy_.assign(static_cast<const char*>(buffer),
                           static_cast<const char*>(buffer) + t.bytes);
         buffer = send_copy_.data();
       }
-      if (send && engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes))
-        continue;
       posted.at(count++) =
           engine_->post_tagged(t.kind, t.peer, buffer, t.bytes, static_cast<std::uint32_t>(tag));
     }

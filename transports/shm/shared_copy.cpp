@@ -26,10 +26,11 @@
 namespace arcoll::shm {
 namespace {
 
-// A message has at most 17 chunks (shared_copy.hpp): the send id takes the other 48 bits, so
-// that an offer seen late never matches a later message of the same size.
+// Chunk counts take 8 bits each; the send id takes the other 48, so that an offer seen late
+// never matches a later message of the same size.
 constexpr std::uint64_t kCountBits = 8;
 constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
+static_assert(kMaxSharedCopyChunks <= kCountMask, "a message's chunks must fit in a count");
 constexpr std::uint64_t kIdShift = 2 * kCountBits;
 
 std::uint64_t id_of(std::uint64_t send_id) {
@@ -88,8 +89,7 @@ bool ShmTransport::shares_copy(int peer, const ShmMessage& m) const {
   // A peer that awaits our acknowledgement is reading a message of ours: busy, it would only
   // see the offer once this one is read (send/recv both ways, 5 interleaved runs with the
   // offer against none: 512 KiB +24% out of place, 256 KiB +8%).
-  return m.bytes >= kSharedCopyBytes && shared_copy_chunks(m.bytes) <= kCountMask &&
-         peers_[static_cast<std::size_t>(peer)].awaiting_ack.empty();
+  return m.bytes >= kSharedCopyBytes && peers_[static_cast<std::size_t>(peer)].awaiting_ack.empty();
 }
 
 bool ShmTransport::read_across(int peer, char* into, std::uint64_t from, std::uint64_t n) {

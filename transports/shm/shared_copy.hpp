@@ -20,5 +20,8 @@ inline std::uint64_t shared_copy_chunk_bytes(std::uint64_t bytes) {
 inline std::uint64_t shared_copy_chunks(std::uint64_t bytes) {
   return (bytes + shared_copy_chunk_bytes(bytes) - 1) / shared_copy_chunk_bytes(bytes);
 }
+// The most chunks a message has: sixteen of at least a sixteenth of it, and what rounding the
+// sixteenth down left.
+inline constexpr std::uint64_t kMaxSharedCopyChunks = 17;
 
 }  // namespace arcoll::shm
