@@ -83,6 +83,51 @@ TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
   EXPECT_GT(number_after(receiver, "written by the senders: "), 0) << receiver;
 }
 
+// Below the chunks, a gather's messages are shared in halves where every rank has a core, and
+// a scatter's are not (its root has its own block to copy).
+TEST_F(ShmSharedCopy, AGathersSmallerMessagesAreSharedInHalves) {
+  if (on_one_cpu()) GTEST_SKIP() << "one CPU: halves only where every rank has a core";
+  const std::vector<std::size_t> blocks = {64 << 10, (64 << 10) + 1, (96 << 10) + 7,
+                                           (128 << 10) - 1};
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env["ARCOLL_LOG"] = "debug";
+  const auto exits = launch(options, [&] {
+    auto comm = Communicator::from_env();
+    for (int round = 0; round < kSharedCopyRounds; ++round) {
+      for (std::size_t block : blocks) {
+        // Bytes that name their place, so that a half landed at the other's offset shows.
+        auto pattern = [&](int rank) {
+          std::vector<unsigned char> bytes(block);
+          for (std::size_t i = 0; i < block; ++i)
+            bytes[i] = static_cast<unsigned char>((i * 131 + rank * 17 + round) % 251);
+          return bytes;
+        };
+        const auto theirs = pattern(1), mine = pattern(comm->rank());
+        std::vector<unsigned char> all(2 * block, 0), got(block, 0);
+        comm->gather(mine.data(), all.data(), block, DataType::u8, 0);
+        if (comm->rank() == 0 && !std::equal(theirs.begin(), theirs.end(), all.begin() + block)) {
+          std::printf("gather, round %d, %zu B: wrong bytes\n", round, block);
+          return 3;
+        }
+        comm->scatter(all.data(), got.data(), block, DataType::u8, 0);
+        if (comm->rank() == 1 && got != theirs) {
+          std::printf("scatter, round %d, %zu B: wrong bytes\n", round, block);
+          return 4;
+        }
+      }
+    }
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  if (denied_cross_memory(exits)) GTEST_SKIP() << "cross-memory attach is denied here";
+  for (const RankExit& e : exits) EXPECT_TRUE(e.ok()) << describe(exits);
+  EXPECT_EQ(number_after(exits[0].output, "copied with their senders: "),
+            kSharedCopyRounds * blocks.size())
+      << exits[0].output;
+  EXPECT_EQ(number_after(exits[1].output, "copied with their senders: "), 0) << exits[1].output;
+}
+
 // With more ranks than cores (all three on one CPU), a receiver offers a share only where every
 // sender of the call only sends: the root of a gather does, the receivers of a scatter do not.
 TEST_F(ShmSharedCopy, OnFewerCoresThanRanksOnlyCallsWhoseSendersOnlySendShare) {
