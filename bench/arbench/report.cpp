@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "arbench/collectives.hpp"
 #include "arbench/text.hpp"
 
 namespace arbench {
@@ -206,9 +207,10 @@ std::vector<const Row*> first_row_of_each_collective(const std::string& first,
 // frameworks reduce their gradients in place, where a library may take another path. Against a
 // reference (memcpy, the ceiling), which bounds large sizes only: the largest size, out of
 // place. `noisy` becomes true when a ratio given is, `moved` when one moved from `earlier`.
+// `rooted_behind`: a rooted collective fell below the peer at some size.
 std::string versus_lines(const std::string& first, const BackendInfo& peer,
                          const std::vector<Row>& rows, const std::vector<KeptRatio>& earlier,
-                         bool& noisy, bool& moved) {
+                         bool& noisy, bool& moved, bool& rooted_behind) {
   auto at = [&](const Ratio& r) {
     noisy = noisy || r.noisy;
     moved = moved || r.earlier.has_value();
@@ -237,6 +239,7 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
       out += head + ": " + at(ratios.front());
       if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(lowest);
       out += " (busbw ratio)\n";
+      rooted_behind = rooted_behind || (rooted(kind->coll) && lowest.value < 1);
       if (lowest.value < lowest_of_all.value) {
         lowest_of_all = lowest;
         lowest_kind = kind;
@@ -477,15 +480,24 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows,
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
   bool noisy = false;  // a ratio the summary gives
   bool moved = false;
+  bool rooted_behind = false;
   for (std::size_t i = 1; i < info.backends.size(); ++i)
-    out += versus_lines(info.backends.front().name, info.backends[i], rows, earlier, noisy,
-                        moved);
+    out += versus_lines(info.backends.front().name, info.backends[i], rows, earlier, noisy, moved,
+                        rooted_behind);
   if (noisy)
     out += printf_string(
         "# noisy: the ratios marked (noisy) moved by more than %.0f%% from pass to pass: this\n"
         "#   machine changed pace during the run (another job, the clock, the memory), so they\n"
         "#   are not facts; run again, or with a larger --repeat\n",
         kNoisyRatio * 100);
+  // What a newcomer comparing small rooted calls needs to know to read their ratios.
+  if (rooted_behind)
+    out +=
+        "# roots: arcoll's broadcast, reduce, gather and scatter check that every rank names the\n"
+        "#   same root, and fail on every rank where two differ: an exchange among all the ranks,\n"
+        "#   which costs what an all-reduce of a few bytes does. The peers check nothing, and\n"
+        "#   their roots return without waiting: in a loop of small rooted calls they run\n"
+        "#   ahead of the other ranks, and the exchange is most of arcoll's time\n";
   if (moved)
     out += printf_string(
         "# moved: the ratios marked (moved) differ by more than %.0f%% from an earlier run of\n"
