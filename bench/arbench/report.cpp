@@ -200,20 +200,26 @@ std::vector<const Row*> first_row_of_each_collective(const std::string& first,
   return kinds;
 }
 
+// What the footer under the summary lines must explain.
+struct FooterNotes {
+  bool noisy = false;          // a ratio given is noisy
+  bool moved = false;          // a ratio given moved from `earlier`'s
+  bool rooted_behind = false;  // a rooted collective fell below a peer at some size
+};
+
 // "# arcoll vs gloo: x1.52 at 8 B, x2.10 at 128 MiB; lowest x0.91 at 2 MiB" (busbw, out of
 // place), a line per collective of the table (the first type and operator of each, its name
 // after "vs gloo" when there are several), then the lowest of them all, named; against a
 // collective library, the same lines in place follow ("# arcoll vs gloo, in place: ..."):
 // frameworks reduce their gradients in place, where a library may take another path. Against a
 // reference (memcpy, the ceiling), which bounds large sizes only: the largest size, out of
-// place. `noisy` becomes true when a ratio given is, `moved` when one moved from `earlier`.
-// `rooted_behind`: a rooted collective fell below the peer at some size.
+// place. Sets in `notes` what the footer must explain.
 std::string versus_lines(const std::string& first, const BackendInfo& peer,
                          const std::vector<Row>& rows, const std::vector<KeptRatio>& earlier,
-                         bool& noisy, bool& moved, bool& rooted_behind) {
+                         FooterNotes& notes) {
   auto at = [&](const Ratio& r) {
-    noisy = noisy || r.noisy;
-    moved = moved || r.earlier.has_value();
+    notes.noisy = notes.noisy || r.noisy;
+    notes.moved = notes.moved || r.earlier.has_value();
     return ratio_at(r);
   };
   const std::vector<const Row*> kinds = first_row_of_each_collective(first, rows);
@@ -239,7 +245,7 @@ std::string versus_lines(const std::string& first, const BackendInfo& peer,
       out += head + ": " + at(ratios.front());
       if (ratios.size() > 1) out += ", " + at(ratios.back()) + "; lowest " + at(lowest);
       out += " (busbw ratio)\n";
-      rooted_behind = rooted_behind || (rooted(kind->coll) && lowest.value < 1);
+      notes.rooted_behind = notes.rooted_behind || (rooted(kind->coll) && lowest.value < 1);
       if (lowest.value < lowest_of_all.value) {
         lowest_of_all = lowest;
         lowest_kind = kind;
@@ -478,27 +484,24 @@ std::string compare_footer(const RunInfo& info, const std::vector<Row>& rows,
                          s.avg_busbw_gbs);
   }
   out += printf_string("# Out of bounds values : %d %s\n", bad, bad != 0 ? "FAILED" : "OK");
-  bool noisy = false;  // a ratio the summary gives
-  bool moved = false;
-  bool rooted_behind = false;
+  FooterNotes notes;
   for (std::size_t i = 1; i < info.backends.size(); ++i)
-    out += versus_lines(info.backends.front().name, info.backends[i], rows, earlier, noisy, moved,
-                        rooted_behind);
-  if (noisy)
+    out += versus_lines(info.backends.front().name, info.backends[i], rows, earlier, notes);
+  if (notes.noisy)
     out += printf_string(
         "# noisy: the ratios marked (noisy) moved by more than %.0f%% from pass to pass: this\n"
         "#   machine changed pace during the run (another job, the clock, the memory), so they\n"
         "#   are not facts; run again, or with a larger --repeat\n",
         kNoisyRatio * 100);
   // What a newcomer comparing small rooted calls needs to know to read their ratios.
-  if (rooted_behind)
+  if (notes.rooted_behind)
     out +=
         "# roots: arcoll's broadcast, reduce, gather and scatter check that every rank names the\n"
         "#   same root, and fail on every rank where two differ: an exchange among all the ranks,\n"
         "#   which costs what an all-reduce of a few bytes does. The peers check nothing, and\n"
         "#   their roots return without waiting: in a loop of small rooted calls they run\n"
         "#   ahead of the other ranks, and the exchange is most of arcoll's time\n";
-  if (moved)
+  if (notes.moved)
     out += printf_string(
         "# moved: the ratios marked (moved) differ by more than %.0f%% from an earlier run of\n"
         "#   this arcoll on this host: the machine's pace shifts from job to job too, so no\n"

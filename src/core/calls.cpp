@@ -72,12 +72,23 @@ bool reduces(Collective collective) {
 }
 
 // The size from which collectives that only copy write with streaming stores
-// (Options::copy_streaming_bytes).
+// (Options::copy_streaming_bytes), said at debug level with what set it.
 std::size_t copy_streaming_from(const Options& options, const Rendezvous& rendezvous) {
-  if (options.copy_streaming_bytes) return *options.copy_streaming_bytes;
-  const double cache = rendezvous.oversubscribed ? 0 : last_level_cache_bytes(::sched_getcpu());
-  return std::max(options.streaming_bytes,
-                  static_cast<std::size_t>(cache_per_buffer(cache, rendezvous.local_size)));
+  auto said = [](std::size_t bytes, const char* why) {
+    log::debug("collectives that only copy write with streaming stores from " +
+               std::to_string(bytes) + " B (" + why + ")");
+    return bytes;
+  };
+  if (options.copy_streaming_bytes)
+    return said(*options.copy_streaming_bytes, "ARCOLL_COPY_STREAMING_BYTES");
+  if (rendezvous.oversubscribed)
+    return said(options.streaming_bytes, "more ranks than cores on this host");
+  const auto cached = static_cast<std::size_t>(
+      cache_per_buffer(last_level_cache_bytes(::sched_getcpu()), rendezvous.local_size));
+  return cached > options.streaming_bytes
+             ? said(cached, "this host's last-level cache")
+             : said(options.streaming_bytes,
+                    "ARCOLL_STREAMING_BYTES, as large as this host's cache share");
 }
 
 // What a collective's receivers do with what lands (Request::receivers).
@@ -139,11 +150,6 @@ Communicator::Impl::Impl(const LaunchInfo& launch, const Options& options)
                                survivors_.endpoint(), Clock::now() + options_.timeout)),
       engine_(set_up_engine(rendezvous_, options_, corrupt_at_)),
       copy_streaming_bytes_(copy_streaming_from(options_, rendezvous_)) {
-  log::debug("collectives that only copy write with streaming stores from " +
-             std::to_string(copy_streaming_bytes_) + " B" +
-             (options_.copy_streaming_bytes ? " (ARCOLL_COPY_STREAMING_BYTES)"
-              : rendezvous_.oversubscribed  ? " (more ranks than cores on this host)"
-                                            : " (this host's last-level cache)"));
   survivors_.meet(rendezvous_.survivors_endpoints, rendezvous_.job_id, rendezvous_.job_token);
   engine_->apply_tuning(tuning_);
   finish_join(rendezvous_, Clock::now() + options_.timeout);

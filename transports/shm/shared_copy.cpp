@@ -89,8 +89,8 @@ bool ShmTransport::shares_copy(int peer, const ShmMessage& m) const {
   // A gather's messages of 64-128 KiB in halves where every rank has a core: their senders
   // have nothing left to do but wait, and the half a sender writes is off the path of the
   // root, which reads every message of the call. 2 ranks of an Intel Xeon, gather of 64 KiB a
-  // rank, read by the root alone -> in halves, six series of 6-10 interleaved runs: -1% to
-  // -18% out of place, -7% to -20% in place (the build against itself: -3% / -1%). A
+  // rank, read by the root alone -> in halves, seven series of 6-10 interleaved runs: -1% to
+  // -18% out of place, -2% to -20% in place (the build against itself: -3% / -1%). A
   // scatter's root, with its own block to copy, was +8% to +18% out of place; 4 ranks of 2
   // cores, gather +15% / +24%; halves from 32 KiB, gather of 32 KiB a rank -6% / +5%.
   const std::size_t from = receivers == Request::Receivers::gathered && !oversubscribed_

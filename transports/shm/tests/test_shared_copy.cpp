@@ -39,6 +39,14 @@ LocalLaunchOptions two_ranks_one_failing(const char* timeout) {
   return options;
 }
 
+// `ranks` ranks whose logs count what they copied with their senders (ARCOLL_LOG=debug).
+LocalLaunchOptions counting_ranks(int ranks) {
+  LocalLaunchOptions options;
+  options.ranks = ranks;
+  options.env["ARCOLL_LOG"] = "debug";
+  return options;
+}
+
 // Sizes around the chunks: the smallest shared message, one byte more, and odd sizes whose
 // last chunk is short.
 const std::vector<std::size_t> kSharedCopySizes = {128 << 10, (128 << 10) + 1, (1 << 20) + 4097,
@@ -48,10 +56,7 @@ constexpr int kSharedCopyRounds = 4;
 TEST_F(ShmSharedCopy, OneWayMessagesOfOddSizesArriveWhole) {
   if (on_one_cpu())
     GTEST_SKIP() << "one CPU: 2 ranks share copies only where every sender only sends";
-  LocalLaunchOptions options;
-  options.ranks = 2;
-  options.env["ARCOLL_LOG"] = "debug";
-  const auto exits = launch(options, [] {
+  const auto exits = launch(counting_ranks(2), [] {
     auto comm = Communicator::from_env();
     for (int round = 0; round < kSharedCopyRounds; ++round) {
       for (std::size_t bytes : kSharedCopySizes) {
@@ -89,10 +94,7 @@ TEST_F(ShmSharedCopy, AGathersSmallerMessagesAreSharedInHalves) {
   if (on_one_cpu()) GTEST_SKIP() << "one CPU: halves only where every rank has a core";
   const std::vector<std::size_t> blocks = {64 << 10, (64 << 10) + 1, (96 << 10) + 7,
                                            (128 << 10) - 1};
-  LocalLaunchOptions options;
-  options.ranks = 2;
-  options.env["ARCOLL_LOG"] = "debug";
-  const auto exits = launch(options, [&] {
+  const auto exits = launch(counting_ranks(2), [&] {
     auto comm = Communicator::from_env();
     for (int round = 0; round < kSharedCopyRounds; ++round) {
       for (std::size_t block : blocks) {
@@ -132,10 +134,7 @@ TEST_F(ShmSharedCopy, AGathersSmallerMessagesAreSharedInHalves) {
 // With more ranks than cores (all three on one CPU), a receiver offers a share only where every
 // sender of the call only sends: the root of a gather does, the receivers of a scatter do not.
 TEST_F(ShmSharedCopy, OnFewerCoresThanRanksOnlyCallsWhoseSendersOnlySendShare) {
-  LocalLaunchOptions options;
-  options.ranks = 3;
-  options.env["ARCOLL_LOG"] = "debug";
-  const auto exits = launch(options, [] {
+  const auto exits = launch(counting_ranks(3), [] {
     if (!confine_to_cpu0()) return 2;
     auto comm = Communicator::from_env();
     constexpr std::size_t kBlock = 1 << 20;
