@@ -435,17 +435,25 @@ void Communicator::Impl::break_for_shrink() {
 // halves, out of place / in place: 4 MiB 882 / 768 -> 663 / 570, 8 MiB 1702 / 1442 -> 1335 / 1169,
 // 16 MiB 3837 / 2899 -> 4485 / 2412, 32 MiB 7832 / 6512 -> 10973 / 12886 (Open MPI in place,
 // reading across too: 728, 1463 and 2844 us at 4, 8 and 16 MiB). On 4 ranks of 2 cores whole
-// messages lost out of place from 8 MiB.
+// messages lost out of place from 8 MiB. Each rank holds its whole call in flight at once,
+// where chunks pass through the caches a piece at a time: whole halves only where the call
+// fills at most half of the cache window (LinkCost::cached_until, a sixteenth of the
+// calibrated last-level cache on 2 ranks). On 2 ranks of an AMD EPYC VM (32 MiB L3), 5
+// interleaved runs, us, whole halves -> chunks, out of place / in place: shm 4 MiB 1556 / 2372
+// -> 481 / 414, 8 MiB 1794 / 1201 -> 1259 / 592 (with transparent huge pages "always", whose
+// reads across pin a page per 2 MiB: 4 MiB 608 / 460 -> 359 / 271); UCX 4 MiB 564 / 431 -> 524
+// / 344, 8 MiB 2237 / 1456 -> 1268 / 809.
 constexpr std::size_t kWholeHalvesAbove = std::size_t{2} << 20;
 constexpr std::size_t kWholeHalvesBelow = std::size_t{16} << 20;
 
 bool Communicator::Impl::whole_halves(Collective collective, const Plan& plan, std::size_t bytes,
                                       DataType wire) const {
   // The size first: every all-reduce asks, small ones should pay one comparison.
+  const Layout& layout = engine_->layout();
   return bytes > kWholeHalvesAbove && bytes < kWholeHalvesBelow &&
          collective == Collective::allreduce && rendezvous_.size == 2 && wire == DataType::f32 &&
-         engine_->layout().hosts == 1 && engine_->reads_reductions_across_within_hosts() &&
-         plan.algorithm == "halving_doubling";
+         layout.hosts == 1 && 2.0 * static_cast<double>(bytes) <= layout.intra.cached_until &&
+         engine_->reads_reductions_across_within_hosts() && plan.algorithm == "halving_doubling";
 }
 
 void Communicator::Impl::run(Collective collective, const CollectiveArgs& args) {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "arcoll/error.hpp"
+#include "arcoll/tuning.hpp"
 #include "transports/shm/segment.hpp"
 #include "transports/transport.hpp"
 
@@ -248,6 +249,12 @@ bool denied_cross_memory(const RankExit& e) {
 bool denied_cross_memory(const std::vector<RankExit>& exits) {
   return std::any_of(exits.begin(), exits.end(),
                      [](const RankExit& e) { return denied_cross_memory(e); });
+}
+
+void assume_large_cache(Communicator& comm) {
+  Tuning large_cache;
+  large_cache.last_level_cache_bytes = double(std::size_t{1} << 30);
+  comm.set_tuning(large_cache);
 }
 
 int allreduces_with_a_late_rank(Communicator& comm, int late) {

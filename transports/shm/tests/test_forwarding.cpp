@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "arcoll/tuning.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 
@@ -141,12 +142,13 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
   }
 }
 
-// All-reduces of 2-16 MiB on 2 ranks go in whole halves (src/core/calls.cpp): each rank reads
-// its partner's half across processes, and the result it forwards, sent whole, is read back
-// across. Of the calls here, f32 of 2.4 and 4 MiB, f64 of 4.8 and 8 MiB and bf16 of 2 MiB and
-// 14 B do so; bf16 of 1.2 MiB goes in chunks.
+// All-reduces of 2-16 MiB on 2 ranks go in whole halves where the cache holds them
+// (src/core/calls.cpp): each rank reads its partner's half across processes, and the result it
+// forwards, sent whole, is read back across. Of the calls here, f32 of 2.4 and 4 MiB, f64 of
+// 4.8 and 8 MiB and bf16 of 2 MiB and 14 B do so; bf16 of 1.2 MiB goes in chunks.
 TEST_F(ShmForwarding, HalvesOfMiddleSizedAllReducesAreReadAcrossWhole) {
   const Forwarded f = run_forwarding(2, {}, [](Communicator& comm) {
+    assume_large_cache(comm);
     check_counts(comm, {600'011, 1'048'583});
   });
   if (f.cross_memory_denied) GTEST_SKIP() << "cross-memory attach is not allowed here";
@@ -154,6 +156,15 @@ TEST_F(ShmForwarding, HalvesOfMiddleSizedAllReducesAreReadAcrossWhole) {
   // forwarding one.
   EXPECT_GE(f.read_across, 2 * 2 * 10);
   EXPECT_GE(f.whole, 2 * 10);
+  // Where the cache window ends before twice the call (a 32 MiB cache: 4 MiB on 2 ranks), the
+  // same calls go in chunks of 512 KiB through the rings.
+  const Forwarded chunked = run_forwarding(2, {}, [](Communicator& comm) {
+    Tuning small_cache;
+    small_cache.last_level_cache_bytes = double(std::size_t{32} << 20);
+    comm.set_tuning(small_cache);
+    check_counts(comm, {600'011, 1'048'583});
+  });
+  EXPECT_EQ(chunked.read_across, 0.0);
 }
 
 // Forwarded results of messages read in place from arcoll::mem_alloc: the partner reads them
