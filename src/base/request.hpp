@@ -48,7 +48,9 @@ struct Request {
   // What the receivers of a send's call do with what lands, by which a transport chooses how
   // to move it.
   enum class Receivers : std::uint8_t {
-    copy,         // keep it (all-gather, all-to-all, scatter, sends)
+    copy,         // keep it (scatter, sends)
+    exchanged,    // keep it, where every rank sends and receives at once (all-gather,
+                  // all-to-all, send/recv both ways): no sender is left idle to share a copy
     gathered,     // keep it, where every sender only sends in the call (gather): a sender that
                   // is done at once goes on while its receiver takes the messages in turn
     pipelined,    // reduce it as it lands (the reductions)

@@ -96,6 +96,8 @@ Request::Receivers receivers_of(Collective collective, int size) {
   if (collective == Collective::broadcast)
     return size > 2 ? Request::Receivers::relayed : Request::Receivers::kept_by_one;
   if (collective == Collective::gather) return Request::Receivers::gathered;
+  if (collective == Collective::allgather || collective == Collective::alltoall)
+    return Request::Receivers::exchanged;
   return reduces(collective) ? Request::Receivers::pipelined : Request::Receivers::copy;
 }
 
@@ -610,7 +612,12 @@ void Communicator::Impl::run_transfers(const char* operation,
   std::lock_guard call(call_mutex_);
   SettleOnExit settle{*this};
   check_usable([&] { return std::string(operation); });
-  engine_->begin({.kind = operation, .chunk_bytes = options_.chunk_bytes}, options_.timeout);
+  const bool exchanges = transfers.size() == 2 && transfers[0].kind != transfers[1].kind;
+  engine_->begin(
+      {.kind = operation,
+       .chunk_bytes = options_.chunk_bytes,
+       .receivers = exchanges ? Request::Receivers::exchanged : Request::Receivers::copy},
+      options_.timeout);
   try {
     // A send, a receive, or one of each: no allocation on a small call's path.
     std::array<RequestPtr, 2> posted;

@@ -245,6 +245,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   Polling polling_;
   std::chrono::milliseconds timeout_;  // the longest wait for a sender's share of a copy
   bool oversubscribed_;                // more ranks on this host than cores (shares_copy)
+  // Whether the kernel's copy across costs more than the rings' two copies (an exchange's
+  // messages: single_copy_above).
+  bool exchanges_through_rings_ = false;
   // Our segment's barriers_before_sleep, and whether every peer is fence_free (boards).
   bool barriers_before_sleep_ = false;
   bool boards_fence_free_ = false;

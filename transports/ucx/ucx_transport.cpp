@@ -133,6 +133,7 @@ constexpr std::size_t kReductionRendezvousBytes = 1 << 20;
 std::size_t eager_limit(const Request& send, bool reads_reductions_across) {
   switch (send.receivers) {
     case Request::Receivers::copy:
+    case Request::Receivers::exchanged:
       return kCopyEagerBytes;
     case Request::Receivers::pipelined:
     case Request::Receivers::kept_by_one:  // moved as a reduction's
@@ -353,8 +354,10 @@ void UcxTransport::post(const RequestPtr& request) {
   if (request->kind == Request::Kind::recv) return post_recv(request);
   const Peer& p = peers_[static_cast<std::size_t>(request->peer)];
   const bool local = p.same_machine && !p.queues_sends;
-  if (local && announces_large_copies_ && request->receivers == Request::Receivers::copy &&
-      request->streaming_stores && request->bytes > kCopyEagerBytes)
+  const bool copied = request->receivers == Request::Receivers::copy ||
+                      request->receivers == Request::Receivers::exchanged;
+  if (local && announces_large_copies_ && copied && request->streaming_stores &&
+      request->bytes > kCopyEagerBytes)
     return announce(request);
   const bool eager = local && request->bytes <= eager_limit(*request, reads_reductions_across());
   // Past the eager limits a message to this machine goes by rendezvous: with fifo segments of

@@ -149,6 +149,66 @@ TEST_P(ShmCrossMemoryWorld, ARankThatSendsThroughTheRingsStillReadsItsPeers) {
   }
 }
 
+// An exchange's messages (send/recv both ways, all-gather, all-to-all: no sender waits to
+// share the copy) go through the rings where a read across costs a rank more than the rings'
+// two copies, as each rank timed at setup and says at debug level, and are read across where
+// it costs less; one-way sends are read across either way. Every message arrives whole.
+TEST_F(ShmCrossMemory, ExchangesGoThroughTheRingsWhereAReadAcrossCostsMoreThanTwoCopies) {
+  constexpr int kExchanges = 4, kOneWay = 3;
+  LocalLaunchOptions options;
+  options.ranks = 2;
+  options.env["ARCOLL_LOG"] = "debug";
+  const auto exits = launch(options, [] {
+    auto comm = Communicator::from_env();
+    const int peer = 1 - comm->rank();
+    // Above the 16 KiB read across, below the 128 KiB whose copy a waiting sender shares.
+    constexpr std::size_t kCount = (64 << 10) / 4 + 3;
+    std::vector<std::uint32_t> out(2 * kCount), in(2 * kCount);
+    std::size_t wrong = 0;
+    for (int call = 0; call < kExchanges; ++call) {
+      std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(comm->rank() * 1000 + call));
+      comm->sendrecv(out.data(), kCount * 4, peer, in.data(), kCount * 4, peer, call);
+      for (std::size_t i = 0; i < kCount; ++i)
+        wrong += in[i] != static_cast<std::uint32_t>(peer * 1000 + call + i);
+      // Rank r's block b of the all-to-all is out[b * kCount...]: rank 1 - r gets block 1 - r.
+      comm->alltoall(out.data(), in.data(), kCount, DataType::i32);
+      for (std::size_t i = 0; i < kCount; ++i)
+        wrong += in[peer * kCount + i] !=
+                 static_cast<std::uint32_t>(peer * 1000 + call + comm->rank() * kCount + i);
+    }
+    for (int call = 0; call < kOneWay; ++call) {
+      std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(call));
+      if (comm->rank() == 0) {
+        comm->send(out.data(), kCount * 4, 1, call);
+        continue;
+      }
+      comm->recv(in.data(), kCount * 4, 0, call);
+      for (std::size_t i = 0; i < kCount; ++i)
+        wrong += in[i] != static_cast<std::uint32_t>(call + i);
+    }
+    EXPECT_EQ(wrong, 0u);
+    return 0;
+  });
+  ASSERT_EQ(exits.size(), 2u);
+  if (denied_cross_memory(exits)) GTEST_SKIP() << "this host denies cross-memory attach";
+  for (const auto& e : exits) {
+    ASSERT_TRUE(e.ok()) << describe(exits);
+    const bool rings =
+        e.output.find("an exchange's messages go through the rings") != std::string::npos;
+    ASSERT_TRUE(rings ||
+                e.output.find("an exchange's messages are read across") != std::string::npos)
+        << e.output;
+    // What this rank read across: its peer's exchange messages where the peer sends them so,
+    // and rank 0's one-way sends on rank 1.
+    const double read = std::max(0.0, number_after(e.output, "messages read across: "));
+    const auto& sender = exits[static_cast<std::size_t>(1 - e.rank)];
+    const bool sender_rings =
+        sender.output.find("an exchange's messages go through the rings") != std::string::npos;
+    const double one_way = e.rank == 1 ? kOneWay : 0;
+    EXPECT_EQ(read, one_way + (sender_rings ? 0 : 2 * kExchanges)) << e.output;
+  }
+}
+
 // Permission lost after the communicator was set up: the receiver that may not read its
 // sender's buffer fails the call with a system error that names the sender and says why, not
 // as if the sender had died, and the sender learns that the receiver gave up.
