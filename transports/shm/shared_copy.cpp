@@ -76,6 +76,18 @@ std::string end_unfinished_writer(int pidfd) {
 
 }  // namespace
 
+std::size_t ShmTransport::shared_copy_from(Request::Receivers receivers) const {
+  // A gather's messages of 64-128 KiB in halves where every rank has a core: their senders
+  // have nothing left to do but wait, and the half a sender writes is off the path of the
+  // root, which reads every message of the call. 2 ranks of an Intel Xeon, gather of 64 KiB a
+  // rank, read by the root alone -> in halves, seven series of 6-10 interleaved runs: -1% to
+  // -18% out of place, -2% to -20% in place (the build against itself: -3% / -1%). A
+  // scatter's root, with its own block to copy, was +8% to +18% out of place; 4 ranks of 2
+  // cores, gather +15% / +24%; halves from 32 KiB, gather of 32 KiB a rank -6% / +5%.
+  return receivers == Request::Receivers::gathered && !oversubscribed_ ? kSharedHalvesBytes
+                                                                       : kSharedCopyBytes;
+}
+
 bool ShmTransport::shares_copy(int peer, const ShmMessage& m) const {
   // On a host with more ranks than cores, only where every sender of the call only sends
   // (gather; broadcast on 2 ranks): there a waiting sender's share goes on a core nobody
@@ -86,16 +98,7 @@ bool ShmTransport::shares_copy(int peer, const ShmMessage& m) const {
   if (oversubscribed_ && receivers != Request::Receivers::gathered &&
       receivers != Request::Receivers::kept_by_one)
     return false;
-  // A gather's messages of 64-128 KiB in halves where every rank has a core: their senders
-  // have nothing left to do but wait, and the half a sender writes is off the path of the
-  // root, which reads every message of the call. 2 ranks of an Intel Xeon, gather of 64 KiB a
-  // rank, read by the root alone -> in halves, seven series of 6-10 interleaved runs: -1% to
-  // -18% out of place, -2% to -20% in place (the build against itself: -3% / -1%). A
-  // scatter's root, with its own block to copy, was +8% to +18% out of place; 4 ranks of 2
-  // cores, gather +15% / +24%; halves from 32 KiB, gather of 32 KiB a rank -6% / +5%.
-  const std::size_t from = receivers == Request::Receivers::gathered && !oversubscribed_
-                               ? kSharedHalvesBytes
-                               : kSharedCopyBytes;
+  const std::size_t from = shared_copy_from(receivers);
   // A peer that awaits our acknowledgement is reading a message of ours: busy, it would only
   // see the offer once this one is read (send/recv both ways, 5 interleaved runs with the
   // offer against none: 512 KiB +24% out of place, 256 KiB +8%).

@@ -47,9 +47,9 @@ constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 // between the sizes measured, not at a measured crossing.
 constexpr std::size_t kRelayedSingleCopyBytes = 256 * 1024;
 
-// An exchange's message goes through the rings, where the kernel's copy across costs more
-// than this many copies in user space: the rings' two, one at each end on the two ranks'
-// cores, where a read across is one on the receiver's.
+// A message whose copy no sender shares goes through the rings where the kernel's copy across
+// costs more than this many copies in user space: the rings' two, one at each end on the two
+// ranks' cores, where a read across is one on the receiver's.
 constexpr double kRingCopies = 2;
 // On a host with more ranks than cores, only an exchange's messages up to this size go through
 // the rings: a larger one waits for its receiver's core while it fills the ring. 4 ranks on 2
@@ -124,10 +124,10 @@ ShmTransport::ShmTransport(const TransportSetup& setup)
       oversubscribed_(setup.oversubscribed) {
   if (segments_.cma()) {
     const double cost = cross_memory_copy_cost();
-    exchanges_through_rings_ = cost > kRingCopies;
+    rings_beat_reads_across_ = cost > kRingCopies;
     log::debug("shm: a read across took " + std::to_string(cost) +
-               " times a copy here: an exchange's messages " +
-               (exchanges_through_rings_ ? "go through the rings" : "are read across"));
+               " times a copy here: messages whose copy no sender shares " +
+               (rings_beat_reads_across_ ? "go through the rings" : "are read across"));
   }
   barriers_before_sleep_ = !peer_ranks_.empty() &&
                            header_of(own())->barriers_before_sleep.load(std::memory_order_relaxed);
@@ -192,7 +192,7 @@ std::size_t ShmTransport::single_copy_above(Request::Receivers receivers,
       // -33%/-36%; all-gather 512 KiB -28%/-29%, 8 MiB -16%/-30%; send/recv both ways 1 MiB
       // -27%/-29%. A sender that waits shares the copy where it goes across (scatter 4 MiB
       // through the rings: +96%/+106%), so other messages keep reading across.
-      if (exchanges_through_rings_ && !streaming_stores)
+      if (rings_beat_reads_across_ && !streaming_stores)
         return oversubscribed_ ? std::max(single_copy_bytes_, kOversubscribedRingExchangeBytes)
                                : std::numeric_limits<std::size_t>::max();
       [[fallthrough]];
@@ -206,8 +206,15 @@ std::size_t ShmTransport::single_copy_above(Request::Receivers receivers,
       // 8305 -> 7233, scatter 6374 -> 4048; 4 ranks, gather 9275 -> 5526, all-gather 23111 ->
       // 17836). In huge pages reading across wins (all-to-all of 64 MiB, huge pages "always":
       // 5.7-6.3 ms read across, 8.2 through the rings; Open MPI 4.7-5.7).
-      return streaming_stores && !huge_pages_unasked_ ? std::numeric_limits<std::size_t>::max()
-                                                      : single_copy_bytes_;
+      if (streaming_stores && !huge_pages_unasked_) return std::numeric_limits<std::size_t>::max();
+      // Within them, where the kernel's copy across costs more than the rings' two, through
+      // the rings below the sizes whose copy a waiting sender shares. 2 ranks of an AMD EPYC VM
+      // (a read across 3.6-4.4 times a copy), 5 interleaved runs, out of place / in place, read
+      // across -> through the rings: gather of 32 KiB a rank -54%/-55%, scatter -46%/-59%; of
+      // 64 KiB, gather -34%/+3%, scatter -11%/-25%.
+      return rings_beat_reads_across_
+                 ? std::max(single_copy_bytes_, shared_copy_from(receivers) - 1)
+                 : single_copy_bytes_;
     case Request::Receivers::pipelined:
       return single_copy_pipelined_bytes_;
     case Request::Receivers::kept_by_one:

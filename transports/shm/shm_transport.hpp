@@ -191,6 +191,9 @@ class ShmTransport final : public Transport, public SharedBoards {
   // Whether descriptor message `m`, read straight into its receive buffer, is copied by both
   // ranks (large enough to share).
   bool shares_copy(int peer, const ShmMessage& m) const;
+  // The size from which a sender that waits shares the copy of a message of a call whose
+  // receivers do `receivers` (shares_copy).
+  std::size_t shared_copy_from(Request::Receivers receivers) const;
   // Reads `m` into `into` with its sender's help (shared_copy.cpp): false where the peer failed.
   bool read_with_sender(int peer, const ShmMessage& m, char* into);
   // The sender's side: copies chunks of send `send_id`, from the back, into the buffer of the
@@ -245,9 +248,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   Polling polling_;
   std::chrono::milliseconds timeout_;  // the longest wait for a sender's share of a copy
   bool oversubscribed_;                // more ranks on this host than cores (shares_copy)
-  // Whether the kernel's copy across costs more than the rings' two copies (an exchange's
-  // messages: single_copy_above).
-  bool exchanges_through_rings_ = false;
+  // Whether the kernel's copy across costs more than the rings' two copies (single_copy_above).
+  bool rings_beat_reads_across_ = false;
   // Our segment's barriers_before_sleep, and whether every peer is fence_free (boards).
   bool barriers_before_sleep_ = false;
   bool boards_fence_free_ = false;

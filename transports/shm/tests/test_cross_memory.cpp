@@ -149,11 +149,12 @@ TEST_P(ShmCrossMemoryWorld, ARankThatSendsThroughTheRingsStillReadsItsPeers) {
   }
 }
 
-// An exchange's messages (send/recv both ways, all-gather, all-to-all: no sender waits to
-// share the copy) go through the rings where a read across costs a rank more than the rings'
-// two copies, as each rank timed at setup and says at debug level, and are read across where
-// it costs less; one-way sends are read across either way. Every message arrives whole.
-TEST_F(ShmCrossMemory, ExchangesGoThroughTheRingsWhereAReadAcrossCostsMoreThanTwoCopies) {
+// Messages whose copy no sender shares (an exchange's: send/recv both ways, all-to-all, where
+// every rank also receives; one-way sends below the size from which a waiting sender shares
+// the copy) go through the rings where a read across costs a rank more than the rings' two
+// copies, as each rank timed at setup and says at debug level, and are read across where it
+// costs less; larger one-way sends are read across either way. Every message arrives whole.
+TEST_F(ShmCrossMemory, UnsharedCopiesGoThroughTheRingsWhereAReadAcrossCostsMoreThanTwoCopies) {
   constexpr int kExchanges = 4, kOneWay = 3;
   LocalLaunchOptions options;
   options.ranks = 2;
@@ -161,9 +162,10 @@ TEST_F(ShmCrossMemory, ExchangesGoThroughTheRingsWhereAReadAcrossCostsMoreThanTw
   const auto exits = launch(options, [] {
     auto comm = Communicator::from_env();
     const int peer = 1 - comm->rank();
-    // Above the 16 KiB read across, below the 128 KiB whose copy a waiting sender shares.
-    constexpr std::size_t kCount = (64 << 10) / 4 + 3;
-    std::vector<std::uint32_t> out(2 * kCount), in(2 * kCount);
+    // Above the 16 KiB read across, below the 128 KiB whose copy a waiting sender shares; and
+    // above that.
+    constexpr std::size_t kCount = (64 << 10) / 4 + 3, kShared = (256 << 10) / 4 + 3;
+    std::vector<std::uint32_t> out(2 * kShared), in(2 * kShared);
     std::size_t wrong = 0;
     for (int call = 0; call < kExchanges; ++call) {
       std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(comm->rank() * 1000 + call));
@@ -176,36 +178,38 @@ TEST_F(ShmCrossMemory, ExchangesGoThroughTheRingsWhereAReadAcrossCostsMoreThanTw
         wrong += in[peer * kCount + i] !=
                  static_cast<std::uint32_t>(peer * 1000 + call + comm->rank() * kCount + i);
     }
-    for (int call = 0; call < kOneWay; ++call) {
-      std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(call));
-      if (comm->rank() == 0) {
-        comm->send(out.data(), kCount * 4, 1, call);
-        continue;
+    for (int call = 0; call < kOneWay; ++call)
+      for (std::size_t count : {kCount, kShared}) {
+        std::iota(out.begin(), out.end(), static_cast<std::uint32_t>(call));
+        if (comm->rank() == 0) {
+          comm->send(out.data(), count * 4, 1, call);
+          continue;
+        }
+        comm->recv(in.data(), count * 4, 0, call);
+        for (std::size_t i = 0; i < count; ++i)
+          wrong += in[i] != static_cast<std::uint32_t>(call + i);
       }
-      comm->recv(in.data(), kCount * 4, 0, call);
-      for (std::size_t i = 0; i < kCount; ++i)
-        wrong += in[i] != static_cast<std::uint32_t>(call + i);
-    }
     EXPECT_EQ(wrong, 0u);
     return 0;
   });
   ASSERT_EQ(exits.size(), 2u);
   if (denied_cross_memory(exits)) GTEST_SKIP() << "this host denies cross-memory attach";
+  auto through_rings = [](const RankExit& e) {
+    return e.output.find("messages whose copy no sender shares go through the rings") !=
+           std::string::npos;
+  };
   for (const auto& e : exits) {
     ASSERT_TRUE(e.ok()) << describe(exits);
-    const bool rings =
-        e.output.find("an exchange's messages go through the rings") != std::string::npos;
-    ASSERT_TRUE(rings ||
-                e.output.find("an exchange's messages are read across") != std::string::npos)
+    ASSERT_TRUE(through_rings(e) ||
+                e.output.find("messages whose copy no sender shares are read across") !=
+                    std::string::npos)
         << e.output;
-    // What this rank read across: its peer's exchange messages where the peer sends them so,
-    // and rank 0's one-way sends on rank 1.
+    // What this rank read across: its peer's unshared messages where the peer sends them so,
+    // and on rank 1 rank 0's larger one-way sends.
     const double read = std::max(0.0, number_after(e.output, "messages read across: "));
-    const auto& sender = exits[static_cast<std::size_t>(1 - e.rank)];
-    const bool sender_rings =
-        sender.output.find("an exchange's messages go through the rings") != std::string::npos;
-    const double one_way = e.rank == 1 ? kOneWay : 0;
-    EXPECT_EQ(read, one_way + (sender_rings ? 0 : 2 * kExchanges)) << e.output;
+    const bool sender_rings = through_rings(exits[static_cast<std::size_t>(1 - e.rank)]);
+    const double unshared = 2 * kExchanges + (e.rank == 1 ? kOneWay : 0);
+    EXPECT_EQ(read, (sender_rings ? 0 : unshared) + (e.rank == 1 ? kOneWay : 0)) << e.output;
   }
 }
 

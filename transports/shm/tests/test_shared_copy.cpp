@@ -128,7 +128,10 @@ TEST_F(ShmSharedCopy, AGathersSmallerMessagesAreSharedInHalves) {
   EXPECT_EQ(number_after(exits[0].output, "copied with their senders: "),
             kSharedCopyRounds * blocks.size())
       << exits[0].output;
-  EXPECT_EQ(number_after(exits[1].output, "copied with their senders: "), 0) << exits[1].output;
+  // No line at all where it read nothing across (these go through the rings where a read
+  // across costs more than two copies).
+  EXPECT_EQ(std::max(0.0, number_after(exits[1].output, "copied with their senders: ")), 0)
+      << exits[1].output;
 }
 
 // With more ranks than cores (all three on one CPU), a receiver offers a share only where every
