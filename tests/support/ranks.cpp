@@ -251,10 +251,10 @@ bool denied_cross_memory(const std::vector<RankExit>& exits) {
                      [](const RankExit& e) { return denied_cross_memory(e); });
 }
 
-void assume_large_cache(Communicator& comm) {
-  Tuning large_cache;
-  large_cache.last_level_cache_bytes = double(std::size_t{1} << 30);
-  comm.set_tuning(large_cache);
+void assume_last_level_cache(Communicator& comm, std::size_t bytes) {
+  Tuning tuning;
+  tuning.last_level_cache_bytes = static_cast<double>(bytes);
+  comm.set_tuning(tuning);
 }
 
 int allreduces_with_a_late_rank(Communicator& comm, int late) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <optional>
@@ -79,10 +80,10 @@ double number_after(const std::string& output, const std::string& label);
 bool denied_cross_memory(const RankExit& e);
 bool denied_cross_memory(const std::vector<RankExit>& exits);
 
-// Gives the cost model a last-level cache (1 GiB) that holds every call of a test whole, so
-// that what runs only where calls stay in the caches (2-rank all-reduces in whole halves,
-// src/core/calls.cpp) runs on any machine. Every rank calls it at the same point.
-void assume_large_cache(Communicator& comm);
+// Gives the cost model a last-level cache of `bytes` whatever this machine's, so that what
+// depends on where calls leave the caches (2-rank all-reduces in whole halves,
+// src/core/calls.cpp) runs the same on any machine. Every rank calls it at the same point.
+void assume_last_level_cache(Communicator& comm, std::size_t bytes);
 
 // A barrier (#1), then all-reduces of one i64 with rank `late` coming late: 0.6 s to #2,
 // within its 5 s deadline, and 1.5 s to #3, past its 0.4 s. Prints "after <s> s: <error>"

@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "arcoll/tuning.hpp"
 #include "tests/support/ranks.hpp"
 #include "tests/support/reference.hpp"
 
@@ -148,7 +147,7 @@ TEST_F(ShmForwarding, ChunksReducedOutOfAPeersMemoryMatchTheReference) {
 // 4.8 and 8 MiB and bf16 of 2 MiB and 14 B do so; bf16 of 1.2 MiB goes in chunks.
 TEST_F(ShmForwarding, HalvesOfMiddleSizedAllReducesAreReadAcrossWhole) {
   const Forwarded f = run_forwarding(2, {}, [](Communicator& comm) {
-    assume_large_cache(comm);
+    assume_last_level_cache(comm, std::size_t{1} << 30);  // holds every call
     check_counts(comm, {600'011, 1'048'583});
   });
   if (f.cross_memory_denied) GTEST_SKIP() << "cross-memory attach is not allowed here";
@@ -159,9 +158,7 @@ TEST_F(ShmForwarding, HalvesOfMiddleSizedAllReducesAreReadAcrossWhole) {
   // Where the cache window ends before twice the call (a 32 MiB cache: 4 MiB on 2 ranks), the
   // same calls go in chunks of 512 KiB through the rings.
   const Forwarded chunked = run_forwarding(2, {}, [](Communicator& comm) {
-    Tuning small_cache;
-    small_cache.last_level_cache_bytes = double(std::size_t{32} << 20);
-    comm.set_tuning(small_cache);
+    assume_last_level_cache(comm, std::size_t{32} << 20);
     check_counts(comm, {600'011, 1'048'583});
   });
   EXPECT_EQ(chunked.read_across, 0.0);
