@@ -53,17 +53,18 @@ std::uint64_t fnv1a(const std::string& text) {
   return hash;
 }
 
-// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports, how
-// they are measured, and the paths their messages take (the library's version, commit and
-// build flavour, the chunk size, which shared-memory messages are read across processes and
-// how the rest are written into the rings).
+// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports and the
+// environment that steers them (UCX_TLS), how they are measured, and the paths their messages
+// take (the library's version, commit and build flavour, the chunk size, which shared-memory
+// messages are read across processes and how the rest are written into the rings).
 std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   std::set<std::string> transports;
   for (int peer = 0; peer < comm.size(); ++peer)
     if (peer != comm.rank()) transports.insert(comm.transport_to(peer));
   std::ostringstream key;
   key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
-  for (const std::string& t : transports) key << t << ",";
+  for (const std::string& t : transports)
+    key << t << "{" << Communicator::transport_environment(t) << "},";
   const Options& options = comm.options();
   key << "|" << version() << " " << git_commit() << " " << ARCOLL_BUILD_FLAVOR
       << "|measured as " << kMeasurement

@@ -193,6 +193,10 @@ struct TransportInfo {
   // Whether this host can carry it (an RDMA device is there): auto routes only to transports
   // that can; a forced one fails at setup saying why. Null: always.
   std::function<bool()> available;
+  // Prefixes of the environment variables beyond Options that change the way its messages go,
+  // and so its link costs (UCX_TLS picks UCX's own transports): kept calibrations are keyed by
+  // their values.
+  std::vector<std::string> steering_variables;
 };
 
 using TransportRegistry = Registry<TransportInfo>;

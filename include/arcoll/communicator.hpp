@@ -108,6 +108,9 @@ class Communicator {
   static std::vector<std::string> allreduce_algorithms();
   // Transports this build has (the choices of Options::transport besides "auto").
   static std::vector<std::string> transports();
+  // The environment variables beyond Options that steer the way `transport`'s messages go
+  // ("UCX_TLS=tcp" for "ucx"), "NAME=value" one per line; empty for another name.
+  static std::string transport_environment(const std::string& transport);
   // Changes the algorithm of the collectives that follow ("auto" or a name); every rank must
   // make the same change between the same calls.
   void set_algorithm(const std::string& name);

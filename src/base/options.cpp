@@ -1,5 +1,7 @@
 #include "arcoll/options.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -30,6 +32,22 @@ std::optional<long long> get_int(const char* name) {
     throw ConfigurationError("environment",
                              std::string(name) + "='" + *text + "' is not an integer");
   return value;
+}
+
+std::string with_prefixes(const std::vector<std::string>& prefixes) {
+  std::vector<std::string> found;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view variable(*entry);
+    for (const std::string& prefix : prefixes)
+      if (variable.rfind(prefix, 0) == 0) {
+        found.emplace_back(variable);
+        break;
+      }
+  }
+  std::sort(found.begin(), found.end());
+  std::string text;
+  for (const std::string& variable : found) text += variable + "\n";
+  return text;
 }
 
 }  // namespace env

@@ -11,6 +11,7 @@
 
 #include "algorithms/cost_model.hpp"
 #include "arcoll/error.hpp"
+#include "src/base/env.hpp"
 #include "src/base/log.hpp"
 #include "src/core/calls.hpp"
 #include "src/core/link_costs_source.hpp"
@@ -255,6 +256,11 @@ std::vector<std::string> Communicator::allreduce_algorithms() {
 
 std::vector<std::string> Communicator::transports() {
   return TransportRegistry::instance().names();
+}
+
+std::string Communicator::transport_environment(const std::string& transport) {
+  const TransportInfo* info = TransportRegistry::instance().find(transport);
+  return info == nullptr ? "" : env::with_prefixes(info->steering_variables);
 }
 
 void Communicator::set_algorithm(const std::string& name) {

@@ -628,15 +628,16 @@ namespace {
 
 // Preferred within a host. Its costs were measured with `arbench tune --np 2` on a 2-core
 // x86-64 host.
-const TransportRegistrar kShmRegistration{{
-    .name = "shm",
-    .summary = "shared-memory rings between ranks of one host, large messages read with "
-               "process_vm_readv (one copy)",
-    .reach = Reach::same_host,
-    .preference = 100,
-    .default_costs = {.latency_us = 1.2, .bandwidth_gbs = 7.0, .reduce_gbs = 5.6},
-    .create = [](const TransportSetup& setup) { return std::make_unique<ShmTransport>(setup); },
-    .available = nullptr}};
+const TransportRegistrar kShmRegistration{
+    {.name = "shm",
+     .summary = "shared-memory rings between ranks of one host, large messages read with "
+                "process_vm_readv (one copy)",
+     .reach = Reach::same_host,
+     .preference = 100,
+     .default_costs = {.latency_us = 1.2, .bandwidth_gbs = 7.0, .reduce_gbs = 5.6},
+     .create = [](const TransportSetup& setup) { return std::make_unique<ShmTransport>(setup); },
+     .available = nullptr,
+     .steering_variables = {}}};
 
 }  // namespace
 }  // namespace arcoll::shm

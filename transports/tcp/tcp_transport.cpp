@@ -516,14 +516,15 @@ namespace {
 
 // Reaches any host. Its costs were measured over the loopback between two emulated hosts: a
 // real network is slower, so tune on it.
-const TransportRegistrar kTcpRegistration{{
-    .name = "tcp",
-    .summary = "TCP sockets with an epoll progress engine, striping over several sockets per peer",
-    .reach = Reach::any_host,
-    .preference = 10,
-    .default_costs = {.latency_us = 8.7, .bandwidth_gbs = 1.8, .reduce_gbs = 5.6},
-    .create = [](const TransportSetup& setup) { return std::make_unique<TcpTransport>(setup); },
-    .available = nullptr}};
+const TransportRegistrar kTcpRegistration{
+    {.name = "tcp",
+     .summary = "TCP sockets with an epoll progress engine, striping over several sockets per peer",
+     .reach = Reach::any_host,
+     .preference = 10,
+     .default_costs = {.latency_us = 8.7, .bandwidth_gbs = 1.8, .reduce_gbs = 5.6},
+     .create = [](const TransportSetup& setup) { return std::make_unique<TcpTransport>(setup); },
+     .available = nullptr,
+     .steering_variables = {}}};
 
 }  // namespace
 }  // namespace arcoll::tcp

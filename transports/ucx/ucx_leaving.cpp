@@ -345,14 +345,15 @@ namespace {
 // Reaches any host; routed to only when asked for (ARCOLL_TRANSPORT=ucx): over this build's
 // shared memory and TCP, arcoll's own shm and tcp are faster. Its costs are those of UCX's
 // TCP between two emulated hosts (ucx_perftest: about 3.6 us, 1.8 GB/s).
-const TransportRegistrar kUcxRegistration{{
-    .name = "ucx",
-    .summary = "UCX active messages on one UCP worker (UCX_TLS, UCX_NET_DEVICES pass through)",
-    .reach = Reach::any_host,
-    .preference = 5,
-    .default_costs = {.latency_us = 3.6, .bandwidth_gbs = 1.8, .reduce_gbs = 5.6},
-    .create = [](const TransportSetup& setup) { return std::make_unique<UcxTransport>(setup); },
-    .available = nullptr}};
+const TransportRegistrar kUcxRegistration{
+    {.name = "ucx",
+     .summary = "UCX active messages on one UCP worker (UCX_TLS, UCX_NET_DEVICES pass through)",
+     .reach = Reach::any_host,
+     .preference = 5,
+     .default_costs = {.latency_us = 3.6, .bandwidth_gbs = 1.8, .reduce_gbs = 5.6},
+     .create = [](const TransportSetup& setup) { return std::make_unique<UcxTransport>(setup); },
+     .available = nullptr,
+     .steering_variables = {"UCX_"}}};
 
 }  // namespace
 }  // namespace arcoll::ucx

@@ -624,16 +624,17 @@ namespace {
 
 // Across hosts where the host has an RDMA device: preferred to TCP there. Its costs, until
 // measured (arbench tune), are a 100 Gbit/s port's.
-const TransportRegistrar kVerbsRegistration{{
-    .name = "verbs",
-    .summary = "InfiniBand and RoCE verbs: RC queue pairs, eager sends through registered slots "
-               "with credits, large messages by RDMA write with immediate into the receive's "
-               "buffer (ARCOLL_IB_HCA, ARCOLL_IB_GID_INDEX)",
-    .reach = Reach::any_host,
-    .preference = 50,
-    .default_costs = {.latency_us = 2.0, .bandwidth_gbs = 11.0, .reduce_gbs = 5.6},
-    .create = [](const TransportSetup& setup) { return std::make_unique<VerbsTransport>(setup); },
-    .available = has_rdma_device}};
+const TransportRegistrar kVerbsRegistration{
+    {.name = "verbs",
+     .summary = "InfiniBand and RoCE verbs: RC queue pairs, eager sends through registered slots "
+                "with credits, large messages by RDMA write with immediate into the receive's "
+                "buffer (ARCOLL_IB_HCA, ARCOLL_IB_GID_INDEX)",
+     .reach = Reach::any_host,
+     .preference = 50,
+     .default_costs = {.latency_us = 2.0, .bandwidth_gbs = 11.0, .reduce_gbs = 5.6},
+     .create = [](const TransportSetup& setup) { return std::make_unique<VerbsTransport>(setup); },
+     .available = has_rdma_device,
+     .steering_variables = {"ARCOLL_IB_", "ARCOLL_VERBS_"}}};
 
 }  // namespace
 }  // namespace arcoll::verbs
