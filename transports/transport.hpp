@@ -203,8 +203,13 @@ using TransportRegistry = Registry<TransportInfo>;
 using TransportRegistrar = Registrar<TransportInfo>;
 
 // The transport that carries messages between two ranks on the same host or on different
-// hosts: `forced` (Options::transport) unless it is "auto", else the most preferred that
-// reaches them and is available here. Throws InvalidArgument naming the known transports when `forced` is unknown.
-const TransportInfo& transport_for(bool same_host, const std::string& forced = "auto");
+// hosts, by `choice` (Options::transport): a name carries every pair; "WITHIN+ACROSS" (each a
+// name or "auto"), the pairs of one host and those across hosts apart ("shm+ucx"); "auto" the
+// most preferred that reaches them and is available here. Throws InvalidArgument saying why
+// where transport_choice_problem does.
+const TransportInfo& transport_for(bool same_host, const std::string& choice = "auto");
+// Why `choice` names no transport for some pairs (an unknown name, a transport within hosts
+// only after the '+'), or "" when it does.
+std::string transport_choice_problem(const std::string& choice);
 
 }  // namespace arcoll

@@ -159,10 +159,14 @@ std::vector<std::string> split_blanks(const std::string& text) {
 
 std::string mpirun_args_or_default(const std::string& given, const std::string& transports) {
   if (!given.empty()) return given;
-  const auto list = split_list(transports);
-  // Open MPI over UCX beside arcoll over UCX; over arcoll's tcp, its own sockets alone.
-  if (std::find(list.begin(), list.end(), "ucx") != list.end())
-    return "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any";
+  // Open MPI over UCX beside arcoll over UCX (within hosts, across them or both: "shm+ucx");
+  // over arcoll's tcp, its own sockets alone.
+  for (const std::string& choice : split_list(transports)) {
+    const std::size_t plus = choice.find('+');
+    if (choice.substr(0, plus) == "ucx" ||
+        (plus != std::string::npos && choice.substr(plus + 1) == "ucx"))
+      return "--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any";
+  }
   return transports == "tcp" ? "--mca pml ob1 --mca btl self,tcp"
                              : "--mca pml ob1 --mca btl self,vader,tcp";
 }

@@ -91,7 +91,8 @@ void add_sweep_flags(CLI::App& app, arbench::SweepFlags& flags, CLI::Option* ste
       "ARCOLL_TUNING_FILE or built-in)");
   add("--transport", flags.transport, "LIST",
       "Transport, or several side by side in one table (shm,ucx: the first is arcoll's, each "
-      "other one a backend arcoll:<name>; default: ARCOLL_TRANSPORT or auto)");
+      "other one a backend arcoll:<name>; WITHIN+ACROSS, e.g. shm+ucx, names the transport "
+      "within hosts and the one across them; default: ARCOLL_TRANSPORT or auto)");
   add("--chunk", flags.chunk, "SIZE",
       "Pipeline chunk in bytes, K/M suffixes (default: ARCOLL_CHUNK_BYTES or 512K)");
   add("--sockets", flags.sockets, "N",

@@ -211,14 +211,9 @@ SweepPlan make_plan(const SweepFlags& flags, int argc, const char* const* argv) 
   std::vector<std::string> other_transports;
   if (!flags.transport.empty()) {
     const auto transports = split_list(flags.transport);
-    const auto known = arcoll::Communicator::transports();
     for (const std::string& transport : transports)
-      if (transport != "auto" && std::find(known.begin(), known.end(), transport) == known.end()) {
-        std::string names = "auto";
-        for (const std::string& name : known) names += ", " + name;
-        throw UsageError("--transport: unknown transport '" + transport + "' (known: " + names +
-                         ")");
-      }
+      if (std::string why = arcoll::Communicator::transport_choice_problem(transport); !why.empty())
+        throw UsageError("--transport: " + why);
     if (transports.empty()) throw UsageError("--transport: no transport named");
     plan.options.transport = transports.front();
     other_transports.assign(transports.begin() + 1, transports.end());

@@ -108,6 +108,8 @@ class Communicator {
   static std::vector<std::string> allreduce_algorithms();
   // Transports this build has (the choices of Options::transport besides "auto").
   static std::vector<std::string> transports();
+  // Why `choice` (Options::transport) names no transport for some pairs, or "" when it does.
+  static std::string transport_choice_problem(const std::string& choice);
   // The environment variables beyond Options that steer the way `transport`'s messages go
   // ("UCX_TLS=tcp" for "ucx"), "NAME=value" one per line; empty for another name.
   static std::string transport_environment(const std::string& transport);

@@ -26,7 +26,9 @@ struct Options {
   std::chrono::milliseconds timeout{60'000};
   // Algorithm for collectives (ARCOLL_ALGO); "auto" lets the library choose.
   std::string algorithm = "auto";
-  // Transport between ranks (ARCOLL_TRANSPORT); "auto" lets the library choose.
+  // Transport between ranks (ARCOLL_TRANSPORT): a name carries every pair ("ucx");
+  // "WITHIN+ACROSS" the pairs of one host and those across hosts apart ("shm+ucx", "auto+ucx");
+  // "auto" lets the library choose (the most preferred transport that reaches a pair).
   std::string transport = "auto";
   // Interface the transport listens on (ARCOLL_SOCKET_IFNAME, like NCCL_SOCKET_IFNAME);
   // empty: the interface that reaches the rendezvous address.

@@ -56,12 +56,8 @@ Options checked(const Options& options, int rank) {
       options.wire != DataType::bf16)
     throw InvalidArgument("communicator", "the wire format must be f32, f16 or bf16");
   check_algorithm(options.algorithm, rank);
-  if (options.transport != "auto" &&
-      TransportRegistry::instance().find(options.transport) == nullptr)
-    throw InvalidArgument("communicator",
-                          "unknown transport '" + options.transport + "' (known: auto, " +
-                              TransportRegistry::instance().name_list() + ")",
-                          rank);
+  if (std::string why = transport_choice_problem(options.transport); !why.empty())
+    throw InvalidArgument("communicator", why, rank);
   return options;
 }
 

@@ -258,6 +258,10 @@ std::vector<std::string> Communicator::transports() {
   return TransportRegistry::instance().names();
 }
 
+std::string Communicator::transport_choice_problem(const std::string& choice) {
+  return arcoll::transport_choice_problem(choice);
+}
+
 std::string Communicator::transport_environment(const std::string& transport) {
   const TransportInfo* info = TransportRegistry::instance().find(transport);
   return info == nullptr ? "" : env::with_prefixes(info->steering_variables);

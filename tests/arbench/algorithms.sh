@@ -93,6 +93,10 @@ expect_usage_error_of "not valid JSON" "$arbench" --np 2 --tuning "$work/broken.
 expect_usage_error_of "cannot be read" "$arbench" --np 2 --tuning "$work/missing.json" -b 8 -e 8
 expect_usage_error_of "--wire" "$arbench" --np 2 --wire f8 -b 8 -e 8
 expect_usage_error_of "no_such" "$arbench" --np 2 --algo ring,no_such -b 8 -e 8
+expect_usage_error_of "unknown transport 'pigeon'" "$arbench" --np 2 --transport shm+pigeon \
+  -b 8 -e 8
+expect_usage_error_of "shm reaches ranks of one host only" "$arbench" --np 2 --transport tcp,tcp+shm \
+  -b 8 -e 8
 # The sweep's options before a tool's name would go unread: tune would measure its defaults.
 expect_usage_error_of "--transport is the sweep's option" "$arbench" --transport tcp tune --np 2
 echo "algorithms: ok"

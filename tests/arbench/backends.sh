@@ -56,6 +56,14 @@ if [[ " ${backends[*]} " == *" mpi "* ]]; then
     >"$work/mpi_tcp.txt" 2>&1 || fail "--transport tcp --compare mpi exited $? ($(cat "$work/mpi_tcp.txt"))"
   grep -q "^# backend mpi: .*, btl self,tcp)" "$work/mpi_tcp.txt" ||
     fail "beside arcoll over tcp, MPI is not on tcp: $(grep '^# backend' "$work/mpi_tcp.txt")"
+  # Beside arcoll over UCX, Open MPI over its UCX layer (where this build has UCX).
+  if timeout 120 "$arbench" --np 2 --transport ucx --compare mpi -b 1K -e 1K -w 0 -n 1 \
+    >"$work/mpi_ucx.txt" 2>&1; then
+    grep -q "^# backend mpi: .*, pml ucx)" "$work/mpi_ucx.txt" ||
+      fail "beside arcoll over ucx, MPI is not on ucx: $(grep '^# backend' "$work/mpi_ucx.txt")"
+  elif ! grep -q "unknown transport 'ucx'" "$work/mpi_ucx.txt"; then
+    fail "--transport ucx --compare mpi failed: $(cat "$work/mpi_ucx.txt")"
+  fi
 fi
 
 # --compare: one line per size with every backend's columns and ratios, and JSON rows per backend.

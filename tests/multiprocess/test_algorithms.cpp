@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "arcoll/communicator.hpp"
 #include "arcoll/error.hpp"
@@ -407,6 +409,30 @@ TEST(CostModel, MeasuredTuningIsSharedAndDrivesPredictions) {
               EXPECT_LT(comm.predict_allreduce(kBytes, "ring").seconds, with_measured);
             },
             {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "auto"}});
+}
+
+// "WITHIN+ACROSS" routes the pairs of a host and those across hosts apart, each to the
+// transport named: tcp within two emulated hosts (where auto takes shm), and across them UCX
+// where this build has it (where auto takes tcp).
+TEST(Routing, PairsWithinAndAcrossHostsTakeTheTransportsNamed) {
+  if (forced_transport() != "tcp") GTEST_SKIP() << "run on the tcp run: it names its own";
+  const auto built = Communicator::transports();
+  const std::string across =
+      std::find(built.begin(), built.end(), "ucx") != built.end() ? "ucx" : "tcp";
+  run_ranks(5,
+            [&](Communicator& comm) {
+              std::vector<std::int32_t> hosts(static_cast<std::size_t>(comm.size()));
+              const std::int32_t mine = comm.node_id();
+              comm.allgather(&mine, hosts.data(), 1, DataType::i32);
+              ASSERT_EQ(comm.node_count(), 2);
+              for (int peer = 0; peer < comm.size(); ++peer)
+                if (peer != comm.rank())
+                  EXPECT_EQ(comm.transport_to(peer),
+                            hosts[static_cast<std::size_t>(peer)] == mine ? "tcp" : across)
+                      << "peer " << peer;
+              check_allreduce(comm, 5, Coverage::sampled);
+            },
+            {{"ARCOLL_EMULATED_HOSTS", "2"}, {"ARCOLL_TRANSPORT", "tcp+" + across}});
 }
 
 // One transport within hosts and across them: measured apart, its figures within hosts are

@@ -38,6 +38,31 @@ TEST(TransportRegistry, RoutingTakesTheMostPreferredThatReaches) {
   EXPECT_THROW(transport_for(true, "carrier-pigeon"), InvalidArgument);
 }
 
+TEST(TransportRegistry, WithinPlusAcrossNamesATransportForEachKindOfPair) {
+  for (const TransportInfo* within : TransportRegistry::instance().all())
+    for (const TransportInfo* across : TransportRegistry::instance().all()) {
+      const std::string choice = within->name + "+" + across->name;
+      if (across->reach != Reach::any_host) {
+        EXPECT_NE(transport_choice_problem(choice).find("reaches ranks of one host only"),
+                  std::string::npos)
+            << choice;
+        EXPECT_THROW(transport_for(false, choice), InvalidArgument) << choice;
+        continue;
+      }
+      EXPECT_EQ(transport_choice_problem(choice), "") << choice;
+      EXPECT_EQ(&transport_for(true, choice), within) << choice;
+      EXPECT_EQ(&transport_for(false, choice), across) << choice;
+      // "auto" on either side: the registry's choice for those pairs.
+      EXPECT_EQ(&transport_for(true, "auto+" + across->name), &transport_for(true)) << choice;
+      EXPECT_EQ(&transport_for(false, within->name + "+auto"), &transport_for(false)) << choice;
+    }
+  for (const char* bad :
+       {"shm+carrier-pigeon", "carrier-pigeon+tcp", "shm+tcp+tcp", "+tcp", "shm+"}) {
+    EXPECT_NE(transport_choice_problem(bad), "") << bad;
+    EXPECT_THROW(transport_for(true, bad), InvalidArgument) << bad;
+  }
+}
+
 TEST(TransportRegistry, BuiltInTuningHoldsEveryTransportsOwnCosts) {
   const Tuning defaults = default_tuning();
   ASSERT_EQ(defaults.transports.size(), TransportRegistry::instance().names().size());

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "arbench/backends/backend.hpp"
 #include "arbench/backends/hang_watch.hpp"
@@ -107,10 +108,16 @@ class MpiBackend final : public Backend {
 
   std::string name() const override { return "mpi"; }
   std::string description() const override {
-    // mpirun hands its --mca settings to the ranks as OMPI_MCA_* variables.
+    // mpirun hands its --mca settings to the ranks as OMPI_MCA_* variables. A pml other than
+    // ob1 (ucx) carries the messages itself, and the btl goes unused.
+    const char* pml = std::getenv("OMPI_MCA_pml");
     const char* btl = std::getenv("OMPI_MCA_btl");
-    return "MPI's collectives (" + library_ + (btl != nullptr ? std::string(", btl ") + btl : "") +
-           "); avg = MPI_SUM then divide";
+    std::string path;
+    if (pml != nullptr && std::string_view(pml) != "ob1")
+      path = std::string(", pml ") + pml;
+    else if (btl != nullptr)
+      path = std::string(", btl ") + btl;
+    return "MPI's collectives (" + library_ + path + "); avg = MPI_SUM then divide";
   }
   std::optional<std::string> unsupported(Coll, DataType type, ReduceOp) const override {
     if (mpi_type(type) == MPI_DATATYPE_NULL)
