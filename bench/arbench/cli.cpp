@@ -99,6 +99,9 @@ int run_tool(const char* name, const ToolFlags& flags, int min_ranks, int defaul
       throw UsageError(e.what());
     }
     if (!flags.transport.empty()) options.transport = flags.transport;
+    if (std::string why = arcoll::Communicator::transport_choice_problem(options.transport);
+        !why.empty())
+      throw UsageError((flags.transport.empty() ? "ARCOLL_TRANSPORT: " : "--transport: ") + why);
     if (!flags.np.empty()) np = static_cast<int>(parse_integer("--np", flags.np, min_ranks, 4096));
     if (auto error = check_flags()) throw UsageError(*error);
   } catch (const UsageError& e) {

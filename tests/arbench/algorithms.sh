@@ -97,6 +97,7 @@ expect_usage_error_of "unknown transport 'pigeon'" "$arbench" --np 2 --transport
   -b 8 -e 8
 expect_usage_error_of "shm reaches ranks of one host only" "$arbench" --np 2 --transport tcp,tcp+shm \
   -b 8 -e 8
+expect_usage_error_of "shm reaches ranks of one host only" "$arbench" tune --np 2 --transport tcp+shm
 # The sweep's options before a tool's name would go unread: tune would measure its defaults.
 expect_usage_error_of "--transport is the sweep's option" "$arbench" --transport tcp tune --np 2
 echo "algorithms: ok"

@@ -30,8 +30,7 @@ std::string transport_choice_problem(const std::string& choice) {
   const TransportRegistry& registry = TransportRegistry::instance();
   if (std::count(choice.begin(), choice.end(), '+') > 1)
     return "transport '" + choice +
-           "': at most one '+', between the transport within hosts "
-           "and the one across them";
+           "': at most one '+', between the transport within hosts and the one across them";
   for (const bool same_host : {true, false}) {
     const std::string name = part_for(same_host, choice);
     if (name == "auto") continue;
@@ -41,8 +40,7 @@ std::string transport_choice_problem(const std::string& choice) {
              "; WITHIN+ACROSS names the transport within hosts and the one across them)";
     if (!same_host && info->reach != Reach::any_host && choice.find('+') != std::string::npos)
       return "transport '" + choice + "': " + name +
-             " reaches ranks of one host only, and "
-             "cannot carry the pairs across hosts";
+             " reaches ranks of one host only, and cannot carry the pairs across hosts";
   }
   return "";
 }
