@@ -53,16 +53,30 @@ std::uint64_t fnv1a(const std::string& text) {
   return hash;
 }
 
-// What the figures depend on, as rank 0 sees it: the CPU, the layout, the transports and the
-// environment that steers them (UCX_TLS), how they are measured, and the paths their messages
-// take (the library's version, commit and build flavour, the chunk size, which shared-memory
-// messages are read across processes and how the rest are written into the rings).
-std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
+// Each rank's host, by a hash of its name (ARCOLL_NODE_ID where set), in rank order. Collective.
+std::string hosts_of_ranks(Communicator& comm) {
+  const auto mine = static_cast<std::int64_t>(fnv1a(comm.node_name()));
+  std::vector<std::int64_t> hosts(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&mine, hosts.data(), 1, DataType::i64);
+  std::ostringstream text;
+  for (const std::int64_t host : hosts) text << std::hex << host << ",";
+  return text.str();
+}
+
+// What the figures depend on, as rank 0 sees it: the CPU, the layout and the hosts by name
+// (`hosts`, hosts_of_ranks: the same layout on other hosts may be linked otherwise, as two
+// emulated clusters, one of shaped links, are), the transports and the environment that
+// steers them (UCX_TLS), how they are measured, and the paths their messages take (the
+// library's version, commit and build flavour, the chunk size, which shared-memory messages
+// are read across processes and how the rest are written into the rings).
+std::string layout_key(const Communicator& comm, const std::string& cpu_model,
+                       const std::string& hosts) {
   std::set<std::string> transports;
   for (int peer = 0; peer < comm.size(); ++peer)
     if (peer != comm.rank()) transports.insert(comm.transport_to(peer));
   std::ostringstream key;
-  key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts|";
+  key << cpu_model << "|" << comm.size() << " ranks|" << comm.node_count() << " hosts " << hosts
+      << "|";
   for (const std::string& t : transports)
     key << t << "{" << Communicator::transport_environment(t) << "},";
   const Options& options = comm.options();
@@ -75,13 +89,13 @@ std::string layout_key(const Communicator& comm, const std::string& cpu_model) {
   return key.str();
 }
 
-std::string cache_file(const Communicator& comm) {
+std::string cache_file(const Communicator& comm, const std::string& hosts) {
   const std::string folder = cache_folder();
   if (folder.empty()) return "";
   const HostInfo host = host_info();
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx",
-                static_cast<unsigned long long>(fnv1a(layout_key(comm, host.cpu_model))));
+                static_cast<unsigned long long>(fnv1a(layout_key(comm, host.cpu_model, hosts))));
   return folder + "/tuning-" + file_safe(host.hostname) + "-" + std::to_string(comm.size()) +
          "r" + std::to_string(comm.node_count()) + "h-" + hash + ".json";
 }
@@ -215,9 +229,10 @@ CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode) {
   if (mode == Calibration::off) return {{}, "built-in link costs (ARCOLL_CALIBRATE=off)"};
   if (comm.size() == 1) return {{}, "built-in link costs (one rank: no link to measure)"};
   // Rank 0 decides for all: its cache file and what it holds, or nothing (measure).
+  const std::string hosts = hosts_of_ranks(comm);
   std::string file, kept;
   if (comm.rank() == 0) {
-    file = cache_file(comm);
+    file = cache_file(comm, hosts);
     if (mode == Calibration::cache && !file.empty() && std::filesystem::exists(file)) {
       try {
         kept = tuning_json(load_tuning(file));

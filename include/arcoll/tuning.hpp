@@ -74,10 +74,10 @@ struct CalibratedTuning {
   std::string source;  // where the figures come from, for a report's header
 };
 // Collective: rank 0 looks in its cache (the key: its host name, CPU model, the ranks and
-// hosts of the job, the transports rank 0 uses and the environment steering them (UCX_TLS),
-// the library's version, commit and build, the chunk size and shared-memory threshold) and
-// every rank returns the same figures. A cache that cannot be written costs a warning, not
-// the job.
+// hosts of the job and each rank's host by name, the transports rank 0 uses and the
+// environment steering them (UCX_TLS), the library's version, commit and build, the chunk
+// size and shared-memory threshold) and every rank returns the same figures. A cache that
+// cannot be written costs a warning, not the job.
 CalibratedTuning calibrated_tuning(Communicator& comm, Calibration mode);
 // Gives `comm` the figures of calibrated_tuning(comm, mode), unless its Options name a tuning
 // file, which it uses then. Collective; says where the figures came from.

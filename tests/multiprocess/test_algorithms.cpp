@@ -472,8 +472,8 @@ TEST(CostModel, ATransportWithinAndAcrossHostsKeepsBothFigures) {
 // again, "off" keeps the built-in figures, a damaged file is measured over, kept figures far
 // slower than the links are now within hosts (measured while the host ran slow: in-cache rate
 // or latency) are measured again, figures across hosts however slow are kept, figures kept
-// under another UCX_TLS are not taken, and another value of ARCOLL_CALIBRATE is a
-// configuration error.
+// under another UCX_TLS or on hosts of other names are not taken, and another value of
+// ARCOLL_CALIBRATE is a configuration error.
 TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
   const ScratchFolder scratch("arcoll-calibration");
   const std::string& folder = scratch.path();
@@ -583,6 +583,14 @@ TEST(CostModel, CalibrationIsMeasuredOnceThenKept) {
     save_tuning(kept, kept_file());
     job("cache", "link costs measured again, kept in " + folder + "/tuning-", tcp_on_two_hosts,
         "exchanges of 8 bytes took");
+    // The same layout on hosts of other names may be linked otherwise (two emulated clusters,
+    // one of shaped links): measured anew, and kept beside.
+    auto on_other_hosts = tcp_on_two_hosts;
+    on_other_hosts["ARCOLL_NODE_ID"] = "elsewhere";
+    job("cache", "link costs measured just now, kept in " + folder + "/tuning-", on_other_hosts);
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(folder),
+                            std::filesystem::directory_iterator()),
+              2);
     return;
   }
   // The latency alone kept far slower: the same. A million times what was measured, as a
