@@ -65,7 +65,7 @@ class Context {
     // Eager messages go through TCP by copy, not zero-copy, where this host has no RDMA device
     // (UCX's network lanes are then TCP's), unless UCX_ZCOPY_THRESH is set: between 2 emulated
     // hosts of 2 ranks on 1 Gbit/s links, a rank of each host exchanging its shard with its
-    // partner on the other, messages of 128-512 KiB took 1.2-3.6 times as long by zero-copy as
+    // partner on the other, messages of 128-512 KiB took 1.3-3.3 times as long by zero-copy as
     // by copy in a pass or two of most runs (all-reduce of 256 KiB, shm within the hosts:
     // 2.0-2.3 ms by copy in 4 runs, 2.0-7.2 ms by zero-copy); from 1 MiB, and on 4 hosts of one
     // rank, both ways took the same time. With no RDMA device UCX copies through shared memory
