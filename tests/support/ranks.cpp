@@ -133,9 +133,12 @@ std::optional<std::string> forced_transport() {
 }
 
 std::string expected_transport(const Communicator& comm) {
-  const std::string forced = forced_transport().value_or("auto");
-  const std::string& within = transport_for(true, forced).name;
-  const std::string& across = transport_for(false, forced).name;
+  // A run's choice as the communicator reads it: one transport, or WITHIN+ACROSS.
+  const char* chosen = std::getenv("ARCOLL_TRANSPORT");
+  const std::string choice =
+      chosen != nullptr && transport_choice_problem(chosen).empty() ? chosen : "auto";
+  const std::string& within = transport_for(true, choice).name;
+  const std::string& across = transport_for(false, choice).name;
   std::string name = comm.local_size() > 1 || comm.size() == 1 ? within : "";
   if (comm.node_count() > 1 && across != name) name += (name.empty() ? "" : "+") + across;
   return name;

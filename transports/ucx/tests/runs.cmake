@@ -4,6 +4,13 @@ add_test(NAME cluster.ucx_2x2
          COMMAND env ARCOLL_TRANSPORT=ucx UCX_TLS=tcp bash ${CMAKE_SOURCE_DIR}/scripts/cluster.sh
                  --hosts 2 --ranks-per-host 2 --quiet -- $<TARGET_FILE:arcoll_cluster_rank>)
 set_tests_properties(cluster.ucx_2x2 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+# The mixed run (tests/CMakeLists.txt) with UCX across the 2 emulated hosts and arcoll's shared
+# memory within each: shm+ucx, how a cluster whose network UCX reaches is run.
+set(ucx_across_hosts_environment "${mixed_run_environment} ARCOLL_TRANSPORT=shm+ucx")
+gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "mixed-ucx." DISCOVERY_TIMEOUT 60
+                     TEST_FILTER "${mixed_run_filter}"
+                     PROPERTIES TIMEOUT 300
+                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=${ucx_across_hosts_environment}")
 # A UCX communicator and a TCP one in turn between emulated hosts on 1 Gbit/s links, where UCX
 # holds sends: a rank must answer its peers' flushes of a UCX call it left while it waits in
 # the TCP one (parked, transports/common/parked.hpp). Before: a timeout in 5 of 7 runs.
