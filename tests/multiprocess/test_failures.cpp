@@ -110,9 +110,9 @@ TEST(KilledPeer, SmallSendrecvsFailPromptlyNamingIt) {
 class KillTrials : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KillTrials, SurvivorsFailPromptlyNamingTheVictim) {
-  if (!forced_transport())
-    GTEST_SKIP() << "run on each transport's own run only: each transport once is what the "
-                    "trials are for";
+  if (!chosen_transports())
+    GTEST_SKIP() << "run on the runs that name their transports only: each transport once is "
+                    "what the trials are for";
   const std::string algorithm = GetParam();
   constexpr int kTrials = 12;
   constexpr double kTimeout = 10;
@@ -329,9 +329,9 @@ TEST(Errors, MismatchedCallsAreReportedNamingBothSides) {
 class Faults : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!forced_transport())
-      GTEST_SKIP() << "run on each transport's own run only: each transport once is what the "
-                      "faults are for";
+    if (!chosen_transports())
+      GTEST_SKIP() << "run on the runs that name their transports only: each transport once is "
+                      "what the faults are for";
   }
   LocalLaunchOptions options(int ranks, std::map<std::string, std::string> env = {}) const {
     LocalLaunchOptions o;
@@ -487,10 +487,14 @@ TEST_P(Faults, ChecksumCatchesCorruptionNamingTheLink) {
     const std::string link_prefix = "on the link from rank ";
     const std::string& reporter = exits[static_cast<std::size_t>(corrupted)].output;
     EXPECT_NE(reporter.find("checksum mismatch"), std::string::npos) << reporter;
-    EXPECT_NE(reporter.find(" to rank " + std::to_string(corrupted) + " over " +
-                            *forced_transport()),
-              std::string::npos)
-        << reporter;
+    // The link's own transport: the run's one, or one of WITHIN+ACROSS.
+    const std::string over = " to rank " + std::to_string(corrupted) + " over ";
+    const std::size_t named = reporter.find(over);
+    ASSERT_NE(named, std::string::npos) << reporter;
+    const std::size_t from = named + over.size();
+    const std::string link_transport = reporter.substr(from, reporter.find(' ', from) - from);
+    const std::string choice = "+" + *chosen_transports() + "+";
+    EXPECT_NE(choice.find("+" + link_transport + "+"), std::string::npos) << reporter;
     for (const auto& e : exits) {
       EXPECT_TRUE(e.ok()) << describe(exits);
       EXPECT_NE(e.output.find(link_prefix), std::string::npos) << e.output;

@@ -132,11 +132,14 @@ std::optional<std::string> forced_transport() {
   return std::string(forced);
 }
 
-std::string expected_transport(const Communicator& comm) {
-  // A run's choice as the communicator reads it: one transport, or WITHIN+ACROSS.
+std::optional<std::string> chosen_transports() {
   const char* chosen = std::getenv("ARCOLL_TRANSPORT");
-  const std::string choice =
-      chosen != nullptr && transport_choice_problem(chosen).empty() ? chosen : "auto";
+  if (chosen == nullptr || !transport_choice_problem(chosen).empty()) return std::nullopt;
+  return std::string(chosen);
+}
+
+std::string expected_transport(const Communicator& comm) {
+  const std::string choice = chosen_transports().value_or("auto");
   const std::string& within = transport_for(true, choice).name;
   const std::string& across = transport_for(false, choice).name;
   std::string name = comm.local_size() > 1 || comm.size() == 1 ? within : "";

@@ -11,6 +11,12 @@ gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "mixed-ucx." DISCOVERY_TIMEOUT 
                      TEST_FILTER "${mixed_run_filter}"
                      PROPERTIES TIMEOUT 300
                      ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=${ucx_across_hosts_environment}")
+# And the kill trials and faults, which run on 2 emulated hosts of their own: a rank killed, an
+# abort, a silent rank, a corrupted message and mismatched counts, with UCX across the hosts.
+gtest_discover_tests(arcoll_mp_tests TEST_PREFIX "mixed-ucx." DISCOVERY_TIMEOUT 60
+                     TEST_FILTER "${cases_of_one_transport}"
+                     PROPERTIES TIMEOUT 300
+                     ENVIRONMENT "ARCOLL_TEST_ENVIRONMENT=ARCOLL_TRANSPORT=shm+ucx")
 # A UCX communicator and a TCP one in turn between emulated hosts on 1 Gbit/s links, where UCX
 # holds sends: a rank must answer its peers' flushes of a UCX call it left while it waits in
 # the TCP one (parked, transports/common/parked.hpp). Before: a timeout in 5 of 7 runs.
