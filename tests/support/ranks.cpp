@@ -229,6 +229,18 @@ std::set<std::string> leaked_segments(const std::set<std::string>& before,
   return left;
 }
 
+std::vector<RankExit> launch_refused_joins(const LocalLaunchOptions& options) {
+  return launch(options, [] {
+    try {
+      auto comm = Communicator::from_env();
+    } catch (const ConfigurationError& e) {
+      std::printf("refused: %s\n", e.what());
+      return 0;
+    }
+    return 3;
+  });
+}
+
 std::string describe(const std::vector<RankExit>& exits) {
   std::string text;
   for (const auto& e : exits) {

@@ -26,6 +26,10 @@ void run_ranks(int ranks, const RankBody& body, const std::map<std::string, std:
 // the exits (with captured output) for the test to inspect. The body's return value is the
 // rank's exit code; a gtest failure inside the rank turns a 0 into 1.
 std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::function<int()>& body);
+// Ranks that each make a communicator from the environment, which every one must refuse with
+// a ConfigurationError: a rank prints "refused: " and the error and exits 0, or exits 3 where
+// the communicator was made.
+std::vector<RankExit> launch_refused_joins(const LocalLaunchOptions& options);
 
 // Memory a test hands the library: how to get `bytes` of it, and how to give it back.
 struct TestBuffers {

@@ -86,6 +86,12 @@ class Context {
     params.mt_workers_shared = 1;
     const ucs_status_t status = ucp_init(&params, config, &handle);
     ucp_config_release(config);
+    if (status == UCS_ERR_NO_DEVICE)
+      throw ConfigurationError(
+          "ucx setup",
+          std::string("UCX may use none of this host's transports (ucp_init: ") +
+              ucs_status_string(status) + ") " + selection(),
+          rank);
     check(status, "ucp_init", rank);
     ucp_context_attr_t attributes{};
     attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
@@ -115,6 +121,17 @@ class Context {
            std::filesystem::directory_iterator();
   }
 
+  // What chose the transports UCX may use, for the errors where they are none or reach no
+  // peer.
+  static std::string selection() {
+    std::string chosen;
+    for (const char* name : {"UCX_TLS", "UCX_NET_DEVICES"})
+      if (const char* value = std::getenv(name))
+        chosen += std::string(chosen.empty() ? "" : " ") + name + "=" + value;
+    return (chosen.empty() ? std::string("with UCX's own choice of transports")
+                           : "under " + chosen) +
+           " (`ucx_info -d` lists this host's; UCX_TLS and UCX_NET_DEVICES choose among them)";
+  }
   static void check(ucs_status_t status, const char* what, int rank) {
     if (status != UCS_OK)
       throw SystemError("ucx setup", std::string(what) + ": " + ucs_status_string(status), rank);
@@ -287,7 +304,14 @@ UcxTransport::UcxTransport(const TransportSetup& setup)
       ep.err_mode = peer.pidfd ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &on_error;
       ep.err_handler.arg = this;
-      Context::check(ucp_ep_create(worker_, &ep, &peer.ep), "ucp_ep_create", rank_);
+      const ucs_status_t made = ucp_ep_create(worker_, &ep, &peer.ep);
+      if (made == UCS_ERR_UNREACHABLE)
+        throw ConfigurationError("ucx setup",
+                                 "no transport UCX may use reaches rank " + std::to_string(p) +
+                                     " (ucp_ep_create: " + ucs_status_string(made) + ") " +
+                                     Context::selection(),
+                                 rank_, p);
+      Context::check(made, "ucp_ep_create", rank_);
     }
     greet_peers(setup.deadline);
   } catch (...) {

@@ -94,15 +94,7 @@ TEST(TcpCongestionJob, AnAlgorithmTheKernelLacksFailsEveryRankAtOnce) {
   options.output = RankOutput::capture;
   options.env = {{"ARCOLL_TCP_CONGESTION", "nosuchcc"}};
   const auto start = std::chrono::steady_clock::now();
-  const auto exits = launch(options, [] {
-    try {
-      auto comm = Communicator::from_env();
-    } catch (const ConfigurationError& e) {
-      std::printf("refused: %s\n", e.what());
-      return 0;
-    }
-    return 1;
-  });
+  const auto exits = launch_refused_joins(options);
   EXPECT_LT(seconds_since(start), 20.0);
   for (const auto& e : exits) {
     EXPECT_TRUE(e.ok()) << describe(exits);
