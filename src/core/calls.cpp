@@ -637,15 +637,17 @@ void Communicator::Impl::run_transfers(const char* operation,
           });
       // Device memory stays there where the peer's transport reads it from the device (shm:
       // CUDA IPC) and no receive of the call overlaps it; elsewhere a host copy (what a send
-      // reads, or a receive shares with one).
-      const DeviceMemoryInfo* memory =
-          overlapped || t.bytes == 0 ? nullptr : device_memory_of(t.buffer);
-      if (memory != nullptr && engine_->takes_device(t.peer, *memory, t.buffer)) {
+      // reads, or a receive shares with one). Its kind is asked once: on a host with a GPU,
+      // each asking is a call into CUDA.
+      const DeviceMemoryInfo* memory = t.bytes == 0 ? nullptr : device_memory_of(t.buffer);
+      if (memory != nullptr && !overlapped && engine_->takes_device(t.peer, *memory, t.buffer)) {
         posted.at(count++) = engine_->post_tagged(t.kind, t.peer, t.buffer, t.bytes,
                                                   static_cast<std::uint32_t>(tag), memory);
         continue;
       }
-      void* buffer = staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
+      void* buffer = memory == nullptr
+                         ? t.buffer
+                         : staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
       if (send &&
           engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes, overlapped))
         continue;
