@@ -95,6 +95,10 @@ struct Peer {
   std::uint64_t tail = 0;  // where our next record in that ring goes
   bool goodbye = false;
   RingStores stores;  // of our larger fragments into that ring
+  // The peer's core was far (stores.streaming()) when this call began: shared buffers are then
+  // sent as any other (in_place_region). Taken between calls (leave_call), so that a call's
+  // messages to the peer all go one way however the pace moves within it.
+  bool far = false;
   // We and the peer joined the remote barriers (segment.hpp): what we write for it needs no
   // fence before we look whether it sleeps.
   bool fence_free = false;
@@ -112,6 +116,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (poll_once(), true); }
   void wake() noexcept override;
+  void leave_call(std::chrono::milliseconds timeout) override;
   std::exception_ptr failure() const override { return failure_; }
   void abort(const std::string& reason, std::uint64_t failed_call) noexcept override;
   PeerFailedCall peer_failed_call() override;
@@ -166,7 +171,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
   // The region of shared memory `send` lies in where the receiver reads it there (a shared
   // descriptor, with no copy through the ring): sends of kSharedDescriptorBytes or more, of
-  // calls without streaming stores.
+  // calls without streaming stores, to a peer whose core is not far (Peer::far).
   std::optional<shared_memory::Region> in_place_region(const Request& send) const;
   // Whether `receive` forwards its result piece by piece into the ring as it is reduced: not
   // where its send is read in place, as writing the ring would be a copy more (with the
@@ -253,6 +258,12 @@ class ShmTransport final : public Transport, public SharedBoards {
   // Our segment's barriers_before_sleep, and whether every peer is fence_free (boards).
   bool barriers_before_sleep_ = false;
   bool boards_fence_free_ = false;
+  // Since the last call: a write timed into some peer's RingStores; a send read in place.
+  bool stores_timed_ = false, sent_in_place_ = false;
+  // Calls that sent in place, and whether this one sends through the rings instead, to time
+  // them (leave_call): reads in place time nothing, and the peer's core may have gone far.
+  unsigned calls_in_place_ = 0;
+  bool probing_ = false;
   std::atomic<bool> woken_{false};  // see wake()
   // Fragments sent on as forwarding receives landed, by the way they took, and messages read
   // in place: reported when the transport closes (ARCOLL_LOG=debug), where a forwarded call
