@@ -125,17 +125,16 @@ std::vector<RankExit> launch(const LocalLaunchOptions& options, const std::funct
   });
 }
 
-std::optional<std::string> forced_transport() {
-  const char* forced = std::getenv("ARCOLL_TRANSPORT");
-  if (forced == nullptr || TransportRegistry::instance().find(forced) == nullptr)
-    return std::nullopt;
-  return std::string(forced);
-}
-
 std::optional<std::string> chosen_transports() {
   const char* chosen = std::getenv("ARCOLL_TRANSPORT");
   if (chosen == nullptr || !transport_choice_problem(chosen).empty()) return std::nullopt;
   return std::string(chosen);
+}
+
+std::optional<std::string> forced_transport() {
+  std::optional<std::string> chosen = chosen_transports();
+  if (!chosen || TransportRegistry::instance().find(*chosen) == nullptr) return std::nullopt;
+  return chosen;
 }
 
 std::string expected_transport(const Communicator& comm) {

@@ -50,8 +50,8 @@ std::string expected_transport(const Communicator& comm);
 // The transport ARCOLL_TRANSPORT forces, when it names one: the suite's run for that transport
 // (ctest runs the multi-process tests once per folder of transports/).
 std::optional<std::string> forced_transport();
-// ARCOLL_TRANSPORT when it is a choice the communicator takes: one transport, or WITHIN+ACROSS
-// (the runs between emulated hosts that name theirs: shm+ucx).
+// ARCOLL_TRANSPORT when it is a choice the communicator takes: one transport, auto, or
+// WITHIN+ACROSS (the runs between emulated hosts that name theirs: shm+ucx).
 std::optional<std::string> chosen_transports();
 
 // Open file descriptors and threads of this process: what a communicator must give back when

@@ -52,18 +52,24 @@ class RingStores {
     return mode_ == ShmRingStores::streaming ||
            (mode_ == ShmRingStores::automatic && cached_ > 0 && cached_ < kSlowBytesPerNs);
   }
+  // Whether streaming() held at the last settle(), which the transport calls between calls:
+  // what a choice that must hold for a whole call goes by (shared buffers read in place).
+  bool far() const { return far_; }
+  void settle() { far_ = streaming(); }
 
- private:
-  static constexpr double kSlowBytesPerNs = 6.0;
-  static constexpr std::chrono::microseconds kPreempted{200};
   // A probe of 64 KiB takes about 26 us where cached copies run at 2.5 GB/s, a streamed
   // fragment 2-3 us (the writer's own time, 26-30 GB/s): one in 64 costs a few percent there
   // (estimated from those paces, not measured apart), and a placement change is seen within a
   // millisecond of copying.
   static constexpr unsigned kProbeEvery = 64;
+
+ private:
+  static constexpr double kSlowBytesPerNs = 6.0;
+  static constexpr std::chrono::microseconds kPreempted{200};
   ShmRingStores mode_;
   double cached_ = 0;
   unsigned streamed_ = 0;
+  bool far_ = false;
 };
 
 }  // namespace arcoll::shm

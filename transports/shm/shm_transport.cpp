@@ -181,25 +181,21 @@ std::optional<shared_memory::Region> ShmTransport::in_place_region(const Request
   // one by one, where the rings' streaming stores pass through memory. 2 ranks of an AMD EPYC
   // VM through torch 1.13 (bench/torch_allreduce.py), in the runs that met the far placement:
   // shared tensors read in place took 421-473 us at 1 MiB and 2144-2441 at 4 MiB, heap tensors
-  // through the rings 144 and 507-526; through the rings, shared tensors took 134-185 and
-  // 458-623 (heap 136-173, 494-586).
+  // through the rings 138-145 and 507-567; through the rings, shared tensors took 92-185 and
+  // 458-623 (heap 82-173, 494-586).
   if (send.bytes < kSharedDescriptorBytes || send.streaming_stores || !segments_.cma() ||
-      probing_ || peers_[static_cast<std::size_t>(send.peer)].far)
+      probing_ || peers_[static_cast<std::size_t>(send.peer)].stores.far())
     return std::nullopt;
   return shared_memory::find(send.buffer, send.bytes);
 }
 
 void ShmTransport::leave_call(std::chrono::milliseconds /*timeout*/) {
   if (!stores_timed_ && !sent_in_place_) return;  // small calls: nothing large moved
-  for (int peer : peer_ranks_) {
-    Peer& p = peers_[static_cast<std::size_t>(peer)];
-    p.far = p.stores.streaming();
-  }
-  // One call in kProbeEvery of those that read in place goes through the rings, timed, as
-  // RingStores probes its streamed writes: a job of shared buffers only would else never see
-  // the peer's core go far.
-  constexpr unsigned kProbeEvery = 64;
-  probing_ = sent_in_place_ && ++calls_in_place_ % kProbeEvery == 0;
+  for (int peer : peer_ranks_) peers_[static_cast<std::size_t>(peer)].stores.settle();
+  // One call in RingStores::kProbeEvery of those that read in place goes through the rings,
+  // timed, as RingStores probes its streamed writes: a job of shared buffers only would else
+  // never see the peer's core go far.
+  probing_ = sent_in_place_ && ++calls_in_place_ % RingStores::kProbeEvery == 0;
   stores_timed_ = sent_in_place_ = false;
 }
 

@@ -95,10 +95,6 @@ struct Peer {
   std::uint64_t tail = 0;  // where our next record in that ring goes
   bool goodbye = false;
   RingStores stores;  // of our larger fragments into that ring
-  // The peer's core was far (stores.streaming()) when this call began: shared buffers are then
-  // sent as any other (in_place_region). Taken between calls (leave_call), so that a call's
-  // messages to the peer all go one way however the pace moves within it.
-  bool far = false;
   // We and the peer joined the remote barriers (segment.hpp): what we write for it needs no
   // fence before we look whether it sleeps.
   bool fence_free = false;
@@ -171,7 +167,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   void deliver_piece(ShmMessage& m, std::uint64_t offset, const char* src, std::size_t n);
   // The region of shared memory `send` lies in where the receiver reads it there (a shared
   // descriptor, with no copy through the ring): sends of kSharedDescriptorBytes or more, of
-  // calls without streaming stores, to a peer whose core is not far (Peer::far).
+  // calls without streaming stores, to a peer whose core was not far when the call began
+  // (RingStores::far, settled between calls: a call's messages to a peer all go one way).
   std::optional<shared_memory::Region> in_place_region(const Request& send) const;
   // Whether `receive` forwards its result piece by piece into the ring as it is reduced: not
   // where its send is read in place, as writing the ring would be a copy more (with the

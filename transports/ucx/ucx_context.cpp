@@ -111,6 +111,7 @@ std::string Context::selection() {
   return (chosen.empty() ? std::string("with UCX's own choice of transports") : "under " + chosen) +
          " (`ucx_info -d` lists this host's; UCX_TLS and UCX_NET_DEVICES choose among them)";
 }
+
 void Context::check(ucs_status_t status, const char* what, int rank) {
   if (status != UCS_OK)
     throw SystemError("ucx setup", std::string(what) + ": " + ucs_status_string(status), rank);
