@@ -112,6 +112,14 @@ class Transport {
                         const void* /*data*/, std::size_t /*bytes*/, bool /*overwritten*/) {
     return false;
   }
+  // Takes a whole small message of a point-to-point call from `peer` (`tag`, `signature`,
+  // `bytes`) into `data` where it is the next thing from that peer and has come, looking for it
+  // `looks` more times while nothing has: true, with nothing left to wait for; false, touching
+  // nothing, where the receive must go through post().
+  virtual bool receive_now(int /*peer*/, std::uint32_t /*tag*/, std::uint64_t /*signature*/,
+                           void* /*data*/, std::size_t /*bytes*/, int /*looks*/) {
+    return false;
+  }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning
   // as soon as something happened.
   virtual void progress(net::Clock::time_point until, Waiting waiting) = 0;

@@ -618,18 +618,14 @@ void Communicator::Impl::run_transfers(const char* operation,
     // A send, a receive, or one of each: no allocation on a small call's path.
     std::array<RequestPtr, 2> posted;
     std::size_t count = 0;
-    // A receive is posted before a small send, unless it overwrites the send's buffer: a send
-    // written into shared memory leaves stores that wait for the peer's cache line, and a
-    // receive posted after them waits for them at its request's first atomic count. Larger
-    // sends go first, as their peer waits for them longer (2 ranks, 10 interleaved runs,
-    // receive first: 8 B and 128 B 13-16% faster, 8 KiB 18% slower).
-    constexpr std::size_t kReceiveFirstBytes = 256;
-    const bool receive_first =
-        transfers.size() == 2 && transfers[0].kind == Request::Kind::send &&
-        transfers[1].kind == Request::Kind::recv && transfers[0].bytes <= kReceiveFirstBytes &&
-        !overlap(transfers[0].buffer, transfers[0].bytes, transfers[1].buffer, transfers[1].bytes);
+    // A call's last transfer, a receive with nothing posted before it (a receive, or a send/recv
+    // whose send went at once), takes its message from the transport at once where it can: the
+    // message of a small call is mostly there, or comes within moments, and a request, its
+    // matching and the wait would cost more than the message's cache line (send/recv on 2
+    // ranks over shm, medians of 7 interleaved runs: 8 B 0.22 -> 0.16 us, 128 B 0.27 -> 0.23,
+    // 2 KiB 0.67 -> 0.50). Sends go first so that it can.
     for (std::size_t i = 0; i < transfers.size(); ++i) {
-      const Transfer& t = transfers[receive_first ? transfers.size() - 1 - i : i];
+      const Transfer& t = transfers[i];
       const bool send = t.kind == Request::Kind::send;
       const bool overlapped =
           std::any_of(transfers.begin(), transfers.end(), [&](const Transfer& o) {
@@ -650,6 +646,9 @@ void Communicator::Impl::run_transfers(const char* operation,
                          : staging_.stage(t.buffer, t.bytes, send || overlapped, !send);
       if (send &&
           engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes, overlapped))
+        continue;
+      if (!send && memory == nullptr && count == 0 && i + 1 == transfers.size() &&
+          engine_->receive_now(t.peer, static_cast<std::uint32_t>(tag), t.buffer, t.bytes))
         continue;
       // A send whose bytes a receive of the same call overwrites, and that its transport did
       // not take all at once, goes from a copy.

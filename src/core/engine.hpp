@@ -122,6 +122,9 @@ class Engine final : public PointToPoint {
   // wait for; false where it must be posted.
   bool send_now(int peer, std::uint32_t tag, const void* buffer, std::size_t bytes,
                 bool overwritten = false);
+  // A receive of a point-to-point call into host memory, taken at once where its transport
+  // can (Transport::receive_now): true, with no request to wait for.
+  bool receive_now(int peer, std::uint32_t tag, void* buffer, std::size_t bytes);
   // Whether a point-to-point message to or from `peer` may stay in `buffer`, `memory`'s device
   // memory: its transport reads such buffers from the device, the buffer can be shared with
   // other processes, and no checksum reads it here.

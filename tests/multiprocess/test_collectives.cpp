@@ -503,6 +503,56 @@ TEST(PointToPoint, SendrecvInPlaceShiftsRoundARing) {
   }
 }
 
+// A receive with nothing posted or held before it from its peer takes its message from the
+// transport at once (Transport::receive_now); one posted earlier keeps its turn: it takes the
+// first message of its tag, and the send/recv after it the second, at every size up to what a
+// ring takes whole and beyond. A message of another size than its receive fails the receive
+// naming both sizes.
+TEST(PointToPoint, AReceivePostedEarlierKeepsItsTurn) {
+  for (int world : {2, 3}) {
+    run_ranks(world, [](Communicator& comm) {
+      const int next = (comm.rank() + 1) % comm.size();
+      const int previous = (comm.rank() + comm.size() - 1) % comm.size();
+      const auto word = [](int rank, int message, std::size_t i) {
+        return static_cast<std::uint32_t>(rank) * 1'000'003u +
+               static_cast<std::uint32_t>(message) * 7919u + static_cast<std::uint32_t>(i);
+      };
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{2}, std::size_t{17},
+                                std::size_t{1021}, std::size_t{16'381}, std::size_t{16'411}}) {
+        std::vector<std::uint32_t> first(count), second(count), out(count);
+        WorkPtr early = comm.irecv(first.data(), count * 4, previous, 9);
+        for (std::size_t i = 0; i < count; ++i) out[i] = word(comm.rank(), 1, i);
+        comm.send(out.data(), count * 4, next, 9);
+        for (std::size_t i = 0; i < count; ++i) out[i] = word(comm.rank(), 2, i);
+        comm.sendrecv(out.data(), count * 4, next, second.data(), count * 4, previous, 9);
+        early->wait();
+        for (std::size_t i = 0; i < count; ++i)
+          if (first[i] != word(previous, 1, i) || second[i] != word(previous, 2, i)) {
+            ADD_FAILURE() << "rank " << comm.rank() << ", count " << count << ": element " << i
+                          << " is " << first[i] << " and " << second[i];
+            break;
+          }
+      }
+      comm.barrier();
+    });
+  }
+  run_ranks(2, [](Communicator& comm) {
+    std::uint64_t value = 5;
+    if (comm.rank() == 0) {
+      comm.send(&value, sizeof value, 1, 4);
+      return;
+    }
+    try {
+      comm.recv(&value, 4, 0, 4);
+      ADD_FAILURE() << "a receive of 4 B took a message of 8 B";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 0 sent 8 B where this rank expected 4 B"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 // An in-place send/recv behind non-blocking sends of its tag still queued (rank 1 starts
 // late): it keeps its turn, and goes from a copy of what the buffer held.
 TEST(PointToPoint, AnInPlaceSendrecvKeepsItsTurnBehindQueuedSends) {

@@ -446,17 +446,40 @@ bool ShmTransport::drain_ring(int peer) {
     head += record_bytes(e.payload);
     moved = true;
   }
-  if (moved) {
-    ring->head.store(head, std::memory_order_seq_cst);
-    // Looked at before it is cleared: the exchange would take the writer's cache line.
-    if (ring->writer_waiting.load(std::memory_order_seq_cst) != 0 &&
-        ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
-      SegmentHeader* h = header_of(p.segment);
-      h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-      futex_wake(&h->doorbell);
-    }
-  }
+  if (moved) free_read(p, ring, head);
   return moved;
+}
+
+void ShmTransport::free_read(Peer& p, Ring* ring, std::uint64_t head) {
+  ring->head.store(head, std::memory_order_seq_cst);
+  // Looked at before it is cleared: the exchange would take the writer's cache line.
+  if (ring->writer_waiting.load(std::memory_order_seq_cst) != 0 &&
+      ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
+    SegmentHeader* h = header_of(p.segment);
+    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&h->doorbell);
+  }
+}
+
+// Takes the peer's next entry where it is a whole message of this receive's tag, call and size,
+// and nothing from the peer is posted, held or arriving before it; anything else goes through
+// post(), whose matching holds it or says what differs.
+bool ShmTransport::receive_now(int peer, std::uint32_t tag, std::uint64_t signature, void* data,
+                               std::size_t bytes, int looks) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (failure_ || p.parked || !matching_.idle(peer)) return false;
+  Ring* ring = ring_of(own(), peer);
+  const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+  EntryKind kind = kind_at(ring, head);
+  for (int look = 0; kind == EntryKind::none && look < looks; ++look) kind = kind_at(ring, head);
+  if (kind != EntryKind::fragment) return false;
+  const Entry* e = entry_at(ring, head);
+  if (e->tag != tag || e->signature != signature || e->message_bytes != bytes ||
+      e->payload != bytes)
+    return false;
+  ring_copy_out(ring, head + sizeof(Entry), data, bytes);
+  free_read(p, ring, head + record_bytes(bytes));
+  return true;
 }
 
 bool ShmTransport::poll_once() {

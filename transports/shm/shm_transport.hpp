@@ -109,6 +109,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   void post(const RequestPtr& request) override;
   bool send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
                 std::size_t bytes, bool overwritten) override;
+  bool receive_now(int peer, std::uint32_t tag, std::uint64_t signature, void* data,
+                   std::size_t bytes, int looks) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (poll_once(), true); }
   void wake() noexcept override;
@@ -144,6 +146,8 @@ class ShmTransport final : public Transport, public SharedBoards {
   // Moves entries out of our rings and into peers' rings; true when anything moved.
   bool poll_once();
   bool drain_ring(int peer);
+  // Hands the ring back up to `head`, waking a writer that waits for room.
+  void free_read(Peer& p, Ring* ring, std::uint64_t head);
   bool push_outgoing(int peer);
   // Writes a message of at most `most` bytes into the ring to `p`, where nothing is queued
   // before it and all of it fits: false, touching nothing, where not.
