@@ -471,7 +471,10 @@ bool ShmTransport::receive_now(int peer, std::uint32_t tag, std::uint64_t signat
   Ring* ring = ring_of(own(), peer);
   const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
   EntryKind kind = kind_at(ring, head);
-  for (int look = 0; kind == EntryKind::none && look < looks; ++look) kind = kind_at(ring, head);
+  for (int look = 0; kind == EntryKind::none && look < looks; ++look) {
+    if (polling_.yields) std::this_thread::yield();
+    kind = kind_at(ring, head);
+  }
   if (kind != EntryKind::fragment) return false;
   const Entry* e = entry_at(ring, head);
   if (e->tag != tag || e->signature != signature || e->message_bytes != bytes ||
