@@ -113,12 +113,11 @@ class Transport {
     return false;
   }
   // Takes a whole small message of a point-to-point call from `peer` (`tag`, `signature`,
-  // `bytes`) into `data` where it is the next thing from that peer and has come, looking for it
-  // `looks` more times while nothing has (giving the core away before each where polls yield
-  // it): true, with nothing left to wait for; false, touching nothing, where the receive must
-  // go through post().
+  // `bytes`) into `data` where it is the next thing from that peer and has come or comes within
+  // a few looks: true, with nothing left to wait for; false, touching nothing, where the receive
+  // must go through post().
   virtual bool receive_now(int /*peer*/, std::uint32_t /*tag*/, std::uint64_t /*signature*/,
-                           void* /*data*/, std::size_t /*bytes*/, int /*looks*/) {
+                           void* /*data*/, std::size_t /*bytes*/) {
     return false;
   }
   // Moves bytes of pending requests; waits for the network until `until` at most, returning

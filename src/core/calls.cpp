@@ -622,8 +622,8 @@ void Communicator::Impl::run_transfers(const char* operation,
     // whose send went at once), takes its message from the transport at once where it can: the
     // message of a small call is mostly there, or comes within moments, and a request, its
     // matching and the wait would cost more than the message's cache line (send/recv on 2
-    // ranks over shm, medians of 7 interleaved runs: 8 B 0.22 -> 0.16 us, 128 B 0.27 -> 0.23,
-    // 2 KiB 0.67 -> 0.50). Sends go first so that it can.
+    // ranks over shm, medians of 7 interleaved runs: 8 B 0.21 -> 0.15 us, 128 B 0.27 -> 0.20,
+    // 2 KiB 0.50 -> 0.46). Sends go first so that it can.
     for (std::size_t i = 0; i < transfers.size(); ++i) {
       const Transfer& t = transfers[i];
       const bool send = t.kind == Request::Kind::send;
@@ -648,7 +648,7 @@ void Communicator::Impl::run_transfers(const char* operation,
           engine_->send_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes, overlapped))
         continue;
       if (!send && memory == nullptr && count == 0 && i + 1 == transfers.size() &&
-          engine_->receive_now(t.peer, static_cast<std::uint32_t>(tag), t.buffer, t.bytes))
+          engine_->receive_now(t.peer, static_cast<std::uint32_t>(tag), buffer, t.bytes))
         continue;
       // A send whose bytes a receive of the same call overwrites, and that its transport did
       // not take all at once, goes from a copy.

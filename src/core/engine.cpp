@@ -28,14 +28,6 @@ constexpr auto kAbortCheckSlice = std::chrono::milliseconds(5);
 // Looks a wait takes, with a core per rank, before it reads the clock and waits in the
 // transport: the peers usually post within moments.
 constexpr int kQuickLooks = 256;
-// Looks a receive taken at once (receive_now) takes for its message with a core per rank, a
-// load each (0.3-0.5 us in all on an AMD EPYC): about a peer's call around a small message.
-// With more ranks than cores, a few, the core given away before each (the peer that sends it
-// may be waiting for it): send/recv round a ring of 4 ranks on 2 cores of an AMD EPYC, medians
-// of 9 interleaved runs, none -> 8: 8 B 2.92 -> 2.56 us, 128 B 2.84 -> 1.91, 2 KiB 3.38 ->
-// 3.07.
-constexpr int kReceiveNowLooks = 1024;
-constexpr int kReceiveNowYieldingLooks = 8;
 
 // How a wait on this thread polls first: briefly on a queue's progress thread (see
 // Polling::for_host).
@@ -367,9 +359,8 @@ bool Engine::send_now(int peer, std::uint32_t tag, const void* buffer, std::size
 
 bool Engine::receive_now(int peer, std::uint32_t tag, void* buffer, std::size_t bytes) {
   if (options_.checksum) return false;
-  return route_[static_cast<std::size_t>(peer)]->receive_now(
-      peer, tag, call_.signature, buffer, bytes,
-      quick_looks_ ? kReceiveNowLooks : kReceiveNowYieldingLooks);
+  return route_[static_cast<std::size_t>(peer)]->receive_now(peer, tag, call_.signature, buffer,
+                                                             bytes);
 }
 
 RequestPtr Engine::post(Request::Kind kind, int peer, void* buffer, std::size_t bytes,

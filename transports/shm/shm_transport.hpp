@@ -110,7 +110,7 @@ class ShmTransport final : public Transport, public SharedBoards {
   bool send_now(int peer, std::uint32_t tag, std::uint64_t signature, const void* data,
                 std::size_t bytes, bool overwritten) override;
   bool receive_now(int peer, std::uint32_t tag, std::uint64_t signature, void* data,
-                   std::size_t bytes, int looks) override;
+                   std::size_t bytes) override;
   void progress(Clock::time_point until, Waiting waiting) override;
   bool poll() override { return !failure_ && (poll_once(), true); }
   void wake() noexcept override;
