@@ -30,6 +30,7 @@ LinkCost LinkCost::at(double bytes) const {
   LinkCost sized{alpha, sized_beta, blend(cached_gamma, gamma)};  // no cached or small ones
   sized.forwards = forwards;
   sized.fans_out = fans_out;
+  sized.cheap_messages = cheap_messages;
   return sized;
 }
 

@@ -97,17 +97,21 @@ void direct_allgather(PointToPoint& p2p, const CollectiveArgs& a) {
 // of L2 a core), out of place, whole messages -> chunks of 256 KiB: shm 1 MiB 110 -> 90 us,
 // 4 MiB 843 -> 419; UCX 1 MiB 231 -> 111, 4 MiB 949 -> 539. Chunks of 128 KiB took as long;
 // of 512 KiB over UCX 1.4-1.7x as long (past its eager limit each is fetched whole into a
-// staging buffer of its own, ucx_transport.hpp). Between hosts a buffer goes whole: TCP lands
-// it as it streams in, and chunks of 256 KiB took 1.5-1.8x as long at 512 KiB-1 MiB (2
-// emulated hosts, one rank each, unshaped veth; one run each, whole messages took 0.68-1.01
-// of chunks of 1 or 2 MiB at 8 and 32 MiB, 1.3-1.5x of chunks of 1 MiB at 2 MiB).
+// staging buffer of its own, ucx_transport.hpp). Between hosts, and where messages cost a
+// system call at each end (LinkCost::cheap_messages), a buffer goes whole: TCP lands it as it
+// streams in, and chunks of 256 KiB took 1.5-1.8x as long at 512 KiB-1 MiB (2 emulated
+// hosts, one rank each, unshaped veth; one run each, whole messages took 0.68-1.01 of chunks
+// of 1 or 2 MiB at 8 and 32 MiB, 1.3-1.5x of chunks of 1 MiB at 2 MiB). Over TCP within a
+// host (2 ranks of an AMD EPYC VM, medians of 7 interleaved runs, out of place / in place,
+// chunks -> whole): 512 KiB -27%/-19%, 2 MiB -22%/-18%, 8 MiB -10%/-11%, 32 MiB -5%/-7%.
 constexpr std::size_t kReduceChunkBytes = 256 * 1024;
 
 // Reduce: every rank sends its buffer to the root, which reduces them in rank order (its own
 // first), one message deep where the ring's reduce-scatter then gather is p - 1 steps and a
 // gather deep. A peer's chunks are all received at once (each lands in its own part of the
 // result); the next peer's reduce into what the one before left. Both ends of a pair cut alike:
-// chunks when the peer is on the root's host, else the whole buffer.
+// chunks when the peer is on the root's host and messages there are cheap, else the whole
+// buffer.
 void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t elem = size_of(a.type);
   auto at = [&](const void* buffer, std::size_t first) {
@@ -115,8 +119,8 @@ void direct_reduce(PointToPoint& p2p, const CollectiveArgs& a) {
   };
   // (A call of no elements still sends its one empty message: the root hears every rank.)
   auto each_chunk = [&](int peer, auto f) {
-    const std::size_t chunk = p2p.node_of(peer) == p2p.node_of(a.root)
-                                  ? std::max<std::size_t>(1, kReduceChunkBytes / elem)
+    const bool cut = p2p.node_of(peer) == p2p.node_of(a.root) && p2p.layout().intra.cheap_messages;
+    const std::size_t chunk = cut ? std::max<std::size_t>(1, kReduceChunkBytes / elem)
                                   : std::max<std::size_t>(1, a.count);
     std::size_t first = 0;
     do {

@@ -33,6 +33,9 @@ struct LinkCost {
   // their own (Transport::fans_out): a buffer sent to every rank at once costs the sender one
   // message's time, not one a rank.
   bool fans_out = false;
+  // Whether its transport's small messages cost neither end a system call
+  // (Transport::small_messages_cheap): cutting a message into more costs little.
+  bool cheap_messages = false;
   // The costs of an all-reduce of `bytes`: the cached figures up to cached_until, the others
   // from uncached_from, and in between a blend linear in log(bytes); below kCachedBytes, β
   // goes the same way to small_beta at kSmallMessageBytes. The result has no cached or small

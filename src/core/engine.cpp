@@ -173,9 +173,13 @@ void Engine::apply_tuning(const Tuning& tuning) {
     if (t->name() == within_host_->name) {
       layout_.intra.forwards = forwarded && t->forwards();
       layout_.intra.fans_out = t->fans_out();
+      layout_.intra.cheap_messages = t->small_messages_cheap();
       reads_reductions_across_within_hosts_ = t->reads_reductions_across();
     }
-    if (t->name() == across_hosts_->name) layout_.inter.forwards = forwarded && t->forwards();
+    if (t->name() == across_hosts_->name) {
+      layout_.inter.forwards = forwarded && t->forwards();
+      layout_.inter.cheap_messages = t->small_messages_cheap();
+    }
   }
   for (LinkCost* link : {&layout_.intra, &layout_.inter})
     set_cache_window(*link, tuning.last_level_cache_bytes, layout_.ranks_per_host);
