@@ -218,7 +218,13 @@ std::size_t ShmTransport::single_copy_above(Request::Receivers receivers,
       // read across -> through the rings: all-to-all 64 KiB -36%/-62%, 1 MiB -15%/-56%, 4 MiB
       // -33%/-36%; all-gather 512 KiB -28%/-29%, 8 MiB -16%/-30%; send/recv both ways 1 MiB
       // -27%/-29%. A sender that waits shares the copy where it goes across (scatter 4 MiB
-      // through the rings: +96%/+106%), so other messages keep reading across.
+      // through the rings: +96%/+106%), so other messages keep reading across. Also where the
+      // peer's core is far (ring_stores.hpp): reading across there wins only buffers the sender
+      // has not just written, and loses those it has (2 ranks, 12 interleaved runs, those that
+      // met the far placement, us, through the rings -> read across: out of place, the send
+      // buffer untouched between calls, all-to-all 512 KiB 43 -> 35, send/recv 73 -> 45; in
+      // place, sent from what this rank had just written, all-to-all 512 KiB 42 -> 204, 2 MiB
+      // 141 -> 654, send/recv 2 MiB 285 -> 1104).
       if (rings_beat_reads_across_ && !streaming_stores)
         return oversubscribed_ ? std::max(single_copy_bytes_, kOversubscribedRingExchangeBytes)
                                : std::numeric_limits<std::size_t>::max();
