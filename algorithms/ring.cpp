@@ -324,17 +324,17 @@ void chain_broadcast(PointToPoint& p2p, const CollectiveArgs& a) {
   const std::size_t chunk = std::max<std::size_t>(1, p2p.chunk_bytes() / elem);
   const int position = wrap(p2p.rank() - a.root, p);
   char* buffer = static_cast<char*>(a.recv);
+  auto bytes_from = [&](std::size_t off) { return std::min(chunk, a.count - off) * elem; };
   // Every chunk's receive is posted before the first is waited for, so that chunks arriving
   // while this rank forwards land in place rather than being held and copied.
   std::vector<RequestPtr> receives, sends;
-  for (std::size_t off = 0; position != 0 && off < a.count; off += chunk)
-    receives.push_back(p2p.irecv(wrap(p2p.rank() - 1, p), buffer + off * elem,
-                                 std::min(chunk, a.count - off) * elem));
+  if (position != 0)
+    for (std::size_t off = 0; off < a.count; off += chunk)
+      receives.push_back(p2p.irecv(wrap(p2p.rank() - 1, p), buffer + off * elem, bytes_from(off)));
   for (std::size_t off = 0, i = 0; off < a.count; off += chunk, ++i) {
     if (position != 0) p2p.wait(receives[i]);
     if (position != p - 1)
-      sends.push_back(p2p.isend(wrap(p2p.rank() + 1, p), buffer + off * elem,
-                                std::min(chunk, a.count - off) * elem));
+      sends.push_back(p2p.isend(wrap(p2p.rank() + 1, p), buffer + off * elem, bytes_from(off)));
   }
   p2p.wait_all(sends);
 }

@@ -1,16 +1,85 @@
 // The shm transport's receiving side (shm_transport.hpp): the entries a peer wrote into its
-// ring, delivered to their receives as they arrive; pieces of a forwarding receive reduced and
-// written on into the ring back; messages read from the sender's memory (a descriptor).
+// ring, drained and delivered to their receives as they arrive, or a small message taken at
+// once by its receive (receive_now); pieces of a forwarding receive reduced and written on into
+// the ring back; messages read from the sender's memory (a descriptor).
 #include <poll.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "src/base/reduce.hpp"
 #include "transports/shm/shm_transport.hpp"
 
 namespace arcoll::shm {
+namespace {
+
+// Looks a receive taken at once (receive_now) takes for its message with a core per rank, a
+// load each (0.3-0.5 us in all on an AMD EPYC): about a peer's call around a small message.
+// With more ranks than cores, a few, the core given away before each, as the polls of a wait
+// do (the peer that sends it may be waiting for it): send/recv round a ring of 4 ranks on 2
+// cores of an AMD EPYC, medians of 9 interleaved runs, one look -> 8: 8 B 2.92 -> 2.56 us,
+// 128 B 2.84 -> 1.91, 2 KiB 3.38 -> 3.07.
+constexpr int kReceiveNowLooks = 1024;
+constexpr int kReceiveNowYieldingLooks = 8;
+
+}  // namespace
+
+// Reads the entries a peer wrote into our ring, as far as they can be delivered.
+bool ShmTransport::drain_ring(int peer) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (p.parked) return false;
+  Ring* ring = ring_of(own(), peer);
+  std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+  bool moved = false;
+  while (!p.parked && !failure_) {
+    const EntryKind kind = kind_at(ring, head);
+    if (kind == EntryKind::none) break;
+    Entry e;
+    std::memcpy(&e, entry_at(ring, head), sizeof e);
+    e.kind = kind;
+    deliver(peer, e, head + sizeof(Entry));
+    if (p.parked) break;  // the entry stays until its receive is posted
+    head += record_bytes(e.payload);
+    moved = true;
+  }
+  if (moved) free_read(p, ring, head);
+  return moved;
+}
+
+void ShmTransport::free_read(Peer& p, Ring* ring, std::uint64_t head) {
+  ring->head.store(head, std::memory_order_seq_cst);
+  // Looked at before it is cleared: the exchange would take the writer's cache line.
+  if (ring->writer_waiting.load(std::memory_order_seq_cst) != 0 &&
+      ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0)
+    ring_doorbell(p.segment);
+}
+
+// Takes the peer's next entry where it is a whole message of this receive's tag, call and size,
+// and nothing from the peer is posted, held or arriving before it; anything else goes through
+// post(), whose matching holds it or says what differs.
+bool ShmTransport::receive_now(int peer, std::uint32_t tag, std::uint64_t signature, void* data,
+                               std::size_t bytes) {
+  Peer& p = peers_[static_cast<std::size_t>(peer)];
+  if (failure_ || p.parked || !matching_.idle(peer)) return false;
+  Ring* ring = ring_of(own(), peer);
+  const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+  EntryKind kind = kind_at(ring, head);
+  const int looks = polling_.yields ? kReceiveNowYieldingLooks : kReceiveNowLooks;
+  for (int look = 0; kind == EntryKind::none && look < looks; ++look) {
+    if (polling_.yields) std::this_thread::yield();
+    kind = kind_at(ring, head);
+  }
+  if (kind != EntryKind::fragment) return false;
+  const Entry* e = entry_at(ring, head);
+  if (e->tag != tag || e->signature != signature || e->message_bytes != bytes ||
+      e->payload != bytes)
+    return false;
+  ring_copy_out(ring, head + sizeof(Entry), data, bytes);
+  free_read(p, ring, head + record_bytes(bytes));
+  return true;
+}
 
 void ShmTransport::deliver(int peer, const Entry& e, std::uint64_t payload_at) {
   Peer& p = peers_[static_cast<std::size_t>(peer)];

@@ -37,15 +37,6 @@ constexpr auto kSleepSlice = std::chrono::milliseconds(20);
 // buffer is read from memory twice (64 MiB: 10.3 against 9.1 ms).
 constexpr std::size_t kSharedDescriptorBytes = 512 * 1024;
 
-// Looks a receive taken at once (receive_now) takes for its message with a core per rank, a
-// load each (0.3-0.5 us in all on an AMD EPYC): about a peer's call around a small message.
-// With more ranks than cores, a few, the core given away before each, as the polls of a wait
-// do (the peer that sends it may be waiting for it): send/recv round a ring of 4 ranks on 2
-// cores of an AMD EPYC, medians of 9 interleaved runs, one look -> 8: 8 B 2.92 -> 2.56 us,
-// 128 B 2.84 -> 1.91, 2 KiB 3.38 -> 3.07.
-constexpr int kReceiveNowLooks = 1024;
-constexpr int kReceiveNowYieldingLooks = 8;
-
 // A relayed broadcast's messages (Request::Receivers::relayed) larger than this (or than the
 // pipelined limit, when lower) are read across: a relaying rank copies a message through the
 // ring out of it and into the next one, two passes where a read across is one. Not beyond the
@@ -86,11 +77,7 @@ void ring_if_sleeping(void* segment) {
   // The doorbell rings only for a reader that said it sleeps. It says so before its last look
   // at what it waits for, and the writer looks at its word after writing (with a fence before,
   // or the reader's remote barrier: segment.hpp): one of the two sees the other.
-  SegmentHeader* h = header_of(segment);
-  if (h->sleeping.load(std::memory_order_relaxed) != 0) {
-    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&h->doorbell);
-  }
+  if (header_of(segment)->sleeping.load(std::memory_order_relaxed) != 0) ring_doorbell(segment);
 }
 
 // Before a look at whether the peers sleep: a fence, or only the compiler's where their remote
@@ -117,6 +104,12 @@ void for_each_fragment(std::uint64_t bytes, Piece&& piece) {
 }
 
 }  // namespace
+
+void ring_doorbell(void* segment) {
+  SegmentHeader* h = header_of(segment);
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake(&h->doorbell);
+}
 
 ShmTransport::ShmTransport(const TransportSetup& setup)
     : rank_(setup.rank),
@@ -220,10 +213,10 @@ std::size_t ShmTransport::single_copy_above(Request::Receivers receivers,
       // -27%/-29%. A sender that waits shares the copy where it goes across (scatter 4 MiB
       // through the rings: +96%/+106%), so other messages keep reading across. Also where the
       // peer's core is far (ring_stores.hpp): reading across there wins only buffers the sender
-      // has not just written, and loses those it has (2 ranks, 12 interleaved runs, those that
-      // met the far placement, us, through the rings -> read across: out of place, the send
-      // buffer untouched between calls, all-to-all 512 KiB 43 -> 35, send/recv 73 -> 45; in
-      // place, sent from what this rank had just written, all-to-all 512 KiB 42 -> 204, 2 MiB
+      // has not just written, and loses those it has (2 ranks of an AMD EPYC VM, 12 interleaved
+      // runs, those that met the far placement, us, through the rings -> read across: out of place,
+      // the send buffer untouched between calls, all-to-all 512 KiB 43 -> 35, send/recv 73 -> 45;
+      // in place, sent from what this rank had just written, all-to-all 512 KiB 42 -> 204, 2 MiB
       // 141 -> 654, send/recv 2 MiB 285 -> 1104).
       if (rings_beat_reads_across_ && !streaming_stores)
         return oversubscribed_ ? std::max(single_copy_bytes_, kOversubscribedRingExchangeBytes)
@@ -443,64 +436,6 @@ void ShmTransport::announce_board() {
   for (int p : peer_ranks_) ring_if_sleeping(peers_[static_cast<std::size_t>(p)].segment);
 }
 
-// Reads the entries a peer wrote into our ring, as far as they can be delivered.
-bool ShmTransport::drain_ring(int peer) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (p.parked) return false;
-  Ring* ring = ring_of(own(), peer);
-  std::uint64_t head = ring->head.load(std::memory_order_relaxed);
-  bool moved = false;
-  while (!p.parked && !failure_) {
-    const EntryKind kind = kind_at(ring, head);
-    if (kind == EntryKind::none) break;
-    Entry e;
-    std::memcpy(&e, entry_at(ring, head), sizeof e);
-    e.kind = kind;
-    deliver(peer, e, head + sizeof(Entry));
-    if (p.parked) break;  // the entry stays until its receive is posted
-    head += record_bytes(e.payload);
-    moved = true;
-  }
-  if (moved) free_read(p, ring, head);
-  return moved;
-}
-
-void ShmTransport::free_read(Peer& p, Ring* ring, std::uint64_t head) {
-  ring->head.store(head, std::memory_order_seq_cst);
-  // Looked at before it is cleared: the exchange would take the writer's cache line.
-  if (ring->writer_waiting.load(std::memory_order_seq_cst) != 0 &&
-      ring->writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
-    SegmentHeader* h = header_of(p.segment);
-    h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&h->doorbell);
-  }
-}
-
-// Takes the peer's next entry where it is a whole message of this receive's tag, call and size,
-// and nothing from the peer is posted, held or arriving before it; anything else goes through
-// post(), whose matching holds it or says what differs.
-bool ShmTransport::receive_now(int peer, std::uint32_t tag, std::uint64_t signature, void* data,
-                               std::size_t bytes) {
-  Peer& p = peers_[static_cast<std::size_t>(peer)];
-  if (failure_ || p.parked || !matching_.idle(peer)) return false;
-  Ring* ring = ring_of(own(), peer);
-  const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
-  EntryKind kind = kind_at(ring, head);
-  const int looks = polling_.yields ? kReceiveNowYieldingLooks : kReceiveNowLooks;
-  for (int look = 0; kind == EntryKind::none && look < looks; ++look) {
-    if (polling_.yields) std::this_thread::yield();
-    kind = kind_at(ring, head);
-  }
-  if (kind != EntryKind::fragment) return false;
-  const Entry* e = entry_at(ring, head);
-  if (e->tag != tag || e->signature != signature || e->message_bytes != bytes ||
-      e->payload != bytes)
-    return false;
-  ring_copy_out(ring, head + sizeof(Entry), data, bytes);
-  free_read(p, ring, head + record_bytes(bytes));
-  return true;
-}
-
 bool ShmTransport::poll_once() {
   bool moved = false;
   for (int p : peer_ranks_) {
@@ -561,9 +496,7 @@ bool ShmTransport::await(Done done, Clock::time_point until, Waiting waiting) {
 void ShmTransport::wake() noexcept {
   if (peer_ranks_.empty()) return;  // progress() never sleeps: no segment of its own
   woken_.store(true);
-  SegmentHeader* h = header_of(own());
-  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake(&h->doorbell);
+  ring_doorbell(own());
 }
 
 bool ShmTransport::goodbye_behind_parked(int peer) const {

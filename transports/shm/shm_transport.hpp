@@ -100,6 +100,9 @@ struct Peer {
   bool fence_free = false;
 };
 
+// Rings the doorbell of `segment`: wakes its owner where it sleeps on it.
+void ring_doorbell(void* segment);
+
 class ShmTransport final : public Transport, public SharedBoards {
  public:
   explicit ShmTransport(const TransportSetup& setup);
